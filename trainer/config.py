@@ -1,0 +1,162 @@
+"""Plain-dataclass configuration of the trainer.
+
+Nothing here knows Fiddle or PyGlove: search/ builds these dataclasses through Fiddle
+(`fdl.Config(TrainConfig, ...)`) and `fdl.build` turns that into the objects below.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only Transformer LM."""
+
+    vocab_size: int = 384  # >= the data vocabulary (ByteVocabulary has 259 ids)
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    head_dim: int = 32
+    d_ff: int = 512
+    seq_len: int = 128
+    dtype: str = "float32"  # activation dtype: "float32" | "bfloat16"
+    param_dtype: str = "float32"  # "float32" | "bfloat16"
+    scan_layers: bool = True  # layers under nn.scan: compile time flat in depth
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh over the axes (data, fsdp, tensor): ICI shape times DCN shape.
+
+    One ICI entry may be -1: it takes whatever devices are left.
+    """
+
+    ici: tuple[int, int, int] = (1, -1, 1)
+    dcn: tuple[int, int, int] = (1, 1, 1)
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """optax AdamW with linear warm-up, cosine decay and global-norm clipping."""
+
+    peak_lr: float = 3e-3
+    warmup_steps: int = 10
+    decay_steps: int | None = None  # None: the run's total steps
+    end_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    clip_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the tokens come from.
+
+    task: a registered seqio task name; the default is paxsearch's own synthetic task
+    (generated deterministically, no download). text_files: local text files (one
+    document per line); when given, they are used instead of `task`.
+    num_shards: how many shards the source is split into (ShardInfo). 0 means one per
+    process. Each process reads num_shards / process_count of them, so a fixed
+    num_shards gives the same global batches whatever the number of hosts.
+    """
+
+    task: str = "paxsearch_synthetic"
+    text_files: tuple[str, ...] = ()
+    pack: bool = True
+    shuffle: bool = True
+    seed: int = 0
+    num_shards: int = 0
+    eval_split: str = "validation"
+    eval_examples: int = 64  # cap on eval examples (0: the whole split)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every_steps: int = 0  # 0: eval only at the end when enabled
+    enabled: bool = True
+    max_batches: int = 4  # 0: the whole (padded) eval split
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every_steps: int = 0  # 0: no periodic checkpoints (one at the end if enabled)
+    keep: int = 3
+    enabled: bool = False
+    async_save: bool = True
+    directory: str | None = None  # None: <run_dir>/checkpoints
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    every_steps: int = 10
+    tensorboard: bool = True
+    progress: bool = False  # a progress bar on stderr (the CLI turns it on)
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """jax.distributed.initialize settings; num_processes=1 means single process."""
+
+    coordinator_address: str | None = None
+    num_processes: int = 1
+    process_id: int = 0
+    local_device_count: int | None = None  # CPU only: devices per process
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    per_device_batch: int | None = 2  # rows per device on the batch axes (data x fsdp)
+    global_batch: int | None = None  # alternative to per_device_batch; exactly one is set
+    remat: str = "none"
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    steps: int = 50
+    warmup_steps_for_timing: int = 2  # steps excluded from step-time figures
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    seed: int = 0
+    run_dir: str | None = None
+
+
+def to_dict(cfg) -> dict:
+    """The config as plain JSON-able data (tuples become lists)."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(d: dict) -> TrainConfig:
+    """Inverse of to_dict."""
+    def sub(cls, v):
+        if v is None:
+            return cls()
+        kw = {}
+        for f in dataclasses.fields(cls):
+            if f.name in v:
+                val = v[f.name]
+                if isinstance(val, list):
+                    val = tuple(val)
+                kw[f.name] = val
+        return cls(**kw)
+
+    nested = {
+        "model": ModelConfig, "mesh": MeshConfig, "optimizer": OptimizerConfig,
+        "data": DataConfig, "eval": EvalConfig, "checkpoint": CheckpointConfig,
+        "log": LogConfig, "distributed": DistributedConfig,
+    }
+    kw = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in d:
+            continue
+        if f.name in nested:
+            kw[f.name] = sub(nested[f.name], d[f.name])
+        else:
+            kw[f.name] = d[f.name]
+    return TrainConfig(**kw)

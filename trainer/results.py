@@ -1,0 +1,84 @@
+"""What plan() and train() return, and what train() reports at each logging interval."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-device bytes from XLA's compiled memory analysis."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    alias_bytes: int
+    generated_code_bytes: int
+    host_temp_bytes: int = 0
+
+    @property
+    def peak_bytes(self) -> int:
+        # Donated inputs alias outputs: count them once.
+        return (self.argument_bytes + self.output_bytes - self.alias_bytes
+                + self.temp_bytes + self.generated_code_bytes)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Ahead-of-time figures for one train step of a config on a set of devices."""
+
+    memory: MemoryEstimate
+    peak_bytes: int  # memory.peak_bytes, per device
+    xla_flops_per_step: float  # per device, loop trip counts corrected
+    xla_bytes_accessed_per_step: float  # per device, loop trip counts corrected
+    model_flops_per_step: int  # analytic, whole step over all devices (see flops.py)
+    param_count: int
+    global_batch: int
+    tokens_per_step: int
+    num_devices: int
+    device_kind: str
+    platform: str
+    compile_seconds: float
+    mesh_shape: dict[str, int] = field(default_factory=dict)
+    hlo_text: str | None = None  # optimized HLO (kept only when asked)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("hlo_text", None)
+        return d
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """Metrics at one logging interval (process 0's view; identical on all processes)."""
+
+    step: int
+    loss: float
+    log_pplx: float
+    learning_rate: float
+    grad_norm: float
+    param_norm: float
+    step_time: float  # seconds per step, averaged over the interval (post warm-up)
+    steps_per_sec: float
+    tokens_per_sec: float
+    model_tflops_per_device: float
+    mfu: float
+    hfu: float
+    compiled_peak_bytes: int
+    measured_peak_bytes: int
+    eval_loss: float | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    plan: PlanResult
+    history: list[StepMetrics]
+    final: StepMetrics | None
+    steps_run: int
+    stopped_early: bool
+    eval_loss: float | None
+    run_dir: str | None
+    start_step: int = 0  # > 0 when resumed from a checkpoint
