@@ -1,0 +1,204 @@
+"""Tests of trainer/data.py: batches, determinism, sharding, packing, eval padding, sources."""
+import os
+
+os.environ["JAX_PLATFORMS"] = "cpu"  # before anything heavy: no accelerator is needed
+
+import itertools
+
+import numpy as np
+import pytest
+
+from paxsearch.trainer import data
+from paxsearch.trainer.config import DataConfig
+from paxsearch.trainer.errors import DataError
+
+SEQ, BATCH = 128, 8
+KEYS = {"inputs", "targets", "weights", "segment_ids", "positions"}
+
+
+def take(it, n):
+    return list(itertools.islice(it, n))
+
+
+def assert_batches_equal(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def concat_rows(*batches):
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+@pytest.fixture(scope="module")
+def packed():
+    """First 3 batches of the default (packed, shuffled) synthetic stream, one process."""
+    return take(data.train_batches(DataConfig(), SEQ, BATCH, 0, 1), 3)
+
+
+@pytest.fixture(scope="module")
+def unpacked():
+    return take(data.train_batches(DataConfig(pack=False), SEQ, BATCH, 0, 1), 3)
+
+
+def check_decoder_batch(b, rows):
+    assert set(b) == KEYS
+    for k in KEYS - {"weights"}:
+        assert b[k].dtype == np.int32 and b[k].shape == (rows, SEQ), k
+    assert b["weights"].dtype == np.float32 and b["weights"].shape == (rows, SEQ)
+    nonpad = b["targets"] != 0
+    np.testing.assert_array_equal(b["weights"], nonpad.astype(np.float32))
+    np.testing.assert_array_equal(b["segment_ids"] > 0, nonpad)
+    np.testing.assert_array_equal(b["positions"][~nonpad], 0)
+    # Within a segment: inputs are the targets shifted right, positions count up.
+    same = (b["positions"][:, 1:] > 0)
+    np.testing.assert_array_equal(b["inputs"][:, 1:][same], b["targets"][:, :-1][same])
+    np.testing.assert_array_equal(b["positions"][:, 1:][same], b["positions"][:, :-1][same] + 1)
+    np.testing.assert_array_equal(b["segment_ids"][:, 1:][same], b["segment_ids"][:, :-1][same])
+    starts = (b["positions"] == 0) & nonpad
+    np.testing.assert_array_equal(b["inputs"][starts], 0)
+    assert b["targets"].max() < 259
+
+
+def test_vocab_size():
+    assert data.data_vocab_size(DataConfig()) == 259
+
+
+def test_packed_batches_shapes_and_decoder_inputs(packed):
+    for b in packed:
+        check_decoder_batch(b, BATCH)
+    assert (packed[0]["targets"] == 1).any()  # EOS appended to documents
+
+
+def test_packing_puts_several_segments_in_a_row(packed, unpacked):
+    segments_per_row = np.concatenate([b["segment_ids"].max(axis=1) for b in packed])
+    assert (segments_per_row > 1).any()
+    fill = lambda bs: np.mean([b["weights"].mean() for b in bs])
+    assert fill(packed) > fill(unpacked) + 0.1  # packing removes padding
+
+
+def test_unpacked_batches_have_one_segment_per_row(unpacked):
+    b = unpacked[0]
+    check_decoder_batch(b, BATCH)
+    np.testing.assert_array_equal(b["segment_ids"], (b["targets"] != 0).astype(np.int32))
+    np.testing.assert_array_equal(b["inputs"][:, 0], 0)
+
+
+def test_same_config_same_batches_and_resume(packed):
+    again = take(data.train_batches(DataConfig(), SEQ, BATCH, 0, 1), 3)
+    for a, b in zip(packed, again):
+        assert_batches_equal(a, b)
+    (resumed,) = take(data.train_batches(DataConfig(), SEQ, BATCH, 0, 1, start_step=2), 1)
+    assert_batches_equal(resumed, packed[2])
+    (other_seed,) = take(data.train_batches(DataConfig(seed=1), SEQ, BATCH, 0, 1), 1)
+    assert not np.array_equal(other_seed["targets"], packed[0]["targets"])
+
+
+def test_global_batch_independent_of_process_count():
+    cfg = DataConfig(num_shards=2)
+    one = take(data.train_batches(cfg, SEQ, BATCH, 0, 1), 2)
+    p0 = take(data.train_batches(cfg, SEQ, BATCH, 0, 2), 2)
+    p1 = take(data.train_batches(cfg, SEQ, BATCH, 1, 2), 2)
+    for step in range(2):
+        assert p0[step]["targets"].shape == (BATCH // 2, SEQ)
+        assert_batches_equal(one[step], concat_rows(p0[step], p1[step]))
+    assert not np.array_equal(p0[0]["targets"], p1[0]["targets"])  # shards differ
+
+
+def test_indivisible_numbers_are_rejected():
+    with pytest.raises(ValueError, match="global_batch=6.*num_shards=4"):
+        data.train_batches(DataConfig(num_shards=4), SEQ, 6, 0, 1)
+    with pytest.raises(ValueError, match="num_shards=3.*process_count=2"):
+        data.train_batches(DataConfig(num_shards=3), SEQ, 6, 0, 2)
+
+
+def test_eval_padding_same_count_on_every_process():
+    # 33 examples: shard 0 has 17 rows (5 batches of 4), shard 1 has 16 (4 batches).
+    cfg = DataConfig(pack=False, eval_examples=33)
+    one = data.eval_batches(cfg, SEQ, BATCH, 0, 1)
+    p0 = data.eval_batches(cfg, SEQ, BATCH, 0, 2)
+    p1 = data.eval_batches(cfg, SEQ, BATCH, 1, 2)
+    assert len(one) == len(p0) == len(p1) == 5
+    for b in one:
+        check_decoder_batch(b, BATCH)
+    for b in p0 + p1:
+        check_decoder_batch(b, BATCH // 2)
+    real_rows = sum(int((b["weights"].sum(1) > 0).sum()) for b in p0 + p1)
+    assert real_rows == 33
+    assert p1[-1]["weights"].sum() == 0  # a whole padding batch for the short shard
+    total = lambda bs: sum(float(b["weights"].sum()) for b in bs)
+    assert total(p0) + total(p1) == total(one) > 0
+    capped = data.eval_batches(cfg, SEQ, BATCH, 0, 2, max_batches=2)
+    assert isinstance(capped, list) and len(capped) == 2
+    assert_batches_equal(capped[1], p0[1])
+
+
+def test_packed_eval_tokens_independent_of_process_count():
+    cfg = DataConfig(eval_examples=40)
+    total = lambda bs: sum(float(b["weights"].sum()) for b in bs)
+    p0 = data.eval_batches(cfg, SEQ, BATCH, 0, 2)
+    p1 = data.eval_batches(cfg, SEQ, BATCH, 1, 2)
+    assert len(p0) == len(p1)
+    assert total(p0) + total(p1) == total(data.eval_batches(cfg, SEQ, BATCH, 0, 1))
+
+
+def test_text_files(tmp_path):
+    lines = [f"line number {i} of the test corpus" for i in range(20)]
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines[:10]) + "\n\n" + "\n".join(lines[10:]) + "\n")
+    cfg = DataConfig(text_files=(str(path),), pack=False, task="ignored_when_files_given")
+    assert data.data_vocab_size(cfg) == 259
+    (b,) = take(data.train_batches(cfg, SEQ, BATCH, 0, 1), 1)
+    check_decoder_batch(b, BATCH)
+    for row in b["targets"]:
+        text = bytes((row[(row > 1)] - 3).astype(np.uint8).tolist()).decode()
+        assert text in lines  # one document per line, blank line dropped
+    assert len(data.eval_batches(cfg, SEQ, BATCH, 0, 1)) == 3  # 20 docs in rows of 8
+
+
+def test_missing_empty_and_unknown_sources_raise(tmp_path):
+    missing = str(tmp_path / "nope.txt")
+    with pytest.raises(DataError, match="not found.*nope.txt.*text_files"):
+        data.train_batches(DataConfig(text_files=(missing,)), SEQ, BATCH, 0, 1)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    with pytest.raises(DataError, match="empty"):
+        data.eval_batches(DataConfig(text_files=(str(empty),)), SEQ, BATCH, 0, 1)
+    with pytest.raises(DataError, match="unknown seqio task 'no_such_task'"):
+        data.data_vocab_size(DataConfig(task="no_such_task"))
+    with pytest.raises(DataError, match="no split 'test'"):
+        data.eval_batches(DataConfig(eval_split="test"), SEQ, BATCH, 0, 1)
+
+
+def test_synthetic_registration_is_idempotent():
+    data._task(DataConfig())
+    data._task(DataConfig())
+    assert "paxsearch_synthetic" in data.seqio.TaskRegistry.names()
+
+
+def test_synthetic_corpus_is_deterministic_and_learnable():
+    docs = data._synthetic_documents("train")
+    assert docs[:50] == list(data._synthetic_documents_cached.__wrapped__(20_000, 1234)[:50])
+    lengths = np.array([len(d) for d in docs])
+    assert lengths.min() >= 10 and lengths.max() <= 400 and lengths.std() > 50
+    bytes_ = np.frombuffer(" ".join(docs[:2000]).encode(), np.uint8)
+    pairs = np.zeros((256, 256))
+    np.add.at(pairs, (bytes_[:-1], bytes_[1:]), 1)
+    joint = pairs / pairs.sum()
+    prev = joint.sum(axis=1, keepdims=True)
+    nz = joint > 0
+    unigram = np.bincount(bytes_) / len(bytes_)
+    unigram = unigram[unigram > 0]
+    assert -(unigram * np.log2(unigram)).sum() < 5.0  # random bytes: 8 bits
+    conditional = -(joint[nz] * np.log2((joint / np.maximum(prev, 1e-12))[nz])).sum()
+    assert conditional < 3.0  # next byte is quite predictable from the previous one
+
+
+
+def test_empty_shard_raises_instead_of_stopping(tmp_path):
+    path = tmp_path / "one.txt"
+    path.write_text("only one document\n")
+    cfg = DataConfig(text_files=(str(path),), num_shards=2)
+    assert next(data.train_batches(cfg, SEQ, BATCH, 0, 2))["weights"].sum() > 0
+    with pytest.raises(DataError, match=r"shards \[1\]"):
+        next(data.train_batches(cfg, SEQ, BATCH, 1, 2))

@@ -1,0 +1,126 @@
+"""Model FLOPs (one pinned convention), peak FLOP/s per device kind, and the CPU's measured peak.
+
+The MFU convention (written into every report):
+  MFU = model FLOPs per second / (devices x peak FLOP/s per device).
+  Model FLOPs of a training step = 3 x forward FLOPs (backward = 2 x forward), where the
+  forward counts 2 x (multiply-adds) of every weight matmul, the unembedding included,
+  plus causal self-attention (QK^T and AV) counted at half of full attention; the
+  embedding lookup, norms, softmax and activations are not counted. Per token:
+      forward = n_layers x (2*d*3*H*Dh + 2*H*Dh*d + 2*2*d*d_ff + 2*S*H*Dh) + 2*d*V
+  HFU uses XLA's executed FLOPs (rematerialization included) instead of model FLOPs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from .config import ModelConfig
+
+MFU_CONVENTION = (
+    "MFU = model FLOPs/s / (devices x peak FLOP/s per device); model FLOPs = 3 x forward; "
+    "forward = 2 x multiply-adds of every weight matmul incl. unembedding + causal attention "
+    "(QK^T, AV) at half; embedding lookup, norms and softmax not counted. HFU uses XLA's "
+    "executed FLOPs (remat included).")
+
+
+def forward_flops_per_token(m: ModelConfig) -> int:
+    attn_proj = 2 * m.d_model * 3 * m.n_heads * m.head_dim + 2 * m.n_heads * m.head_dim * m.d_model
+    mlp = 2 * 2 * m.d_model * m.d_ff
+    causal_attn = 2 * m.seq_len * m.n_heads * m.head_dim  # (2+2)*S*H*Dh, halved for causality
+    return m.n_layers * (attn_proj + mlp + causal_attn) + 2 * m.d_model * m.vocab_size
+
+
+def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
+    """Training FLOPs of one step over all devices (3 x forward)."""
+    return 3 * forward_flops_per_token(m) * global_batch * m.seq_len
+
+
+def param_count(m: ModelConfig) -> int:
+    per_layer = 4 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.d_ff + 2 * m.d_model
+    return m.n_layers * per_layer + 2 * m.vocab_size * m.d_model + m.seq_len * m.d_model + m.d_model
+
+
+# Dense bf16 peak FLOP/s per chip (per JAX device).
+# Sources: Google Cloud TPU docs, system architecture pages
+#   v4  275 TFLOP/s  https://cloud.google.com/tpu/docs/v4
+#   v5e 197 TFLOP/s  https://cloud.google.com/tpu/docs/v5e
+#   v5p 459 TFLOP/s  https://cloud.google.com/tpu/docs/v5p
+#   v6e 918 TFLOP/s  https://cloud.google.com/tpu/docs/v6e
+# NVIDIA datasheets (SXM, dense, without sparsity):
+#   A100 312 TFLOP/s  https://www.nvidia.com/en-us/data-center/a100/
+#   H100 989 TFLOP/s  https://www.nvidia.com/en-us/data-center/h100/
+#   H200 989 TFLOP/s  https://www.nvidia.com/en-us/data-center/h200/
+PEAK_BF16_FLOPS = {
+    "tpu v4": 275e12,
+    "tpu v5 lite": 197e12,
+    "tpu v5e": 197e12,
+    "tpu v5p": 459e12,
+    "tpu v5": 459e12,
+    "tpu v6 lite": 918e12,
+    "tpu v6e": 918e12,
+    "a100": 312e12,
+    "h100": 989e12,
+    "h200": 989e12,
+}
+
+
+def peak_flops_per_device(device_kind: str, platform_name: str, local_device_count: int = 1,
+                          dtype: str = "float32") -> tuple[float, str]:
+    """(peak FLOP/s of one device, where the figure comes from)."""
+    kind = device_kind.lower()
+    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):
+        if key in kind:
+            return PEAK_BF16_FLOPS[key], f"table: {key} bf16 dense"
+    if platform_name == "cpu":
+        total = measured_cpu_peak(dtype)
+        return total / local_device_count, (
+            f"measured CPU {dtype} matmul peak {total / 1e9:.1f} GFLOP/s / {local_device_count} simulated devices")
+    raise ValueError(f"no peak FLOP/s known for device kind {device_kind!r}; add it to PEAK_BF16_FLOPS")
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("PAXSEARCH_CACHE", os.path.join(Path.home(), ".cache", "paxsearch"))
+    return Path(root) / "cpu_peak.json"
+
+
+def measured_cpu_peak(dtype: str = "float32") -> float:
+    """Best matmul FLOP/s of this machine on one JAX CPU device, measured once and cached."""
+    import jax
+
+    key = f"{platform.processor() or platform.machine()}|{os.cpu_count()}|{dtype}|jax{jax.__version__}"
+    path = _cache_file()
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if key in cached:
+        return float(cached[key])
+    peak = _measure_matmul(dtype)
+    cached[key] = peak
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cached))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return peak
+
+
+def _measure_matmul(dtype: str, n: int = 2048, repeats: int = 5) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    dev = jax.devices("cpu")[0]
+    a = jax.device_put(jnp.ones((n, n), dtype), dev)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f(a).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best

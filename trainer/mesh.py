@@ -1,0 +1,110 @@
+"""Device mesh over (data, fsdp, tensor): ICI shape x DCN shape, and its static checks."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh
+
+from .config import MESH_AXES, MeshConfig, TrainConfig
+from .errors import ConfigError
+
+BATCH_AXES = ("data", "fsdp")
+
+
+def resolve_shapes(mesh_cfg: MeshConfig, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """ICI and DCN shapes with a -1 ICI entry filled in; raises ConfigError on mismatch."""
+    ici, dcn = list(mesh_cfg.ici), list(mesh_cfg.dcn)
+    if len(ici) != 3 or len(dcn) != 3:
+        raise ConfigError(f"mesh shapes must have 3 entries (data, fsdp, tensor), got ici={ici} dcn={dcn}")
+    if any(d < 1 for d in dcn) or any(i == 0 or i < -1 for i in ici) or ici.count(-1) > 1:
+        raise ConfigError(f"mesh entries must be positive (one ICI entry may be -1), got ici={ici} dcn={dcn}")
+    dcn_size = math.prod(dcn)
+    if -1 in ici:
+        known = math.prod(i for i in ici if i != -1) * dcn_size
+        if num_devices % known:
+            raise ConfigError(
+                f"mesh ici={tuple(ici)} x dcn={tuple(dcn)} cannot fill {num_devices} devices: "
+                f"{num_devices} is not a multiple of {known}; pick shapes whose product divides the device count")
+        ici[ici.index(-1)] = num_devices // known
+    size = math.prod(ici) * dcn_size
+    if size != num_devices:
+        raise ConfigError(
+            f"mesh ici={tuple(ici)} x dcn={tuple(dcn)} has {size} devices but {num_devices} are available; "
+            f"make the product of the shapes equal {num_devices}")
+    return tuple(ici), tuple(dcn)
+
+
+def axis_sizes(mesh_cfg: MeshConfig, num_devices: int) -> dict[str, int]:
+    ici, dcn = resolve_shapes(mesh_cfg, num_devices)
+    return {name: i * d for name, i, d in zip(MESH_AXES, ici, dcn)}
+
+
+def global_batch_size(cfg: TrainConfig, num_devices: int) -> int:
+    """per-device batch x devices on the batch axes, or the configured global batch."""
+    sizes = axis_sizes(cfg.mesh, num_devices)
+    batch_devices = sizes["data"] * sizes["fsdp"]
+    if (cfg.per_device_batch is None) == (cfg.global_batch is None):
+        raise ConfigError("set exactly one of per_device_batch and global_batch")
+    if cfg.global_batch is not None:
+        if cfg.global_batch < 1 or cfg.global_batch % batch_devices:
+            raise ConfigError(
+                f"global batch {cfg.global_batch} does not divide over the {batch_devices} devices of the batch "
+                f"axes (data={sizes['data']} x fsdp={sizes['fsdp']}); use a multiple of {batch_devices}")
+        return cfg.global_batch
+    if cfg.per_device_batch < 1:
+        raise ConfigError(f"per_device_batch must be >= 1, got {cfg.per_device_batch}")
+    return cfg.per_device_batch * batch_devices
+
+
+def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> None:
+    """Every static check that needs no compilation; raises ConfigError with one clear line."""
+    m = cfg.model
+    sizes = axis_sizes(cfg.mesh, num_devices)
+    gb = global_batch_size(cfg, num_devices)
+    t = sizes["tensor"]
+    if m.n_heads % t:
+        raise ConfigError(f"n_heads={m.n_heads} does not divide over tensor={t}; use a tensor size dividing {m.n_heads}")
+    if m.d_ff % t:
+        raise ConfigError(f"d_ff={m.d_ff} does not divide over tensor={t}; use a tensor size dividing {m.d_ff}")
+    if m.vocab_size % t:
+        raise ConfigError(f"vocab_size={m.vocab_size} does not divide over tensor={t}; round the vocabulary up to a multiple of {t}")
+    if m.d_model % sizes["fsdp"]:
+        raise ConfigError(f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']}; use an fsdp size dividing {m.d_model}")
+    if gb % process_count:
+        raise ConfigError(f"global batch {gb} does not divide over {process_count} processes")
+    for name in ("d_model", "n_layers", "n_heads", "head_dim", "d_ff", "seq_len", "vocab_size"):
+        if getattr(m, name) < 1:
+            raise ConfigError(f"model.{name} must be >= 1, got {getattr(m, name)}")
+    if m.dtype not in ("float32", "bfloat16") or m.param_dtype not in ("float32", "bfloat16"):
+        raise ConfigError(f"dtypes must be float32 or bfloat16, got dtype={m.dtype} param_dtype={m.param_dtype}")
+    if cfg.steps < 1:
+        raise ConfigError(f"steps must be >= 1, got {cfg.steps}")
+
+
+def build_mesh(mesh_cfg: MeshConfig, devices: Sequence) -> Mesh:
+    """A Mesh over `devices` (real devices or a TPU topology's device descriptions)."""
+    devices = list(devices)
+    ici, dcn = resolve_shapes(mesh_cfg, len(devices))
+    if math.prod(dcn) > 1:
+        granules = {getattr(d, "slice_index", None) for d in devices}
+        if len(granules) > 1 and None not in granules:
+            arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, allow_split_physical_axes=True)
+        elif len({d.process_index for d in devices}) > 1:
+            arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, process_is_granule=True,
+                                                       allow_split_physical_axes=True)
+        else:  # one granule (e.g. one process of simulated devices): lay DCN out as outer axes
+            shape = tuple(i * d for i, d in zip(ici, dcn))
+            arr = _device_array(shape, devices)
+    else:
+        arr = _device_array(ici, devices)
+    return Mesh(arr, MESH_AXES)
+
+
+def _device_array(shape, devices) -> np.ndarray:
+    try:
+        return mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+    except (ValueError, NotImplementedError, AssertionError):
+        return np.asarray(devices, dtype=object).reshape(shape)

@@ -1,0 +1,154 @@
+"""Ahead-of-time compilation of the train step: memory and FLOPs without allocating arrays.
+
+`build_program` lowers and compiles the sharded step from ShapeDtypeStructs; train() reuses
+the same compiled executable, so a trial never compiles its step twice.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from . import flops as flops_lib
+from . import mesh as mesh_lib
+from . import remat as remat_lib
+from . import sharding
+from . import step as step_lib
+from .config import TrainConfig
+from .results import MemoryEstimate, PlanResult
+
+BATCH_KEYS_INT = ("inputs", "targets", "segment_ids", "positions")
+
+
+@dataclass
+class Program:
+    """Everything needed to run the compiled step of one config on one mesh."""
+
+    cfg: TrainConfig
+    mesh: Any
+    model: Any
+    tx: Any
+    schedule: Any
+    state_shardings: Any
+    batch_sharding: NamedSharding
+    abstract_state: Any
+    abstract_batch: dict
+    compiled_step: Any
+    plan: PlanResult
+
+    def init_state(self, rng):
+        with self.context():
+            fn = jax.jit(lambda r: step_lib.unbox(step_lib.init_state(self.cfg, self.model, self.tx, r)),
+                         out_shardings=self.state_shardings)
+            return fn(rng)
+
+    def context(self):
+        return mesh_context(self.mesh)
+
+
+@contextlib.contextmanager
+def mesh_context(mesh):
+    with mesh, sharding.with_rules():
+        yield
+
+
+def _abstract(shape_tree, sharding_tree):
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shape_tree, sharding_tree)
+
+
+def abstract_batch(cfg: TrainConfig, global_batch: int, batch_sh) -> dict:
+    shape = (global_batch, cfg.model.seq_len)
+    batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sh) for k in BATCH_KEYS_INT}
+    batch["weights"] = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch_sh)
+    return batch
+
+
+def _cost(compiled) -> tuple[float, float]:
+    ca = compiled.cost_analysis()
+    if isinstance(ca, (list, tuple)):
+        ca = ca[0] if ca else {}
+    ca = ca or {}
+    return float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0))
+
+
+def _memory(compiled) -> MemoryEstimate:
+    ma = compiled.memory_analysis()
+    return MemoryEstimate(
+        argument_bytes=int(ma.argument_size_in_bytes), output_bytes=int(ma.output_size_in_bytes),
+        temp_bytes=int(ma.temp_size_in_bytes), alias_bytes=int(ma.alias_size_in_bytes),
+        generated_code_bytes=int(getattr(ma, "generated_code_size_in_bytes", 0) or 0),
+        host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0))
+
+
+def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int):
+    model = step_lib.make_model(cfg)
+    schedule = step_lib.learning_rate_schedule(cfg.optimizer, cfg.steps)
+    tx = step_lib.make_optimizer(cfg.optimizer, cfg.steps)
+    with mesh_context(mesh):
+        boxed = jax.eval_shape(lambda r: step_lib.init_state(cfg, model, tx, r), jax.random.key(0))
+        state_shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh)
+        abstract_state = _abstract(step_lib.unbox(boxed), state_shardings)
+        batch_sh = sharding.batch_sharding(mesh)
+        batch = abstract_batch(cfg, global_batch, batch_sh)
+        metric_sh = NamedSharding(mesh, P())
+        step_fn = jax.jit(step_lib.make_train_step(model, tx, schedule),
+                          in_shardings=(state_shardings, batch_sh),
+                          out_shardings=(state_shardings, metric_sh), donate_argnums=(0,))
+        compiled = step_fn.lower(abstract_state, batch).compile()
+    return model, tx, schedule, state_shardings, batch_sh, abstract_state, batch, compiled
+
+
+def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
+                  keep_hlo: bool = False) -> Program:
+    """Check, lower and compile the train step of `cfg` on `devices` (default: all devices)."""
+    devices = list(devices if devices is not None else jax.devices())
+    process_count = len({getattr(d, "process_index", 0) for d in devices})
+    platform = devices[0].platform
+    mesh_lib.check_config(cfg, len(devices), process_count)
+    remat_lib.check_policy(cfg.remat, platform)
+    global_batch = mesh_lib.global_batch_size(cfg, len(devices))
+    mesh = mesh_lib.build_mesh(cfg.mesh, devices)
+
+    t0 = time.perf_counter()
+    model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled = _lower_and_compile(cfg, mesh, global_batch)
+    compile_seconds = time.perf_counter() - t0
+    xla_flops, xla_bytes = _cost(compiled)
+    if count_flops and cfg.model.scan_layers and cfg.model.n_layers > 1:
+        xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch)
+    memory = _memory(compiled)
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
+    plan = PlanResult(
+        memory=memory, peak_bytes=memory.peak_bytes, xla_flops_per_step=xla_flops,
+        xla_bytes_accessed_per_step=xla_bytes,
+        model_flops_per_step=flops_lib.model_flops_per_step(cfg.model, global_batch),
+        param_count=int(n_params), global_batch=global_batch,
+        tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
+        device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
+        mesh_shape=dict(mesh.shape), hlo_text=compiled.as_text() if keep_hlo else None)
+    return Program(cfg, mesh, model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled, plan)
+
+
+def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int) -> tuple[float, float]:
+    """XLA's cost_analysis() counts a scan body once. Compile unrolled 1- and 2-layer probes
+    of the same step and extrapolate: cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
+    costs = []
+    for n in (1, 2):
+        probe = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=n, scan_layers=False))
+        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch)[-1]))
+    (f1, b1), (f2, b2) = costs
+    n = cfg.model.n_layers
+    return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)
+
+
+def plan(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
+         keep_hlo: bool = False) -> PlanResult:
+    """Per-device memory, FLOPs, parameter count and compile time of one train step."""
+    return build_program(cfg, devices, count_flops=count_flops, keep_hlo=keep_hlo).plan

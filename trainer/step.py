@@ -1,0 +1,79 @@
+"""The optimizer, the loss, and the pure train / eval step functions."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from .config import OptimizerConfig, TrainConfig
+from .model import TransformerLM
+
+
+def learning_rate_schedule(opt: OptimizerConfig, total_steps: int) -> optax.Schedule:
+    decay = opt.decay_steps or total_steps
+    warmup = min(opt.warmup_steps, max(decay - 1, 0))
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=opt.peak_lr, warmup_steps=warmup,
+        decay_steps=max(decay, warmup + 1), end_value=opt.peak_lr * opt.end_lr_ratio)
+
+
+def make_optimizer(opt: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
+    decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+    return optax.chain(
+        optax.clip_by_global_norm(opt.clip_norm),
+        optax.adamw(learning_rate_schedule(opt, total_steps), b1=opt.b1, b2=opt.b2, eps=opt.eps,
+                    weight_decay=opt.weight_decay, mask=decay_mask),
+    )
+
+
+def make_model(cfg: TrainConfig) -> TransformerLM:
+    return TransformerLM(cfg.model, remat=cfg.remat)
+
+
+def init_state(cfg: TrainConfig, model: TransformerLM, tx, rng):
+    """{params, opt_state, step}, with parameters still boxed in their logical axis names."""
+    m = cfg.model
+    tokens = jnp.zeros((1, m.seq_len), jnp.int32)
+    params = model.init(rng, tokens, tokens, jnp.ones_like(tokens))["params"]
+    return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+
+def weighted_xent(logits_BSV, targets_BS, weights_BS):
+    """(sum of weighted token losses, sum of weights); logits taken in float32."""
+    logits = logits_BSV.astype(jnp.float32)
+    token_loss = jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, targets_BS[..., None], -1)[..., 0]
+    return jnp.sum(token_loss * weights_BS), jnp.sum(weights_BS)
+
+
+def make_train_step(model: TransformerLM, tx, schedule):
+    def loss_fn(params, batch):
+        logits = model.apply({"params": params}, batch["inputs"], batch["positions"], batch["segment_ids"])
+        loss_sum, weight_sum = weighted_xent(logits, batch["targets"], batch["weights"])
+        return loss_sum / jnp.maximum(weight_sum, 1.0)
+
+    def train_step(state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        metrics = {
+            "loss": loss,
+            "grad_norm": optax.global_norm(grads),
+            "param_norm": optax.global_norm(params),
+            "learning_rate": schedule(state["step"]),
+        }
+        return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
+
+    return train_step
+
+
+def make_eval_step(model: TransformerLM):
+    def eval_step(params, batch):
+        logits = model.apply({"params": params}, batch["inputs"], batch["positions"], batch["segment_ids"])
+        return weighted_xent(logits, batch["targets"], batch["weights"])
+
+    return eval_step
+
+
+def unbox(tree):
+    return nn.meta.unbox(tree)

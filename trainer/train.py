@@ -1,0 +1,178 @@
+"""The training loop: compiled step, donated state, logging-interval syncs only."""
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+from . import data as data_lib
+from . import distributed
+from . import flops as flops_lib
+from .checkpoint import Checkpointer
+from .config import TrainConfig
+from .errors import ConfigError, NonFiniteLoss
+from .plan import Program, build_program
+from .results import StepMetrics, TrainResult
+from .step import make_eval_step
+from .tb import ScalarWriter
+
+Report = Callable[[StepMetrics], object]
+DIVERGENCE_FACTOR = 2.0  # loss above this multiple of the first step's loss counts as diverged
+
+
+def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | None = None,
+          resume: bool = True) -> TrainResult:
+    """Train `cfg`; `report(metrics)` is called at each logging interval and stops the run
+    when it returns a true value. Resumes from the latest checkpoint when there is one."""
+    distributed.maybe_initialize(cfg.distributed)
+    program = program or build_program(cfg)
+    plan, mesh = program.plan, program.mesh
+    pidx, pcount = jax.process_index(), jax.process_count()
+    data_vocab = data_lib.data_vocab_size(cfg.data)
+    if cfg.model.vocab_size < data_vocab:
+        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data vocabulary "
+                          f"({data_vocab}); set model.vocab_size >= {data_vocab}")
+
+    run_dir = cfg.run_dir
+    writer = ScalarWriter(os.path.join(run_dir, "tb") if run_dir and cfg.log.tensorboard and pidx == 0 else None)
+    ckpt = Checkpointer(cfg.checkpoint, run_dir) if cfg.checkpoint.enabled else None
+    start = 0
+    if ckpt and resume and ckpt.latest_step() is not None:
+        start = int(ckpt.latest_step())
+        state = ckpt.restore(program.abstract_state, start)
+    else:
+        state = program.init_state(jax.random.key(cfg.seed))
+
+    local_devices = jax.local_device_count()
+    peak, _ = flops_lib.peak_flops_per_device(plan.device_kind, plan.platform, local_devices, cfg.model.dtype)
+    batches = data_lib.train_batches(cfg.data, cfg.model.seq_len, plan.global_batch, pidx, pcount, start_step=start)
+    loop = _Loop(cfg, program, peak, writer, report)
+    stopped = False
+    step = start
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            batch = _to_global(next(batches), program.batch_sharding, plan.global_batch)
+            state, metrics = program.compiled_step(state, batch)
+            if ckpt:
+                ckpt.maybe_save(step, state)
+            if loop.should_log(step, start):
+                if loop.log(step, start, state, metrics):
+                    stopped = True
+                    break
+        if ckpt:
+            ckpt.maybe_save(step, state, force=True)
+    finally:
+        if ckpt:
+            ckpt.close()
+        writer.close()
+        loop.close()
+    return TrainResult(plan=plan, history=loop.history, final=loop.history[-1] if loop.history else None,
+                       steps_run=step - start, stopped_early=stopped, eval_loss=loop.last_eval,
+                       run_dir=run_dir, start_step=start)
+
+
+def _to_global(local: dict, sharding, global_batch: int) -> dict:
+    return {k: jax.make_array_from_process_local_data(sharding, v, (global_batch,) + v.shape[1:])
+            for k, v in local.items()}
+
+
+class _Loop:
+    """Logging-interval bookkeeping: timing, metrics, eval, divergence, TensorBoard, progress."""
+
+    def __init__(self, cfg: TrainConfig, program: Program, peak_flops: float, writer: ScalarWriter, report):
+        self.cfg, self.program, self.peak, self.writer, self.report = cfg, program, peak_flops, writer, report
+        self.history: list[StepMetrics] = []
+        self.first_loss: float | None = None
+        self.last_eval: float | None = None
+        self.t_mark: float | None = None
+        self.n_mark = 0
+        self.t_start = time.perf_counter()
+        self._state_params = None
+        self._eval_fn = None
+        self._eval_batches = None
+        self.bar = None
+        if cfg.log.progress and jax.process_index() == 0:
+            from tqdm import tqdm
+            self.bar = tqdm(total=cfg.steps, desc="train", unit="step", dynamic_ncols=True)
+
+    def should_log(self, step: int, start: int) -> bool:
+        warm = start + self.cfg.warmup_steps_for_timing
+        return (step == start + 1 or step == warm or step % self.cfg.log.every_steps == 0
+                or step == self.cfg.steps)
+
+    def log(self, step: int, start: int, state, metrics) -> bool:
+        m = jax.device_get(metrics)  # the only host sync: at logging intervals
+        now = time.perf_counter()
+        loss = float(m["loss"])
+        if self.first_loss is None:
+            self.first_loss = loss
+        if not math.isfinite(loss) or loss > DIVERGENCE_FACTOR * self.first_loss + 1.0:
+            raise NonFiniteLoss(f"loss diverged at step {step}: {loss:.4g} (first step {self.first_loss:.4g})", step)
+        step_time = None
+        if self.t_mark is None:  # still warming up: no timing yet
+            if step >= start + self.cfg.warmup_steps_for_timing:
+                self.t_mark, self.n_mark = now, step
+            if step == self.cfg.steps:  # a run too short to leave out its warm-up steps
+                step_time = (now - self.t_start) / (step - start)
+        else:
+            step_time = (now - self.t_mark) / (step - self.n_mark)
+        if step_time is None:
+            return False
+        self._state_params = state["params"]
+        stop = self._emit(step, m, step_time)
+        self.t_mark, self.n_mark = time.perf_counter(), step  # eval and logging stay out of step time
+        return stop
+
+    def _emit(self, step: int, m: dict, step_time: float | None) -> bool:
+        plan = self.program.plan
+        st = step_time
+        per_dev_model = plan.model_flops_per_step / plan.num_devices / st
+        eval_loss = None
+        due_eval = self.cfg.eval.enabled and (
+            step == self.cfg.steps or (self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0))
+        if due_eval:
+            eval_loss = self.last_eval = self.evaluate()
+        sm = StepMetrics(
+            step=step, loss=float(m["loss"]), log_pplx=float(m["loss"]), learning_rate=float(m["learning_rate"]),
+            grad_norm=float(m["grad_norm"]), param_norm=float(m["param_norm"]), step_time=st,
+            steps_per_sec=1.0 / st, tokens_per_sec=plan.tokens_per_step / st,
+            model_tflops_per_device=per_dev_model / 1e12, mfu=per_dev_model / self.peak,
+            hfu=plan.xla_flops_per_step / st / self.peak, compiled_peak_bytes=plan.peak_bytes,
+            measured_peak_bytes=distributed.measured_peak_bytes(jax.local_devices()[0]), eval_loss=eval_loss)
+        self.history.append(sm)
+        self.writer.scalars(step, {f"train/{k}": v for k, v in sm.to_dict().items()
+                                   if k not in ("step", "eval_loss") and isinstance(v, (int, float))})
+        if eval_loss is not None:
+            self.writer.scalars(step, {"eval/loss": eval_loss, "eval/log_pplx": eval_loss})
+        self.writer.flush()
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix(loss=f"{sm.loss:.3f}", tok_s=f"{sm.tokens_per_sec:,.0f}", mfu=f"{sm.mfu:.1%}")
+        return bool(self.report(sm)) if self.report else False
+
+    def evaluate(self) -> float:
+        cfg, program = self.cfg, self.program
+        if self._eval_fn is None:
+            params_sh = program.state_shardings["params"]
+            with program.context():
+                self._eval_fn = jax.jit(make_eval_step(program.model),
+                                        in_shardings=(params_sh, program.batch_sharding))
+            self._eval_batches = data_lib.eval_batches(
+                cfg.data, cfg.model.seq_len, program.plan.global_batch, jax.process_index(),
+                jax.process_count(), max_batches=cfg.eval.max_batches)
+        total, weight = 0.0, 0.0
+        params = self._state_params
+        for local in self._eval_batches:
+            batch = _to_global(local, program.batch_sharding, program.plan.global_batch)
+            with program.context():
+                s, w = self._eval_fn(params, batch)
+            total, weight = total + float(s), weight + float(w)
+        return total / max(weight, 1.0)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
