@@ -1,0 +1,40 @@
+"""The `paxsearch` command: one subcommand per module, each with add_parser() and main(args)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand name -> module (relative to paxsearch.search) defining add_parser(sub) and main(args)
+COMMANDS = {
+    "train": "cmd_train",
+}
+
+
+class UserError(Exception):
+    """Bad input: printed as one line `paxsearch: error: ...` with exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paxsearch", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        importlib.import_module(f"{__package__}.{module}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"paxsearch: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("paxsearch: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""`paxsearch train CONFIG`: a full training run of one config, with Orbax checkpoints."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+from .cli import UserError
+from .envsetup import configure_jax_env
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train one config (Fiddle JSON, Python file, or a trial of a run)",
+                       description="Train one config for real, with checkpoints, TensorBoard and a progress bar.")
+    p.add_argument("config", help="Fiddle JSON file, Python file with `def config()`, or a run folder with --trial")
+    p.add_argument("--trial", default=None, help="with a run folder: trial number, or 'best'")
+    p.add_argument("--function", default=None, help="function of a Python config file (default: config)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=VALUE",
+                   help="override a config field, e.g. --set model.d_model=256 (repeatable)")
+    p.add_argument("--steps", type=int, default=None, help="number of training steps")
+    p.add_argument("--run-dir", default=None, help="folder for checkpoints and TensorBoard (default: runs/train-<name>)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run folder")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N steps")
+    p.add_argument("--cpu-devices", type=int, default=8, help="simulated CPU devices when running on CPU (default 8)")
+    p.set_defaults(func=main)
+
+
+def resolve_config(args):
+    from . import configio
+
+    try:
+        if args.trial is not None or os.path.isdir(args.config):
+            from .trial_config import trial_fiddle_config  # run folder or storage: the stored trial's config
+            cfg = trial_fiddle_config(args.config, args.trial or "best")
+        else:
+            cfg = configio.load(args.config, args.function)
+        return configio.apply_overrides(cfg, args.overrides)
+    except configio.ConfigFileError as e:
+        raise UserError(str(e)) from None
+
+
+def main(args) -> int:
+    configure_jax_env(cpu_devices=args.cpu_devices)
+    fcfg = resolve_config(args)
+    from . import configio
+    from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
+    from ..trainer.train import train
+
+    cfg = configio.build(fcfg)
+    name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
+    run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
+    ckpt = dataclasses.replace(cfg.checkpoint, enabled=True,
+                               every_steps=args.checkpoint_every or cfg.checkpoint.every_steps or 0)
+    cfg = dataclasses.replace(cfg, run_dir=run_dir, checkpoint=ckpt, steps=args.steps or cfg.steps,
+                              log=dataclasses.replace(cfg.log, progress=True))
+    ckpt_dir = os.path.join(run_dir, "checkpoints") if not ckpt.directory else ckpt.directory
+    if not args.resume and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
+        raise UserError(f"{ckpt_dir} already holds checkpoints; pass --resume to continue, or a new --run-dir")
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        f.write(configio.dumps(configio.to_fiddle(cfg)))
+    try:
+        result = train(cfg)
+    except (ConfigError, DataError) as e:
+        raise UserError(str(e)) from None
+    except NonFiniteLoss as e:
+        print(f"paxsearch: training diverged: {e}", file=sys.stderr)
+        return 3
+    _summary(result, run_dir)
+    return 0
+
+
+def _summary(result, run_dir: str) -> None:
+    f = result.final
+    plan = result.plan
+    lines = [
+        f"steps {result.start_step}->{result.start_step + result.steps_run}"
+        + (" (stopped early)" if result.stopped_early else ""),
+        f"params {plan.param_count:,}  devices {plan.num_devices} ({plan.device_kind})  mesh {plan.mesh_shape}",
+    ]
+    if f:
+        lines.append(f"loss {f.loss:.4f}" + (f"  eval loss {result.eval_loss:.4f}" if result.eval_loss is not None else ""))
+        lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
+        lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, "
+                     f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB")
+    lines.append(f"run folder {run_dir} (checkpoints/, tb/, config.json)")
+    print("\n".join(lines))

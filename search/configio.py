@@ -1,0 +1,106 @@
+"""Trainer configs as Fiddle: load from a Fiddle JSON or a Python file, apply --set overrides,
+serialize. The trainer itself only ever sees the plain dataclasses that fdl.build returns."""
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+
+import fiddle as fdl
+from fiddle.experimental import serialization
+
+from ..trainer.config import TrainConfig
+
+
+class ConfigFileError(ValueError):
+    """A config file or override cannot be used; the message says why and how to fix it."""
+
+
+def to_fiddle(obj) -> fdl.Config:
+    """A fully spelled-out fdl.Config of a (nested) dataclass instance."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return fdl.Config(type(obj), **{f.name: to_fiddle(getattr(obj, f.name)) for f in dataclasses.fields(obj)})
+    return obj
+
+
+def normalize(cfg) -> fdl.Config:
+    """Any fdl.Config / TrainConfig -> a complete fdl.Config(TrainConfig, ...)."""
+    built = fdl.build(cfg) if isinstance(cfg, fdl.Buildable) else cfg
+    if not isinstance(built, TrainConfig):
+        raise ConfigFileError(f"the config builds a {type(built).__name__}, not a TrainConfig; "
+                              "return fdl.Config(TrainConfig, ...) or a TrainConfig")
+    return to_fiddle(built)
+
+
+def dumps(cfg: fdl.Config) -> str:
+    return serialization.dump_json(cfg, indent=2)
+
+
+def loads(text: str) -> fdl.Config:
+    return normalize(serialization.load_json(text))
+
+
+def load(path: str, function: str | None = None) -> fdl.Config:
+    """A config from a Fiddle JSON file, or from a Python file's function (default `config`)."""
+    if not os.path.exists(path):
+        raise ConfigFileError(f"config file {path!r} does not exist; pass a Fiddle JSON file or a Python file")
+    if path.endswith(".json"):
+        try:
+            return loads(open(path).read())
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigFileError(f"{path}: not a Fiddle-serialized TrainConfig ({type(e).__name__}: {e})") from None
+    module = load_python_file(path)
+    name = function or "config"
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ConfigFileError(f"{path} has no function {name!r}; define `def {name}():` returning the trainer config")
+    return normalize(fn())
+
+
+def load_python_file(path: str):
+    spec = importlib.util.spec_from_file_location(f"paxsearch_user_{abs(hash(os.path.abspath(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise ConfigFileError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    return module
+
+
+def parse_value(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_overrides(cfg: fdl.Config, overrides: list[str]) -> fdl.Config:
+    """Apply `a.b=value` overrides (values parsed as Python literals, else strings)."""
+    cfg = copy.deepcopy(cfg)
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigFileError(f"override {item!r} is not of the form name=value (e.g. model.d_model=256)")
+        path, text = item.split("=", 1)
+        *parents, leaf = path.strip().split(".")
+        node = cfg
+        for p in parents:
+            node = getattr(node, p, None) if isinstance(node, fdl.Buildable) else None
+            if not isinstance(node, fdl.Buildable):
+                raise ConfigFileError(f"override {path!r}: {p!r} is not a config section; see `paxsearch train --help`")
+        known = {f.name for f in dataclasses.fields(fdl.get_callable(node))}
+        if leaf not in known:
+            raise ConfigFileError(f"override {path!r}: unknown field {leaf!r}; known: {', '.join(sorted(known))}")
+        value = parse_value(text)
+        setattr(node, leaf, tuple(value) if isinstance(value, list) else value)
+    return cfg
+
+
+def build(cfg: fdl.Config) -> TrainConfig:
+    return fdl.build(cfg)
+
+
+def to_json_dict(cfg: TrainConfig) -> dict:
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
