@@ -50,7 +50,7 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     local_devices = jax.local_device_count()
     peak, _ = flops_lib.peak_flops_per_device(plan.device_kind, plan.platform, local_devices, cfg.model.dtype)
     batches = data_lib.train_batches(cfg.data, cfg.model.seq_len, plan.global_batch, pidx, pcount, start_step=start)
-    loop = _Loop(cfg, program, peak, writer, report)
+    loop = _Loop(cfg, program, peak, writer, report, start)
     stopped = False
     step = start
     try:
@@ -83,14 +83,14 @@ def _to_global(local: dict, sharding, global_batch: int) -> dict:
 class _Loop:
     """Logging-interval bookkeeping: timing, metrics, eval, divergence, TensorBoard, progress."""
 
-    def __init__(self, cfg: TrainConfig, program: Program, peak_flops: float, writer: ScalarWriter, report):
+    def __init__(self, cfg: TrainConfig, program: Program, peak_flops: float, writer: ScalarWriter, report,
+                 start: int):
         self.cfg, self.program, self.peak, self.writer, self.report = cfg, program, peak_flops, writer, report
         self.history: list[StepMetrics] = []
         self.first_loss: float | None = None
         self.last_eval: float | None = None
-        self.t_mark: float | None = None
-        self.n_mark = 0
-        self.t_start = time.perf_counter()
+        self.t_mark = time.perf_counter()
+        self.n_mark = start
         self._state_params = None
         self._eval_fn = None
         self._eval_batches = None
@@ -112,16 +112,9 @@ class _Loop:
             self.first_loss = loss
         if not math.isfinite(loss) or loss > DIVERGENCE_FACTOR * self.first_loss + 1.0:
             raise NonFiniteLoss(f"loss diverged at step {step}: {loss:.4g} (first step {self.first_loss:.4g})", step)
-        step_time = None
-        if self.t_mark is None:  # still warming up: no timing yet
-            if step >= start + self.cfg.warmup_steps_for_timing:
-                self.t_mark, self.n_mark = now, step
-            if step == self.cfg.steps:  # a run too short to leave out its warm-up steps
-                step_time = (now - self.t_start) / (step - start)
-        else:
-            step_time = (now - self.t_mark) / (step - self.n_mark)
-        if step_time is None:
-            return False
+        # Each interval is timed on its own; logging at the warm-up boundary keeps the
+        # first steps (dispatch and allocation warm-up) out of the later intervals.
+        step_time = (now - self.t_mark) / (step - self.n_mark)
         self._state_params = state["params"]
         stop = self._emit(step, m, step_time)
         self.t_mark, self.n_mark = time.perf_counter(), step  # eval and logging stay out of step time

@@ -1,0 +1,42 @@
+"""Pick one trial of a study (best on an objective, or the knee) and return its Fiddle config."""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import pareto
+from .load import Source, objective_names, open_study, trials_frame
+
+CHOICES = ("mfu", "loss", "memory", "knee")
+
+
+def study_objectives(study_objective_names: list[str], frame: pd.DataFrame) -> list[str]:
+    """The study's objectives that pareto knows and that some completed trial has scored."""
+    known = [n for n in study_objective_names if n in pareto.OBJECTIVES]
+    return pareto.available_objectives(frame, known or pareto.DEFAULT_OBJECTIVES)
+
+
+def best_trial(source: Source, objective: str = "knee", study_name: str | None = None,
+               rtol: float = 0.0) -> tuple[int, str]:
+    """(trial number, Fiddle-serialized config JSON) of the chosen trial.
+
+    objective: "mfu" (highest), "loss" or "memory" (lowest), or "knee" (the Pareto point
+    nearest the utopia point over the study's objectives, see pareto.knee).
+    """
+    if objective not in CHOICES:
+        raise ValueError(f"objective must be one of {CHOICES}, got {objective!r}")
+    study = open_study(source, study_name).study
+    frame = trials_frame(study)
+    if objective == "knee":
+        objectives = study_objectives(objective_names(study), frame)
+        number = pareto.knee(frame, objectives, rtol) if objectives else None
+    else:
+        number = pareto.best_per_objective(frame, [objective])[objective]
+    if number is None:
+        scores = "scores" if objective == "knee" else f"{objective} score"
+        raise LookupError(f"study {study.study_name!r} has no completed trial with finite "
+                          f"{scores}")
+    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+    config = trial.user_attrs.get("config")
+    if config is None:
+        raise LookupError(f"trial {number} of study {study.study_name!r} stores no 'config'")
+    return number, config

@@ -1,0 +1,135 @@
+"""Human-readable column titles and cell values, shared by the HTML and Markdown reports."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+GIB = 2.0 ** 30
+
+_TITLES = {
+    "number": "trial",
+    "state": "state",
+    "loss": "loss",
+    "eval_loss": "eval loss",
+    "mfu": "MFU",
+    "hfu": "HFU",
+    "memory_bytes": "memory/device",
+    "measured_peak_bytes": "measured peak/device",
+    "tokens_per_sec": "tokens/s",
+    "step_time": "step time",
+    "plan.peak_bytes": "compiled peak/device",
+    "plan.predicted_step_time": "predicted step time",
+    "plan.predicted_mfu": "predicted MFU",
+    "plan.compile_seconds": "compile time",
+    "failure_kind": "failure",
+    "failure_message": "message",
+    "on_front": "Pareto",
+    "figures": "figures",
+}
+# Scores that are predictions in a plan-only study.
+PREDICTABLE = {"loss", "eval_loss", "mfu", "hfu", "memory_bytes", "tokens_per_sec",
+               "step_time"}
+
+
+def title(column: str, predicted: bool = False) -> str:
+    """Column title; "(predicted)" appended to score columns when figures are predictions."""
+    if column.startswith("d."):
+        return column[2:]
+    if column.startswith("ratio "):
+        return f"ratio {title(column[len('ratio '):])}"
+    text = _TITLES.get(column, column)
+    if predicted and column in PREDICTABLE:
+        text += " (predicted)"
+    return text
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN, pd.NA
+    except (TypeError, ValueError):
+        return False
+
+
+def value(column: str, raw: Any) -> str:
+    """One cell as text: bytes in GiB, utilisation in %, times in s."""
+    if _is_missing(raw):
+        return ""
+    if isinstance(raw, bool):
+        return "yes" if raw else ""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        number = float(raw)
+        if math.isinf(number):
+            return "inf" if number > 0 else "-inf"
+        if column.startswith("ratio"):
+            return f"{number:.3f}"
+        if column.endswith("bytes"):
+            return f"{number / GIB:.3f} GiB"
+        if column in ("mfu", "hfu", "plan.predicted_mfu"):
+            return f"{100 * number:.2f}%"
+        if column.endswith(("_time", "_s", "seconds")):
+            return f"{number:.4g} s"
+        if column in ("loss", "eval_loss"):
+            return f"{number:.4f}"
+        if number.is_integer() and abs(number) < 1e15:
+            return str(int(number))
+        return f"{number:.4g}"
+    return str(raw)
+
+
+def sort_key(raw: Any) -> str:
+    """The value a table sorts by: numbers as numbers, the rest as text."""
+    if _is_missing(raw):
+        return ""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return repr(float(raw))
+    return str(raw)
+
+
+def _listing(raw: Any) -> str:
+    if raw is None or raw == [] or raw == "":
+        return "not recorded"
+    if isinstance(raw, list):
+        return "; ".join(str(v) for v in raw) + " (differs across trials)"
+    return str(raw)
+
+
+def _flops(raw: Any) -> str:
+    values = raw if isinstance(raw, list) else [raw]
+    try:
+        return ", ".join(f"{float(v):.4g} FLOP/s" for v in values) if raw is not None \
+            else "not recorded"
+    except (TypeError, ValueError):
+        return _listing(raw)
+
+
+def header_items(info: dict, pareto_objectives: list[str], rtol: float) -> list[tuple[str, str]]:
+    """(label, text) pairs every report starts with: study, target, conventions, versions."""
+    objectives = ", ".join(f"{o['name']} ({o['direction']})" for o in info["objectives"])
+    states = ", ".join(f"{n} {s}" for s, n in sorted(info["states"].items())) or "none"
+    figures = ("PREDICTED: plan-only study, trials compiled but not run; every score is a "
+               "prediction" if info["plan_only"] else
+               "PREDICTED: every completed trial's figures are predictions"
+               if info["predicted"] else "measured (short training runs)")
+    versions = f"jax {_listing(info['jax'])}, jaxlib {_listing(info['jaxlib'])}"
+    if info.get("libtpu"):
+        versions += f", libtpu {_listing(info['libtpu'])}"
+    return [
+        ("study", str(info["study_name"])),
+        ("storage", str(info["storage"])),
+        ("target", _listing(info["target"])),
+        ("figures", figures),
+        ("objectives", objectives or "not recorded"),
+        ("Pareto front over", ", ".join(pareto_objectives) + f" (relative tie tolerance {rtol:g})"
+         if pareto_objectives else "no objective has scores"),
+        ("trials", f"{info['n_trials']} ({states})"),
+        ("MFU convention", _listing(info["mfu_convention"])),
+        ("peak FLOP/s per device", _flops(info["peak_flops_per_device"])
+         + f" (source: {_listing(info['peak_flops_source'])})"),
+        ("device kind", _listing(info["device_kind"])
+         + f", {_listing(info['num_devices'])} devices, platform {_listing(info['platform'])}"),
+        ("versions", versions),
+        ("XLA flags", _listing(info["xla_flags"])),
+        ("space file", _listing(info["space_file"])),
+    ]

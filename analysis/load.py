@@ -1,0 +1,232 @@
+"""Open a stored study (run folder or storage URL) and flatten its trials into a DataFrame.
+
+One row per trial. Columns:
+  number, state, predicted, trial_dir, datetime_start, datetime_complete
+  d.<decision>             one per decision (lists/dicts as compact JSON text)
+  loss, mfu, memory_bytes  the objectives (trial.values where they are objectives)
+  eval_loss, hfu, tokens_per_sec, step_time, measured_peak_bytes, steps   measured figures
+  plan.<key>               the ahead-of-time plan figures
+  failure_kind, failure_message
+  timing.<key>             plan_s, train_s, total_s
+  env.<key>                jax, jaxlib, libtpu, device_kind, platform, peak_flops_per_device, ...
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import optuna
+import pandas as pd
+
+Source = Union[str, os.PathLike, optuna.Study]
+
+# Objective name in study.user_attrs["objectives"] -> DataFrame column.
+OBJECTIVE_COLUMNS = {"loss": "loss", "mfu": "mfu", "memory": "memory_bytes"}
+# user_attrs["measured"] key -> DataFrame column.
+MEASURED_COLUMNS = {
+    "loss": "loss",
+    "eval_loss": "eval_loss",
+    "mfu": "mfu",
+    "hfu": "hfu",
+    "tokens_per_sec": "tokens_per_sec",
+    "step_time": "step_time",
+    "peak_bytes": "measured_peak_bytes",
+    "steps": "steps",
+}
+SCORE_COLUMNS = ["loss", "mfu", "memory_bytes", "eval_loss", "hfu", "tokens_per_sec",
+                 "step_time", "measured_peak_bytes", "steps"]
+
+
+@dataclass(frozen=True)
+class OpenedStudy:
+    study: optuna.Study
+    run_dir: Path | None  # the run folder, when known
+    storage_display: str  # storage URL with any password masked
+
+
+def mask_url(url: str | None) -> str | None:
+    """The storage URL with its password (userinfo or password= parameter) replaced by ***."""
+    if url is None:
+        return None
+    masked = re.sub(r"(://[^:/?#@]*):[^/?#]*@", r"\1:***@", str(url))
+    return re.sub(r"(?i)(password=)[^&;\s]*", r"\1***", masked)
+
+
+def _looks_like_url(text: str) -> bool:
+    return re.match(r"^[a-zA-Z][\w+.-]*://", text) is not None
+
+
+def _single_study_name(storage: str, display: str) -> str:
+    names = optuna.get_all_study_names(storage)
+    if len(names) != 1:
+        raise ValueError(f"storage {display} holds {len(names)} studies ({names}); "
+                         "pass study_name")
+    return names[0]
+
+
+def open_study(source: Source, study_name: str | None = None) -> OpenedStudy:
+    """Open a study from a run folder, a storage URL (+ study name) or a Study object."""
+    if isinstance(source, optuna.Study):
+        return OpenedStudy(source, _run_dir_from_trials(source), "<optuna.Study object>")
+    text = os.fspath(source)
+    if _looks_like_url(text):
+        display = mask_url(text)
+        name = study_name or _single_study_name(text, display)
+        study = optuna.load_study(study_name=name, storage=text)
+        return OpenedStudy(study, _run_dir_from_trials(study), display)
+    run_dir = Path(text).resolve()
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    meta_path = run_dir / "study.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    storage = meta.get("storage") or f"sqlite:///{run_dir / 'study.db'}"
+    if storage.startswith("sqlite:///") and not Path(storage[len("sqlite:///"):]).exists():
+        raise FileNotFoundError(f"run folder {run_dir} has no study database "
+                                f"({mask_url(storage)})")
+    display = mask_url(storage)
+    name = study_name or meta.get("study_name") or _single_study_name(storage, display)
+    return OpenedStudy(optuna.load_study(study_name=name, storage=storage), run_dir, display)
+
+
+def _run_dir_from_trials(study: optuna.Study) -> Path | None:
+    """The run folder of a study given by URL: the parent of its trials/<n> folders."""
+    for trial in study.get_trials(deepcopy=False):
+        trial_dir = trial.user_attrs.get("trial_dir")
+        if trial_dir:
+            return Path(trial_dir).resolve().parent.parent
+    return None
+
+
+def _scalar(value: Any) -> Any:
+    """Decision values as DataFrame cells: scalars kept, lists/dicts as compact JSON text."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _finite_or_nan(value: Any) -> float:
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> dict:
+    attrs = trial.user_attrs
+    row: dict[str, Any] = {
+        "number": trial.number,
+        "state": trial.state.name,
+        "predicted": bool(attrs.get("predicted", False)),
+        "trial_dir": attrs.get("trial_dir"),
+        "datetime_start": trial.datetime_start,
+        "datetime_complete": trial.datetime_complete,
+    }
+    decisions = {**trial.params, **(attrs.get("decisions") or {})}
+    for name, value in decisions.items():
+        row[f"d.{name}"] = _scalar(value)
+
+    measured = attrs.get("measured") or {}
+    for key, value in measured.items():
+        column = MEASURED_COLUMNS.get(key, f"measured.{key}")
+        row[column] = _finite_or_nan(value) if column in SCORE_COLUMNS else value
+    for column in SCORE_COLUMNS:
+        row.setdefault(column, math.nan)
+    if attrs.get("memory_bytes") is not None:
+        row["memory_bytes"] = _finite_or_nan(attrs["memory_bytes"])
+    if trial.values is not None:  # the stored objective values are authoritative
+        for name, value in zip(objective_names, trial.values):
+            row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
+
+    for key, value in (attrs.get("plan") or {}).items():
+        row[f"plan.{key}"] = value
+    row["failure_kind"] = attrs.get("failure_kind")
+    row["failure_message"] = attrs.get("failure_message")
+    for key, value in (attrs.get("timings") or {}).items():
+        row[f"timing.{key}"] = value
+    for key, value in (attrs.get("env") or {}).items():
+        row[f"env.{key}"] = _scalar(value)
+    return row
+
+
+def objective_names(study: optuna.Study) -> list[str]:
+    """Objective names in the order of trial.values (from study.user_attrs["objectives"])."""
+    objectives = study.user_attrs.get("objectives")
+    if objectives:
+        return [o["name"] for o in objectives]
+    return [f"value_{i}" for i in range(len(study.directions))]
+
+
+def trials_frame(study: optuna.Study) -> pd.DataFrame:
+    names = objective_names(study)
+    rows = [trial_row(t, names) for t in study.get_trials(deepcopy=False)]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        frame = pd.DataFrame(columns=["number", "state", "predicted", *SCORE_COLUMNS,
+                                      "failure_kind", "failure_message"])
+    return frame.sort_values("number", ignore_index=True)
+
+
+def load_trials(source: Source, study_name: str | None = None) -> pd.DataFrame:
+    """All trials of a study as a DataFrame (see the module docstring for the columns)."""
+    return trials_frame(open_study(source, study_name).study)
+
+
+def decision_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c.startswith("d.")]
+
+
+def _unique(frame: pd.DataFrame, column: str) -> list:
+    if column not in frame:
+        return []
+    return sorted({v for v in frame[column].dropna().tolist()}, key=str)
+
+
+def _one_or_all(values: list) -> Any:
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def study_info(source: Source | OpenedStudy, study_name: str | None = None,
+               frame: pd.DataFrame | None = None) -> dict:
+    """Study-level facts for report headers.
+
+    Environment figures (device kind, peak FLOP/s, versions) come from the trials; a value
+    that differs across trials is returned as the sorted list of its values.
+    """
+    opened = source if isinstance(source, OpenedStudy) else open_study(source, study_name)
+    study = opened.study
+    if frame is None:
+        frame = trials_frame(study)
+    attrs = study.user_attrs
+    objectives = attrs.get("objectives") or [
+        {"name": n, "direction": d.name.lower()}
+        for n, d in zip(objective_names(study), study.directions)]
+    completed = frame[frame["state"] == "COMPLETE"] if len(frame) else frame
+    plan_only = bool(attrs.get("plan_only", False))
+    info = {
+        "study_name": study.study_name,
+        "storage": opened.storage_display,
+        "run_dir": str(opened.run_dir) if opened.run_dir else None,
+        "objectives": objectives,
+        "target": attrs.get("target"),
+        "space_file": attrs.get("space_file"),
+        "mfu_convention": attrs.get("mfu_convention"),
+        "plan_only": plan_only,
+        # Figures are predictions when the study is plan-only or every completed trial is.
+        "predicted": plan_only or (len(completed) > 0 and bool(completed["predicted"].all())),
+        "n_trials": int(len(frame)),
+        "states": {k: int(v) for k, v in frame["state"].value_counts().items()}
+        if len(frame) else {},
+    }
+    for key in ("device_kind", "platform", "num_devices", "jax", "jaxlib", "libtpu",
+                "peak_flops_per_device", "peak_flops_source", "xla_flags"):
+        info[key] = _one_or_all(_unique(frame, f"env.{key}"))
+    return info

@@ -1,0 +1,94 @@
+"""write_report: report.html, report.md (+ report/*.png), trials.csv and trials.parquet."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from . import pareto, plots, report_html, report_md, tables
+from .best import study_objectives
+from .fmt import header_items
+from .load import Source, decision_columns, objective_names, open_study, study_info, \
+    trials_frame
+
+
+def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:
+    """Object columns that Arrow cannot type (mixed str/int decisions) become text."""
+    frame = frame.copy()
+    for name in frame.columns:
+        if frame[name].dtype == object:
+            try:
+                pa.array(frame[name], from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                frame[name] = frame[name].map(lambda v: None if v is None else str(v))
+    return frame
+
+
+def _file_stem(decision: str) -> str:
+    return "effect_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", decision[2:])
+
+
+def write_report(run_dir_or_storage: Source, out_dir: str | os.PathLike | None = None,
+                 study_name: str | None = None, rtol: float = 0.0) -> dict[str, Path]:
+    """Write the report of a study; returns {"html", "markdown", "csv", "parquet",
+    "pareto_png", "effect_png:<decision>"...} -> path.
+
+    out_dir defaults to the run folder (for a storage URL: the folder above the trials'
+    trial_dir). rtol is the relative tolerance of the Pareto front (see pareto).
+    """
+    opened = open_study(run_dir_or_storage, study_name)
+    out = Path(out_dir) if out_dir is not None else opened.run_dir
+    if out is None:
+        raise ValueError("the study's run folder is unknown (no trial records trial_dir); "
+                         "pass out_dir")
+    figure_dir = out / "report"
+    figure_dir.mkdir(parents=True, exist_ok=True)
+
+    frame = trials_frame(opened.study)
+    info = study_info(opened, frame=frame)
+    predicted = info["predicted"]
+    objectives = study_objectives(objective_names(opened.study), frame)
+    on_front = (pareto.pareto_mask(frame, objectives, rtol) if objectives
+                else pd.Series(False, index=frame.index))
+    knee = pareto.knee(frame, objectives, rtol) if objectives else None
+    best = pareto.best_per_objective(frame, objectives) if objectives else {}
+
+    paths: dict[str, Path] = {}
+    pareto_png = plots.png_bytes(plots.pareto_figure(frame, on_front, knee, predicted))
+    paths["pareto_png"] = figure_dir / "pareto.png"
+    paths["pareto_png"].write_bytes(pareto_png)
+    effect_pngs: dict[str, bytes] = {}
+    effect_objectives = [o for o in plots.EFFECT_OBJECTIVES if o in objectives] or objectives
+    for decision in decision_columns(frame) if effect_objectives else []:
+        png = plots.png_bytes(plots.effect_figure(frame, decision, effect_objectives,
+                                                  predicted))
+        effect_pngs[decision[2:]] = png
+        paths[f"effect_png:{decision[2:]}"] = figure_dir / f"{_file_stem(decision)}.png"
+        paths[f"effect_png:{decision[2:]}"].write_bytes(png)
+
+    header = header_items(info, objectives, rtol)
+    best_rows = tables.best_table(frame, best, knee)
+    front_rows = tables.pareto_table(frame, on_front)
+    comparison = tables.predicted_vs_measured(frame)
+    failures = tables.failures_by_kind(frame)
+
+    paths["html"] = out / "report.html"
+    paths["html"].write_text(report_html.render(
+        header, predicted, pareto_png, effect_pngs, best_rows, front_rows, comparison,
+        tables.trial_table(frame, on_front), failures), encoding="utf-8")
+    relative = {name: os.path.relpath(paths[f"effect_png:{name}"], out)
+                for name in effect_pngs}
+    paths["markdown"] = out / "report.md"
+    paths["markdown"].write_text(report_md.render(
+        header, predicted, os.path.relpath(paths["pareto_png"], out), relative, best_rows,
+        front_rows, comparison, failures), encoding="utf-8")
+
+    exported = frame.assign(on_front=on_front, is_knee=frame["number"] == knee)
+    paths["csv"] = out / "trials.csv"
+    exported.to_csv(paths["csv"], index=False)
+    paths["parquet"] = out / "trials.parquet"
+    _parquet_ready(exported).to_parquet(paths["parquet"], index=False)
+    return paths

@@ -1,0 +1,47 @@
+"""report.md: the Pareto table, best per objective, failures by kind; figures as PNG links."""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import fmt
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(frame: pd.DataFrame, predicted: bool) -> str:
+    if frame.empty:
+        return "none\n"
+    lines = ["| " + " | ".join(_cell(fmt.title(c, predicted)) for c in frame.columns) + " |",
+             "|" + "---|" * len(frame.columns)]
+    for record in frame.to_dict("records"):
+        lines.append("| " + " | ".join(_cell(fmt.value(c, v)) for c, v in record.items())
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
+           effect_pngs: dict[str, str], best: pd.DataFrame, front: pd.DataFrame,
+           comparison: pd.DataFrame, failures: dict[str, pd.DataFrame]) -> str:
+    """Markdown text; figure arguments are paths relative to the Markdown file."""
+    kind = "predicted" if predicted else "measured"
+    parts = [f"# paxsearch report: {dict(header)['study']}\n"]
+    if predicted:
+        parts.append("> **Predicted figures.** Trials were compiled, not run: every score "
+                     "below is a prediction.\n")
+    parts.append("\n".join(f"- **{label}**: {_cell(text)}" for label, text in header) + "\n")
+    parts += [f"## Pareto front ({kind})\n", f"![Pareto front ({kind})]({pareto_png})\n",
+              table(front, predicted),
+              f"## Best per objective and knee ({kind})\n", table(best, predicted)]
+    if not comparison.empty:
+        parts += ["## Predicted vs measured\n", "Ratios are measured / predicted.\n",
+                  table(comparison, False)]
+    parts.append("## Failures by kind\n")
+    if not failures:
+        parts.append("No trial failed.\n")
+    for failure_kind, group in failures.items():
+        parts += [f"### {failure_kind} ({len(group)})\n", table(group, predicted)]
+    parts.append(f"## Effect of each decision ({kind})\n")
+    parts += [f"![effect of {name}]({path})\n" for name, path in effect_pngs.items()]
+    return "\n".join(parts)

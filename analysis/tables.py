@@ -1,0 +1,111 @@
+"""The tables a report shows, as DataFrames derived from the trials DataFrame (pure)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .load import decision_columns
+
+SCORES = ["loss", "mfu", "memory_bytes", "hfu", "tokens_per_sec", "step_time", "eval_loss"]
+
+
+def _present(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+    """Columns that exist and hold at least one value."""
+    return [c for c in columns if c in frame and frame[c].notna().any()]
+
+
+def trial_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
+    """Every trial: decisions, scores, compiled peak, failure kind, Pareto membership."""
+    table = frame.assign(on_front=on_front.reindex(frame.index, fill_value=False))
+    if table["predicted"].any() and not table["predicted"].all():
+        table["figures"] = np.where(table["predicted"], "predicted", "measured")
+    columns = (["number", "state", *decision_columns(frame)]
+               + _present(table, [*SCORES, "plan.peak_bytes", "failure_kind"])
+               + ["on_front"] + (["figures"] if "figures" in table else []))
+    return table[columns]
+
+
+def pareto_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
+    front = frame[on_front.reindex(frame.index, fill_value=False)]
+    columns = ["number", *decision_columns(frame), *_present(front, SCORES)]
+    return front.sort_values("number")[columns]
+
+
+def best_table(frame: pd.DataFrame, best: dict[str, int | None],
+               knee: int | None) -> pd.DataFrame:
+    """One row per objective (and the knee): the chosen trial with its scores and decisions."""
+    picks = [(f"best {name}", number) for name, number in best.items()]
+    picks.append(("knee", knee))
+    rows = []
+    by_number = frame.set_index("number")
+    for label, number in picks:
+        if number is None:
+            continue
+        row = by_number.loc[number]
+        rows.append({"choice": label, "number": number,
+                     **{c: row[c] for c in _present(frame, SCORES)},
+                     **{c: row[c] for c in decision_columns(frame)}})
+    return pd.DataFrame(rows)
+
+
+def failures_by_kind(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Failed trials grouped by failure kind, largest group first."""
+    failed = frame[(frame["state"] == "FAIL") | frame["failure_kind"].notna()]
+    if failed.empty:
+        return {}
+    kinds = failed["failure_kind"].fillna("unknown")
+    columns = ["number", *decision_columns(frame),
+               *_present(failed, ["plan.peak_bytes"]), "failure_message"]
+    groups = {kind: group[columns] for kind, group in failed.groupby(kinds)}
+    return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])))
+
+
+# (predicted column, measured column) pairs compared side by side.
+PREDICTION_PAIRS = [("plan.predicted_step_time", "step_time"),
+                    ("plan.predicted_mfu", "mfu"),
+                    ("plan.peak_bytes", "measured_peak_bytes")]
+
+
+def _decisions_key(frame: pd.DataFrame) -> pd.Series:
+    columns = decision_columns(frame)
+    return frame[columns].astype(str).agg("|".join, axis=1) if columns else \
+        pd.Series("", index=frame.index)
+
+
+def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
+    """Predicted beside measured figures for configs that have both, with measured/predicted.
+
+    A measured trial's predictions are its own plan figures; where a plan-only ("predicted")
+    trial has the same decisions, its plan figures are used instead. Empty when no config
+    has both.
+    """
+    measured = frame[(frame["state"] == "COMPLETE") & ~frame["predicted"]].copy()
+    predicted = frame[(frame["state"] == "COMPLETE") & frame["predicted"]]
+    if measured.empty:
+        return pd.DataFrame()
+    if not predicted.empty:
+        by_key = predicted.assign(_key=_decisions_key(predicted)).drop_duplicates("_key")
+        by_key = by_key.set_index("_key")
+        keys = _decisions_key(measured)
+        for plan_column, _ in PREDICTION_PAIRS:
+            if plan_column in by_key:
+                matched = keys.map(by_key[plan_column])
+                own = measured[plan_column] if plan_column in measured else np.nan
+                measured[plan_column] = matched.where(matched.notna(), own)
+    columns = ["number", *decision_columns(frame)]
+    has_pair = pd.Series(False, index=measured.index)
+    for plan_column, measured_column in PREDICTION_PAIRS:
+        if plan_column not in measured or measured_column not in measured:
+            continue
+        guess = pd.to_numeric(measured[plan_column], errors="coerce")
+        actual = pd.to_numeric(measured[measured_column], errors="coerce")
+        both = guess.notna() & actual.notna()
+        if not both.any():
+            continue
+        has_pair |= both
+        ratio = f"ratio {measured_column}"
+        measured[ratio] = (actual / guess.where(guess != 0)).where(both)
+        columns += [plan_column, measured_column, ratio]
+    if len(columns) == 1 + len(decision_columns(frame)):
+        return pd.DataFrame()
+    return measured[has_pair][columns]

@@ -1,0 +1,233 @@
+"""Loading stored studies into a DataFrame; also the study builder the analysis tests share.
+
+Studies are built straight through Optuna (create_trial + add_trial) in the run-folder layout
+that search/ writes: RUN/study.db, RUN/study.json, RUN/trials/<n>/{config.json,tb/}.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from fiddle.experimental import serialization
+
+import fiddle as fdl
+from paxsearch.analysis import load
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+GIB = 2 ** 30
+OBJECTIVES = [{"name": "loss", "direction": "minimize"},
+              {"name": "mfu", "direction": "maximize"},
+              {"name": "memory", "direction": "minimize"}]
+ENV = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": None, "device_kind": "cpu",
+       "platform": "cpu", "num_devices": 8,
+       "xla_flags": "--xla_force_host_platform_device_count=8",
+       "peak_flops_per_device": 5.0e10, "peak_flops_source": "measured matmul"}
+SPACE = {"mesh": ["1x8x1", "2x4x1", "1x4x2", "8x1x1"], "per_device_batch": [1, 2, 4],
+         "remat": ["none", "dots", "full"], "model_size": ["tiny", "small"]}
+
+
+@dataclasses.dataclass
+class FakeTrainConfig:
+    """Stands in for the trainer's TrainConfig: analysis never imports the trainer."""
+    mesh: str = "1x8x1"
+    per_device_batch: int = 1
+    remat: str = "none"
+    model_size: str = "tiny"
+
+
+def distributions() -> dict:
+    return {name: optuna.distributions.CategoricalDistribution(values)
+            for name, values in SPACE.items()}
+
+
+def trial_spec(number: int, decisions: dict, *, values=None, failure_kind=None,
+               predicted=False, measured=True) -> dict:
+    """A trial's state, values and user_attrs as search/ stores them."""
+    peak = int((1 + decisions["per_device_batch"]) * (3 - SPACE["remat"].index(
+        decisions["remat"])) * (2 if decisions["model_size"] == "small" else 1) * 0.25 * GIB)
+    plan = {"peak_bytes": peak, "argument_bytes": peak // 4, "output_bytes": peak // 4,
+            "temp_bytes": peak // 2, "xla_flops_per_step": 1.5e12,
+            "model_flops_per_step": 10 ** 12, "param_count": 10 ** 6, "compile_seconds": 2.5,
+            "global_batch": 8 * decisions["per_device_batch"],
+            "predicted_step_time": 0.5 + 0.1 * number, "predicted_mfu": 0.3}
+    config = fdl.Config(FakeTrainConfig, **decisions)
+    attrs = {"decisions": decisions, "config": serialization.dump_json(config),
+             "config_dict": dataclasses.asdict(FakeTrainConfig(**decisions)), "plan": plan,
+             "timings": {"plan_s": 2.5, "train_s": 10.0, "total_s": 12.5}, "env": ENV,
+             "predicted": predicted, "trial_dir": None}
+    if values is None:
+        kind = failure_kind or "crash"
+        attrs.update(failure_kind=kind, failure_message=f"{kind}: trial {number} | failed")
+        if kind == "invalid":
+            del attrs["plan"]
+        return {"state": optuna.trial.TrialState.FAIL, "values": None, "attrs": attrs}
+    loss, mfu, memory = values
+    attrs["memory_bytes"] = memory
+    if measured and not predicted:
+        attrs["measured"] = {"loss": loss, "eval_loss": loss + 0.1, "mfu": mfu,
+                             "hfu": mfu * 1.3, "tokens_per_sec": 1000.0 * mfu,
+                             "step_time": 0.6 + 0.1 * number, "peak_bytes": memory,
+                             "steps": 20}
+    return {"state": optuna.trial.TrialState.COMPLETE, "values": list(values),
+            "attrs": attrs}
+
+
+def make_run(run_dir: Path, specs: list[dict], *, objectives=OBJECTIVES, plan_only=False,
+             study_name: str = "sweep", storage: str | None = None,
+             with_tensorboard: bool = False) -> Path:
+    """Create the run folder and its study with the given trial specs (in number order)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    url = storage or f"sqlite:///{run_dir / 'study.db'}"
+    study = optuna.create_study(storage=url, study_name=study_name,
+                                directions=[o["direction"] for o in objectives])
+    study.set_user_attr("objectives", objectives)
+    study.set_user_attr("space_file", "spaces/mesh_sweep.py")
+    study.set_user_attr("target", "cpu:8")
+    study.set_user_attr("mfu_convention", "model FLOPs = 3 x forward matmul FLOPs; "
+                        "causal attention at half; embedding lookup not counted")
+    study.set_user_attr("plan_only", plan_only)
+    (run_dir / "study.json").write_text(json.dumps({"study_name": study_name,
+                                                    "storage": storage}))
+    for number, spec in enumerate(specs):
+        trial_dir = run_dir / "trials" / str(number)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        attrs = dict(spec["attrs"], trial_dir=str(trial_dir))
+        (trial_dir / "config.json").write_text(json.dumps(attrs["config_dict"]))
+        if with_tensorboard and spec["values"] is not None:
+            write_trainer_scalars(trial_dir / "tb", loss=spec["values"][0])
+        study.add_trial(optuna.trial.create_trial(
+            state=spec["state"], values=spec["values"],
+            params={name: attrs["decisions"][name] for name in SPACE},
+            distributions=distributions(), user_attrs=attrs))
+    return run_dir
+
+
+def write_trainer_scalars(tb_dir: Path, loss: float) -> None:
+    """A few scalars as the trainer writes them (tags train/loss, train/mfu); no TensorFlow."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    tb_dir.mkdir(parents=True, exist_ok=True)
+    with open(tb_dir / "events.out.tfevents.1.trainer", "wb") as f:
+        records = RecordWriter(f)
+        records.write(event_pb2.Event(file_version="brain.Event:2").SerializeToString())
+        for step in (10, 20):
+            for tag, value in (("train/loss", loss + 1.0 / step), ("train/mfu", 0.3)):
+                event = event_pb2.Event(wall_time=1e9 + step, step=step,
+                                        summary=scalar_pb(tag, value))
+                records.write(event.SerializeToString())
+
+
+def grid_specs(n_failed_every: int = 5) -> list[dict]:
+    """A deterministic sweep over SPACE: scores from the decisions, some typed failures."""
+    specs = []
+    kinds = ["predicted_oom", "compile_error", "invalid", "runtime_oom"]
+    for number, combo in enumerate(itertools.product(*SPACE.values())):
+        decisions = dict(zip(SPACE, combo))
+        if number % n_failed_every == 3:
+            specs.append(trial_spec(number, decisions,
+                                    failure_kind=kinds[number % len(kinds)]))
+            continue
+        mesh_rank = SPACE["mesh"].index(decisions["mesh"])
+        batch = decisions["per_device_batch"]
+        remat = SPACE["remat"].index(decisions["remat"])
+        small = decisions["model_size"] == "small"
+        mfu = 0.1 + 0.05 * mesh_rank + 0.04 * batch - 0.03 * remat + 0.02 * small
+        memory = float((1 + batch) * (3 - remat) * (2 if small else 1) * 0.25 * GIB)
+        loss = 3.0 - 0.4 * small - 0.05 * batch + 0.01 * mesh_rank
+        specs.append(trial_spec(number, decisions, values=(loss, mfu, memory)))
+    return specs
+
+
+# ----------------------------------------------------------------------------- tests
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("grid") / "run", grid_specs()[::3])
+
+
+def test_load_run_folder_one_row_per_trial(grid_run):
+    specs = grid_specs()[::3]
+    frame = load.load_trials(grid_run)
+    assert len(frame) == len(specs)
+    assert list(frame["number"]) == list(range(len(specs)))
+    for column in ["d.mesh", "d.per_device_batch", "d.remat", "d.model_size", "loss", "mfu",
+                   "memory_bytes", "hfu", "tokens_per_sec", "eval_loss",
+                   "measured_peak_bytes", "step_time", "plan.peak_bytes",
+                   "plan.predicted_step_time", "failure_kind", "failure_message",
+                   "timing.total_s", "env.device_kind", "env.jax", "predicted", "state"]:
+        assert column in frame, column
+    ok = frame[frame["state"] == "COMPLETE"]
+    first = specs[int(ok["number"].iloc[0])]
+    assert ok["loss"].iloc[0] == pytest.approx(first["values"][0])
+    assert ok["mfu"].iloc[0] == pytest.approx(first["values"][1])
+    assert ok["memory_bytes"].iloc[0] == pytest.approx(first["values"][2])
+    failed = frame[frame["state"] == "FAIL"]
+    assert failed["loss"].isna().all() and failed["failure_kind"].notna().all()
+    invalid = failed[failed["failure_kind"] == "invalid"]
+    assert invalid["plan.peak_bytes"].isna().all()
+
+
+def test_load_from_storage_url_needs_name_when_ambiguous(tmp_path):
+    run = make_run(tmp_path / "run", grid_specs()[:6])
+    url = f"sqlite:///{run / 'study.db'}"
+    assert len(load.load_trials(url)) == 6  # the only study in the storage
+    optuna.create_study(storage=url, study_name="other")
+    with pytest.raises(ValueError, match="pass study_name"):
+        load.load_trials(url)
+    assert len(load.load_trials(url, study_name="sweep")) == 6
+    assert load.open_study(url, "sweep").run_dir == run.resolve()
+
+
+def test_list_decision_values_become_text(tmp_path):
+    spec = trial_spec(0, {"mesh": "1x8x1", "per_device_batch": 1, "remat": "none",
+                          "model_size": "tiny"}, values=(3.0, 0.2, 1e9))
+    spec["attrs"]["decisions"] = {**spec["attrs"]["decisions"], "ici_mesh": [1, 8, 1]}
+    frame = load.load_trials(make_run(tmp_path / "run", [spec]))
+    assert frame["d.ici_mesh"].iloc[0] == "[1,8,1]"
+
+
+def test_study_info_for_headers(tmp_path):
+    run = make_run(tmp_path / "run", grid_specs()[:8])
+    info = load.study_info(run)
+    assert [o["name"] for o in info["objectives"]] == ["loss", "mfu", "memory"]
+    assert info["target"] == "cpu:8"
+    assert "3 x forward" in info["mfu_convention"]
+    assert info["peak_flops_per_device"] == 5.0e10
+    assert info["device_kind"] == "cpu" and info["jax"] == "0.10.2"
+    assert info["plan_only"] is False and info["predicted"] is False
+    assert info["n_trials"] == 8 and info["states"] == {"COMPLETE": 7, "FAIL": 1}
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://bob:s3cr@t@db.example:5432/test", "postgresql://bob:***@db.example:5432/test"),
+    ("postgresql+psycopg2://bob:pw@127.0.0.1/test?sslmode=off",
+     "postgresql+psycopg2://bob:***@127.0.0.1/test?sslmode=off"),
+    ("postgresql://127.0.0.1/test?user=bob&password=pw",
+     "postgresql://127.0.0.1/test?user=bob&password=***"),
+    ("sqlite:////tmp/run/study.db", "sqlite:////tmp/run/study.db"),
+    ("postgresql://bob@127.0.0.1/test", "postgresql://bob@127.0.0.1/test"),
+])
+def test_mask_url_hides_passwords(url, shown):
+    assert load.mask_url(url) == shown
+
+
+def test_missing_run_folder_or_database_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load.load_trials(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no study database"):
+        load.load_trials(tmp_path / "empty")
+    assert not (tmp_path / "empty" / "study.db").exists()  # nothing created by looking
+
+
+def test_no_nan_leaks_into_objective_of_complete_trials(grid_run):
+    frame = load.load_trials(grid_run)
+    ok = frame[frame["state"] == "COMPLETE"]
+    assert all(math.isfinite(v) for v in ok[["loss", "mfu", "memory_bytes"]].to_numpy().ravel())
