@@ -5,14 +5,12 @@ import argparse
 import importlib
 import sys
 
+from .errors import UserError
+
 # subcommand name -> module (relative to paxsearch.search) defining add_parser(sub) and main(args)
 COMMANDS = {
     "train": "cmd_train",
 }
-
-
-class UserError(Exception):
-    """Bad input: printed as one line `paxsearch: error: ...` with exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

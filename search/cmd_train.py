@@ -5,7 +5,7 @@ import dataclasses
 import os
 import sys
 
-from .cli import UserError
+from .errors import UserError
 from .envsetup import configure_jax_env
 
 

@@ -1,0 +1,219 @@
+"""Driver side of the trial workers: start, feed, time out, kill and replace them.
+
+A WorkerGang is the set of processes one trial runs on: one process normally, N processes
+for a multi-host trial (jax.distributed over 127.0.0.1, gloo collectives). Every process gets
+the same job; process 0's reports drive pruning (the others get the same decision) and
+process 0's result is the trial's. Each process runs in its own session, so a timeout kills
+its whole process group; a gang whose process died or hung is killed and started afresh.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from . import failures
+from .local_target import Target
+
+READY_TIMEOUT_S = 300.0
+
+
+class WorkerStartError(RuntimeError):
+    """A worker process died or hung before it was ready."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Proc:
+    def __init__(self, popen: subprocess.Popen, index: int):
+        self.popen, self.index, self.buf = popen, index, b""
+
+    def send(self, msg: dict) -> bool:
+        try:
+            self.popen.stdin.write((json.dumps(msg) + "\n").encode())
+            self.popen.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+
+class WorkerGang:
+    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0):
+        self.target, self.processes, self.run_dir, self.index = target, processes, run_dir, index
+        self.procs: list[_Proc] = []
+        self.env: dict | None = None
+        self.dist: dict | None = None  # jax.distributed settings shared by the gang (no process_id)
+        self.starts = 0
+
+    # ----- life cycle -----
+    def start(self) -> None:
+        self.kill()
+        per_proc = self.target.devices_per_process(self.processes)
+        dist_base = None
+        if self.processes > 1:
+            dist_base = {"coordinator_address": f"127.0.0.1:{free_port()}", "num_processes": self.processes,
+                         "local_device_count": per_proc}
+        log_dir = os.path.join(self.run_dir, "logs")
+        os.makedirs(log_dir, exist_ok=True)
+        for i in range(self.processes):
+            env = dict(os.environ)
+            flags = [f for f in env.get("XLA_FLAGS", "").split()
+                     if not f.startswith("--xla_force_host_platform_device_count")]
+            if self.target.platform == "cpu":
+                flags.append(f"--xla_force_host_platform_device_count={per_proc}")
+                env["JAX_PLATFORMS"] = "cpu"
+            env["XLA_FLAGS"] = " ".join(flags)
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+            dist = dict(dist_base, process_id=i) if dist_base else None
+            env["PAXSEARCH_WORKER"] = json.dumps({"distributed": dist,
+                                                  "cache_dir": os.path.join(self.run_dir, "xla_cache")})
+            log = open(os.path.join(log_dir, f"worker-{self.index}-p{i}.log"), "ab")
+            popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.worker_proc"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                     start_new_session=True, env=env)
+            log.close()
+            self.procs.append(_Proc(popen, i))
+        self.dist = dist_base
+        self.env = None
+        self.starts += 1
+
+    def ensure_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
+        """Start the gang if needed and wait for every process's "ready"; returns process 0's env."""
+        if not self.procs or any(p.popen.poll() is not None for p in self.procs):
+            self.start()
+        if self.env is not None:
+            return self.env
+        envs: dict[int, dict] = {}
+        deadline = time.monotonic() + timeout
+        while len(envs) < len(self.procs):
+            for proc, msg in self._messages(deadline):
+                if msg is None:
+                    code = proc.popen.wait()
+                    self.kill()
+                    raise WorkerStartError(
+                        f"worker process exited with status {code} before it was ready; see "
+                        f"{os.path.join(self.run_dir, 'logs', f'worker-{self.index}-p{proc.index}.log')}")
+                if msg.get("type") == "ready":
+                    envs[proc.index] = msg["env"]
+            if time.monotonic() > deadline and len(envs) < len(self.procs):
+                self.kill()
+                raise WorkerStartError(f"worker processes were not ready within {timeout:.0f} s")
+        self.env = envs[0]
+        return self.env
+
+    def kill(self) -> None:
+        """SIGKILL every process group of the gang."""
+        for p in self.procs:
+            try:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in self.procs:
+            try:
+                p.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for f in (p.popen.stdin, p.popen.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        self.procs = []
+        self.env = None
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.send({"type": "exit"})
+        deadline = time.monotonic() + 5
+        for p in self.procs:
+            try:
+                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    # ----- one trial -----
+    def run(self, job: dict, timeout: float, on_report: Callable[[dict], bool] | None = None) -> dict:
+        """Run `job` on every process; the result of process 0, or a typed failure."""
+        self.ensure_ready()
+        for p in self.procs:
+            pjob = dict(job)
+            if self.dist:
+                pjob["distributed"] = dict(self.dist, process_id=p.index)
+            if p.index > 0 and job.get("log_path"):
+                pjob["log_path"] = job["log_path"].replace("log.txt", f"log.{p.index}.txt")
+            if not p.send({"type": "trial", "job": pjob}):
+                return self._died(p)
+        deadline = time.monotonic() + timeout
+        results: dict[int, dict] = {}
+        stops: dict[int, bool] = {}
+        waiting: dict[int, list[int]] = {p.index: [] for p in self.procs}
+        while len(results) < len(self.procs):
+            if time.monotonic() >= deadline:
+                self.kill()
+                return {"type": "result", "failure_kind": failures.TIMEOUT,
+                        "failure_message": f"trial ran past its {timeout:.0f} s limit; worker process group killed"}
+            for proc, msg in self._messages(deadline):
+                if msg is None:
+                    return self._died(proc)
+                kind = msg.get("type")
+                if kind == "report":
+                    step = int(msg.get("step", 0))
+                    if proc.index == 0:
+                        stops[step] = bool(on_report(msg)) if on_report else False
+                    waiting[proc.index].append(step)
+                    if job.get("relay_reports"):
+                        self._reply(stops, waiting)
+                elif kind == "result":
+                    results[proc.index] = msg
+        return results[0]
+
+    def _reply(self, stops: dict[int, bool], waiting: dict[int, list[int]]) -> None:
+        for p in self.procs:
+            while waiting[p.index] and waiting[p.index][0] in stops:
+                p.send({"type": "prune_reply", "stop": stops[waiting[p.index].pop(0)]})
+
+    def _died(self, proc: _Proc) -> dict:
+        try:
+            code = proc.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()
+        kind, message = failures.from_exit_status(code)
+        if self.processes > 1:
+            message = f"process {proc.index}: {message}"
+        return {"type": "result", "failure_kind": kind, "failure_message": message}
+
+    def _messages(self, deadline: float):
+        """Yield (proc, message) pairs that arrive before `deadline`; message None on EOF."""
+        sel = selectors.DefaultSelector()
+        for p in self.procs:
+            sel.register(p.popen.stdout, selectors.EVENT_READ, p)
+        try:
+            timeout = max(0.0, min(1.0, deadline - time.monotonic()))
+            for key, _ in sel.select(timeout):
+                p: _Proc = key.data
+                data = os.read(p.popen.stdout.fileno(), 1 << 16)
+                if not data:
+                    yield p, None
+                    return
+                p.buf += data
+                while b"\n" in p.buf:
+                    line, p.buf = p.buf.split(b"\n", 1)
+                    if line.strip():
+                        try:
+                            yield p, json.loads(line)
+                        except ValueError:
+                            continue
+        finally:
+            sel.close()

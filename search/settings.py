@@ -1,0 +1,108 @@
+"""A study's settings: what a space file's STUDY dict may hold, and the command line overrides."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize"}
+TUNERS = ("tpe", "nsga2", "gp", "random", "grid", "evolution")
+PRUNERS = ("none", "median", "hyperband")
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class SettingsError(ValueError):
+    """A setting is not valid; the message names it and the allowed values."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """objectives: names from OBJECTIVES, in the order of trial.values.
+    trials: the trial budget (grid: at most the number of points).
+    tuner: one of TUNERS. target: devices of one trial ("cpu:8").
+    processes: processes per trial (each with devices/processes local devices; jax.distributed).
+    memory_budget: per-device bytes a plan may use ("2GiB", an int, or None for the device's memory).
+    timeout: wall-clock seconds per trial, compile and training included.
+    pruner: for single-objective studies, an Optuna pruner on intermediate loss.
+    workers: trials run at once by one driver (one worker process each).
+    seed: seed of the tuner. count_flops: compile loop-corrected FLOP probes (HFU), ~2x compile.
+    """
+
+    objectives: tuple[str, ...] = ("loss", "mfu", "memory")
+    trials: int = 12
+    tuner: str = "tpe"
+    target: str = "cpu:8"
+    processes: int = 1
+    memory_budget: int | None = None
+    timeout: float = 600.0
+    pruner: str = "none"
+    workers: int = 1
+    seed: int = 0
+    count_flops: bool = True
+    extra: dict = field(default_factory=dict)  # hidden settings (e.g. fault injection in tests)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StudySettings":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'extra'}))}")
+        return cls().replace(**d)
+
+    def replace(self, **changes) -> "StudySettings":
+        changes = {k: v for k, v in changes.items() if v is not None}
+        s = dataclasses.replace(self, **changes)
+        return s._validated()
+
+    def _validated(self) -> "StudySettings":
+        objectives = (self.objectives,) if isinstance(self.objectives, str) else tuple(self.objectives)
+        bad = [o for o in objectives if o not in OBJECTIVES]
+        if bad or not objectives or len(set(objectives)) != len(objectives):
+            raise SettingsError(f"objectives {list(objectives)}: choose distinct names from {', '.join(OBJECTIVES)}")
+        if self.tuner not in TUNERS:
+            raise SettingsError(f"unknown tuner {self.tuner!r}; choose one of {', '.join(TUNERS)}")
+        if self.pruner not in PRUNERS:
+            raise SettingsError(f"unknown pruner {self.pruner!r}; choose one of {', '.join(PRUNERS)}")
+        if int(self.trials) < 1 or int(self.processes) < 1 or int(self.workers) < 1:
+            raise SettingsError("trials, processes and workers must be >= 1")
+        if float(self.timeout) <= 0:
+            raise SettingsError(f"timeout must be > 0 seconds, got {self.timeout}")
+        budget = None if self.memory_budget in (None, "", "device") else parse_bytes(self.memory_budget)
+        return dataclasses.replace(self, objectives=objectives, trials=int(self.trials),
+                                   processes=int(self.processes), workers=int(self.workers),
+                                   timeout=float(self.timeout), memory_budget=budget, seed=int(self.seed),
+                                   count_flops=bool(self.count_flops), extra=dict(self.extra or {}))
+
+    @property
+    def directions(self) -> list[str]:
+        return [OBJECTIVES[o] for o in self.objectives]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"objectives": list(self.objectives)}
+
+
+def parse_bytes(value) -> int:
+    """'2GiB', '512MiB', '1.5GB', '1e9' or an int -> bytes."""
+    if isinstance(value, bool):
+        raise SettingsError(f"memory budget {value!r} is not a size")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise SettingsError(f"memory budget must be > 0, got {value}")
+        return int(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise SettingsError(f"memory budget {value!r} is not a size like 2GiB, 512MiB, 1.5GB or 1000000")
+    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise SettingsError(f"memory budget must be > 0, got {value!r}")
+    return n
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"

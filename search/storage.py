@@ -1,0 +1,135 @@
+"""Where a study lives: the default SQLite file of a run folder, or a shared RDB URL.
+
+Also the study lock: proposing a trial (budget check, sampling, deduplication, creation) is
+done under one lock per study, so drivers on many machines never create more trials than the
+budget nor the same config twice: an fcntl lock beside a SQLite file, a PostgreSQL advisory
+lock for a PostgreSQL study.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import threading
+import zlib
+from urllib.parse import urlsplit
+
+import optuna
+
+
+class StorageError(RuntimeError):
+    """The storage cannot be opened or read; the message never holds a password."""
+
+
+def default_url(run_dir: str) -> str:
+    return f"sqlite:///{os.path.join(os.path.abspath(run_dir), 'study.db')}"
+
+
+def mask_url(url: str | None) -> str | None:
+    """The URL with its password (userinfo or password= parameter) replaced by ***."""
+    if url is None:
+        return None
+    masked = re.sub(r"(://[^:/?#@]*):[^/?#@]*@", r"\1:***@", str(url))
+    return re.sub(r"(?i)(password=)[^&;\s]*", r"\1***", masked)
+
+
+def _password(url: str) -> str | None:
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+def scrub(text: str, url: str | None) -> str:
+    """`text` with the URL's password (and the URL itself) masked."""
+    if not url:
+        return text
+    text = text.replace(url, mask_url(url))
+    pw = _password(url)
+    return text.replace(pw, "***") if pw else text
+
+
+def sqlite_path(url: str) -> str | None:
+    return url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna RDB storage (plain optuna schema, so optuna-dashboard opens it)."""
+    path = sqlite_path(url)
+    kwargs = {"connect_args": {"timeout": 120}} if path else {"pool_pre_ping": True}
+    if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except ImportError as e:
+        raise StorageError(f"cannot open storage {mask_url(url)}: a database driver is missing ({e.name}); "
+                           "for PostgreSQL install the postgres extra (psycopg2-binary)") from None
+    except Exception as e:
+        raise StorageError(f"cannot open storage {mask_url(url)}: {scrub(_first_line(e), url)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+class StudyLock:
+    """A lock held across machines while a trial is proposed and created."""
+
+    def __init__(self, url: str, study_name: str):
+        self.url, self.study_name = url, study_name
+        self._thread_lock = threading.Lock()
+        self._engine = None
+        self._key = zlib.crc32(f"paxsearch:{study_name}".encode()) & 0x7FFFFFFF
+
+    @contextlib.contextmanager
+    def hold(self):
+        with self._thread_lock:
+            path = sqlite_path(self.url)
+            if path:
+                with open(path + ".lock", "a+") as f:
+                    fcntl.flock(f, fcntl.LOCK_EX)
+                    try:
+                        yield
+                    finally:
+                        fcntl.flock(f, fcntl.LOCK_UN)
+            elif self.url.startswith(("postgresql", "postgres")):
+                with self._pg_lock():
+                    yield
+            else:  # other databases: one driver per study is safe; several may overlap
+                yield
+
+    @contextlib.contextmanager
+    def _pg_lock(self):
+        import sqlalchemy
+
+        if self._engine is None:
+            self._engine = sqlalchemy.create_engine(self.url, poolclass=sqlalchemy.pool.NullPool)
+        with self._engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+                conn.commit()
+
+
+def write_study_json(run_dir: str, study_name: str, url: str, space_file: str) -> None:
+    """RUN/study.json: how to find the study again (storage null = RUN/study.db)."""
+    os.makedirs(run_dir, exist_ok=True)
+    storage = None if url == default_url(run_dir) else mask_url(url)
+    data = {"study_name": study_name, "storage": storage, "space_file": space_file}
+    tmp = os.path.join(run_dir, "study.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, os.path.join(run_dir, "study.json"))
+
+
+def read_study_json(run_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(run_dir, "study.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
