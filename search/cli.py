@@ -10,6 +10,8 @@ from .errors import UserError
 # subcommand name -> module (relative to paxsearch.search) defining add_parser(sub) and main(args)
 COMMANDS = {
     "train": "cmd_train",
+    "report": "cmd_report",
+    "best": "cmd_report",
 }
 
 
