@@ -138,17 +138,23 @@ def compile_time(rounds: int = 2) -> dict:
 def mfu(steps: int = 12) -> dict:
     _setup(1)
     from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig
-    from paxsearch.trainer.flops import measured_cpu_peak
+    from paxsearch.trainer.flops import _measure_matmul, measured_cpu_peak
     from paxsearch.trainer.train import train
 
     m = ModelConfig(d_model=512, n_layers=4, n_heads=8, head_dim=64, d_ff=2048, seq_len=256)
     cfg = TrainConfig(model=m, mesh=MeshConfig(ici=(1, 1, 1)), per_device_batch=16, steps=steps,
                       eval=EvalConfig(enabled=False), warmup_steps_for_timing=2,
                       log=LogConfig(every_steps=steps, tensorboard=False))
+    # The machine is shared: measure the matmul peak right before and after the run and
+    # report MFU against that side-by-side figure as well as against the cached one.
+    before = _measure_matmul("float32")
     final = train(cfg).final
-    return {"mfu": final.mfu, "hfu": final.hfu, "step_time_s": final.step_time,
-            "model_tflops_per_device": final.model_tflops_per_device,
-            "cpu_peak_gflops": measured_cpu_peak("float32") / 1e9}
+    after = _measure_matmul("float32")
+    side_by_side = max(before, after)
+    achieved = final.model_tflops_per_device * 1e12
+    return {"mfu_vs_cached_peak": final.mfu, "hfu": final.hfu, "step_time_s": final.step_time,
+            "achieved_gflops": achieved / 1e9, "cached_peak_gflops": measured_cpu_peak("float32") / 1e9,
+            "side_by_side_peak_gflops": side_by_side / 1e9, "mfu_vs_side_by_side_peak": achieved / side_by_side}
 
 
 PARTS = {"throughput": throughput, "compile": compile_time, "mfu": mfu}
