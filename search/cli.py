@@ -12,13 +12,17 @@ COMMANDS = {
     "train": "cmd_train",
     "report": "cmd_report",
     "best": "cmd_report",
+    "run": "cmd_run",
+    "worker": "cmd_worker",
+    "resume": "cmd_resume",
+    "ls": "cmd_ls",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paxsearch", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in COMMANDS.items():
+    for module in dict.fromkeys(COMMANDS.values()):  # a module may define several subcommands
         importlib.import_module(f"{__package__}.{module}").add_parser(sub)
     return parser
 

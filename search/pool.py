@@ -22,6 +22,7 @@ from . import failures
 from .local_target import Target
 
 READY_TIMEOUT_S = 300.0
+RECYCLE_AFTER_TRIALS = 32  # a fresh process now and then: whatever a long-lived one leaks is let go
 
 
 class WorkerStartError(RuntimeError):
@@ -54,6 +55,7 @@ class WorkerGang:
         self.env: dict | None = None
         self.dist: dict | None = None  # jax.distributed settings shared by the gang (no process_id)
         self.starts = 0
+        self.trials_served = 0
 
     # ----- life cycle -----
     def start(self) -> None:
@@ -86,10 +88,12 @@ class WorkerGang:
         self.dist = dist_base
         self.env = None
         self.starts += 1
+        self.trials_served = 0
 
     def ensure_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
         """Start the gang if needed and wait for every process's "ready"; returns process 0's env."""
-        if not self.procs or any(p.popen.poll() is not None for p in self.procs):
+        if (not self.procs or any(p.popen.poll() is not None for p in self.procs)
+                or self.trials_served >= RECYCLE_AFTER_TRIALS):
             self.start()
         if self.env is not None:
             return self.env
@@ -146,6 +150,7 @@ class WorkerGang:
     def run(self, job: dict, timeout: float, on_report: Callable[[dict], bool] | None = None) -> dict:
         """Run `job` on every process; the result of process 0, or a typed failure."""
         self.ensure_ready()
+        self.trials_served += 1
         for p in self.procs:
             pjob = dict(job)
             if self.dist:

@@ -173,7 +173,7 @@ class Space:
             if name in self._by_name:
                 self.fix(name, configio.parse_value(text))
                 continue
-            probe = self._first_config()
+            probe = self.first_config()
             try:
                 configio.apply_overrides(probe, [f"{name}={text}"])
             except configio.ConfigFileError:
@@ -253,7 +253,7 @@ class Space:
                              f"{type(e).__name__}: {_one_line(e)}") from None
         return configio.apply_overrides(cfg, self.overrides) if self.overrides else cfg
 
-    def _first_config(self) -> fdl.Config:
+    def first_config(self) -> fdl.Config:
         first = {d.name: (d.low if d.kind == "float" else d.values[0]) for d in self.all_decisions}
         return self.config(first)
 

@@ -55,6 +55,19 @@ def sqlite_path(url: str) -> str | None:
     return url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
 
 
+def driver_url(url: str) -> str:
+    """The URL SQLAlchemy should connect with: a bare postgresql:// URL names the psycopg (v3)
+    driver in SQLAlchemy 2.1; use psycopg2 (the postgres extra) when only it is installed."""
+    m = re.match(r"^(postgresql|postgres)://", url)
+    if not m:
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[m.end():]
+    return "postgresql://" + url[m.end():]
+
+
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """An Optuna RDB storage (plain optuna schema, so optuna-dashboard opens it)."""
     path = sqlite_path(url)
@@ -62,10 +75,10 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     if path:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except ImportError as e:
-        raise StorageError(f"cannot open storage {mask_url(url)}: a database driver is missing ({e.name}); "
-                           "for PostgreSQL install the postgres extra (psycopg2-binary)") from None
+        return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs)
+    except ImportError:
+        raise StorageError(f"cannot open storage {mask_url(url)}: its database driver is not installed "
+                           "(for PostgreSQL: pip install 'paxsearch[postgres]')") from None
     except Exception as e:
         raise StorageError(f"cannot open storage {mask_url(url)}: {scrub(_first_line(e), url)}") from None
 
@@ -95,7 +108,7 @@ class StudyLock:
                         yield
                     finally:
                         fcntl.flock(f, fcntl.LOCK_UN)
-            elif self.url.startswith(("postgresql", "postgres")):
+            elif self.url.startswith("postgres"):
                 with self._pg_lock():
                     yield
             else:  # other databases: one driver per study is safe; several may overlap
@@ -106,7 +119,7 @@ class StudyLock:
         import sqlalchemy
 
         if self._engine is None:
-            self._engine = sqlalchemy.create_engine(self.url, poolclass=sqlalchemy.pool.NullPool)
+            self._engine = sqlalchemy.create_engine(driver_url(self.url), poolclass=sqlalchemy.pool.NullPool)
         with self._engine.connect() as conn:
             conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
             try:

@@ -125,7 +125,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
             timings["train_s"] = time.perf_counter() - tt
         counters["steps_run"] = int(result.steps_run)
         out["measured"] = measured_dict(result)
-        out["pruned"] = bool(pruned["stop"] and result.stopped_early)
+        out["pruned"] = bool(pruned["stop"] and result.stopped_early and result.steps_run < cfg.steps)
         out["intermediate"] = [[m.step, m.loss] for m in result.history]
     except TrialFailure as f:
         out["failure_kind"], out["failure_message"] = f.kind, str(f)

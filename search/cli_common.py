@@ -1,0 +1,99 @@
+"""Options and output shared by `run`, `worker` and `resume`."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+
+from .errors import UserError
+
+
+def add_study_options(p, *, for_new: bool) -> None:
+    p.add_argument("--trials", type=int, default=None, help="trial budget (default: the space file's)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit per trial, seconds")
+    p.add_argument("--workers", type=int, default=None, help="trials run at once by this driver (default 1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (trial lines only)")
+    if for_new:
+        p.add_argument("--tuner", default=None, help="tpe | nsga2 | gp | random | grid | evolution")
+        p.add_argument("--objective", default=None, help="one objective (loss | mfu | memory) instead of all three")
+        p.add_argument("--memory-budget", default=None, metavar="B",
+                       help="per-device bytes a plan may use, e.g. 2GiB (default: the device's memory)")
+        p.add_argument("--pruner", default=None, help="none | median | hyperband (single objective only)")
+        p.add_argument("--processes", type=int, default=None,
+                       help="processes per trial (jax.distributed, devices split between them)")
+        p.add_argument("--target", default=None, help="devices of one trial, e.g. cpu:8")
+        p.add_argument("--seed", type=int, default=None, help="seed of the tuner")
+
+
+def cli_settings(args, *, for_new: bool) -> dict:
+    out = {"trials": args.trials, "timeout": args.timeout, "workers": args.workers}
+    if for_new:
+        out.update(tuner=args.tuner, objectives=(args.objective,) if args.objective else None,
+                   memory_budget=args.memory_budget, pruner=args.pruner, processes=args.processes,
+                   target=args.target, seed=args.seed)
+    return out
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn the search's own typed errors into one-line user errors (exit 2)."""
+    from .driver import DriverError
+    from .settings import SettingsError
+    from .space import SpaceError
+    from .storage import StorageError
+    from .study_setup import SetupError
+
+    quiet_optuna()
+    try:
+        yield
+    except (SpaceError, SetupError, SettingsError, StorageError, DriverError) as e:
+        raise UserError(str(e)) from None
+
+
+def quiet_optuna() -> None:
+    """Optuna's per-trial INFO lines and experimental-feature warnings would drown ours."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def run_driver(ctx, progress: bool) -> int:
+    from .driver import Driver
+    from .storage import mask_url
+
+    print(f"study {ctx.name}: {ctx.settings.tuner}, budget {ctx.settings.trials} trial(s), "
+          f"objectives {', '.join(ctx.settings.objectives)}, target {ctx.target.text}; "
+          f"storage {mask_url(ctx.url)}; run folder {ctx.run_dir}", flush=True)
+    with user_errors():
+        summary = Driver(ctx, progress=progress).run()
+    print(summarize(ctx.study, summary["elapsed_s"], ctx.run_dir))
+    return 0
+
+
+def summarize(study, elapsed_s: float, run_dir: str) -> str:
+    counts = state_counts(study.get_trials(deepcopy=False))
+    parts = ", ".join(f"{n} {k}" for k, n in counts.items())
+    minutes, seconds = divmod(int(elapsed_s), 60)
+    return (f"study {study.study_name}: {sum(counts.values())} trial(s) ({parts}); this session took "
+            f"{minutes}m{seconds:02d}s; run folder {run_dir}; next: paxsearch report {run_dir}")
+
+
+def state_counts(trials) -> dict[str, int]:
+    """complete / failure kinds / pruned / running / waiting counts (superseded trials apart)."""
+    c = collections.Counter()
+    for t in trials:
+        if t.user_attrs.get("superseded"):
+            c["superseded"] += 1
+        elif t.user_attrs.get("failure_kind"):
+            c[t.user_attrs["failure_kind"]] += 1
+        else:
+            c[t.state.name.lower()] += 1
+    order = ["complete", "pruned", "running", "waiting"]
+    return dict(sorted(c.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 10, kv[0])))
+
+
+def default_run_dir(name: str) -> str:
+    return os.path.join("runs", name)

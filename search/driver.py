@@ -1,0 +1,312 @@
+"""The study loop shared by `run`, `worker` and `resume`: propose under the study lock, run the
+trial in a worker gang, store everything, repeat until the budget (or the space) is used up.
+
+Only the driver talks to storage; workers get a job and give back a result. A trial left
+RUNNING by a driver that died is found (its owner process is gone, or its heartbeat is
+stale), marked FAIL (failure_kind "crash", "driver died") and its config queued again.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import threading
+import time
+
+import optuna
+import psutil
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import TrialState
+
+from . import configio, failures, records
+from .pool import WorkerGang, WorkerStartError
+from .progress import Progress
+from .space import SpaceError, config_dict
+from .study_setup import StudyContext
+from .tuners import (SpaceExhausted, is_superseded, make_proposer, make_pruner, make_sampler, seen_keys,
+                     suggest_all, trial_decisions)
+
+STALE_AFTER_S = 120.0  # a RUNNING trial of another host whose heartbeat is older is abandoned
+HEARTBEAT_S = 15.0
+
+
+class DriverError(RuntimeError):
+    """The study cannot go on (e.g. no worker process can start)."""
+
+
+def owner_info() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def _owner_alive(owner: dict) -> bool:
+    try:
+        return abs(psutil.Process(int(owner["pid"])).create_time() - float(owner["started"])) < 1.0
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def is_stale(t: optuna.trial.FrozenTrial, now: float | None = None) -> bool:
+    owner = t.user_attrs.get("owner")
+    if owner is None:  # its driver died between ask() and claiming it (both happen under the lock)
+        return True
+    if owner.get("host") == socket.gethostname():
+        return not _owner_alive(owner)
+    beat = float(t.user_attrs.get("heartbeat") or 0.0)
+    return (now or time.time()) - beat > STALE_AFTER_S
+
+
+def abandon(ctx: StudyContext, number: int, message: str) -> bool:
+    """Mark a RUNNING trial FAIL ("crash", superseded) and queue its config again."""
+    storage = ctx.storage
+    study_id = storage.get_study_id_from_name(ctx.name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    t = storage.get_trial(trial_id)
+    if t.state != TrialState.RUNNING:
+        return False
+    try:
+        storage.set_trial_user_attr(trial_id, "failure_kind", failures.CRASH)
+        storage.set_trial_user_attr(trial_id, "failure_message", message)
+        storage.set_trial_user_attr(trial_id, "superseded", True)
+        ctx.study.tell(number, state=TrialState.FAIL)
+    except UpdateFinishedTrialError:
+        return False
+    d = trial_decisions(ctx.space, t)
+    if d is not None:
+        ctx.study.enqueue_trial(d, user_attrs={"requeued_from": number})
+    return True
+
+
+def recover_stale(ctx: StudyContext) -> list[int]:
+    """Abandon the RUNNING trials whose driver is gone; returns their numbers."""
+    done = []
+    with ctx.lock.hold():
+        for t in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if is_stale(t) and abandon(ctx, t.number, "driver died"):
+                done.append(t.number)
+    return done
+
+
+def parse_faults(text: str | None) -> dict[int, str]:
+    """PAXSEARCH_FAULTS="3:hang,5:nan" -> {3: "hang", 5: "nan"} (tests only)."""
+    out = {}
+    for item in (text or "").split(","):
+        if ":" in item:
+            n, kind = item.split(":", 1)
+            out[int(n)] = kind.strip()
+    return out
+
+
+class Driver:
+    def __init__(self, ctx: StudyContext, progress: bool = True):
+        self.ctx = ctx
+        s = ctx.settings
+        self.objectives = list(s.objectives)
+        ctx.study.sampler = make_sampler(s, ctx.space, ctx.seed)
+        first_cfg = configio.build(ctx.space.first_config())
+        ctx.study.pruner = make_pruner(s, first_cfg.steps)
+        self.relay = s.pruner != "none" and len(self.objectives) == 1 and self.objectives[0] != "memory"
+        self.proposer = make_proposer(s, ctx.space, ctx.seed)
+        self.space_size = ctx.space.size() if ctx.space.finite else None
+        self.budget = s.trials if self.space_size is None else min(s.trials, self.space_size)
+        self.faults = {**{int(k): v for k, v in (s.extra.get("faults") or {}).items()},
+                       **parse_faults(os.environ.get("PAXSEARCH_FAULTS"))}
+        self.owner = owner_info()
+        self.progress_enabled = progress
+        self._inflight: dict[int, optuna.Trial] = {}
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._start_failures = 0
+        self.finished = 0
+
+    # ----- the loop -----
+    def run(self) -> dict:
+        ctx = self.ctx
+        abandoned = recover_stale(ctx)
+        t0 = time.perf_counter()
+        if not self._has_work():
+            print("nothing to run: the study's budget (or its space) is used up", flush=True)
+            return {"elapsed_s": 0.0, "finished": 0}
+        trials = ctx.study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state.is_finished() and not is_superseded(t)]
+        self.progress = Progress(self.budget, len(done), self.objectives, enabled=self.progress_enabled)
+        self.progress.seed_best(t.values for t in done
+                                if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind"))
+        if abandoned:
+            self.progress.note(f"resumed: trial(s) {', '.join(map(str, abandoned))} left running by a dead driver "
+                               "marked failed (crash) and queued again")
+        gangs = [WorkerGang(ctx.target, ctx.settings.processes, ctx.run_dir, i) for i in range(ctx.settings.workers)]
+        try:
+            for g in gangs:
+                g.start()  # workers import JAX while the first trial is proposed
+            threads = [threading.Thread(target=self._loop, args=(g,), daemon=True) for g in gangs]
+            for th in threads:
+                th.start()
+            while any(th.is_alive() for th in threads):
+                for th in threads:
+                    th.join(timeout=0.5)
+        except KeyboardInterrupt:
+            self._stop.set()
+            for g in gangs:
+                g.kill()
+            for number in list(self._inflight):
+                abandon(ctx, number, "driver interrupted")
+            raise
+        finally:
+            for g in gangs:
+                g.close()
+            self.progress.close()
+        if self._error is not None:
+            raise self._error
+        return {"elapsed_s": time.perf_counter() - t0, "finished": self.finished}
+
+    def _loop(self, gang: WorkerGang) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    gang.ensure_ready()
+                    self._start_failures = 0
+                except WorkerStartError as e:
+                    self._start_failures += 1
+                    if self._start_failures >= 2:
+                        raise DriverError(f"worker processes cannot start: {e}") from None
+                    continue
+                item = self._next()
+                if item is None:
+                    return
+                self._run(gang, *item)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            self._error = self._error or e
+            self._stop.set()
+
+    # ----- proposing -----
+    def _has_work(self) -> bool:
+        ctx, space = self.ctx, self.ctx.space
+        with ctx.lock.hold():
+            active = [t for t in ctx.study.get_trials(deepcopy=False) if not is_superseded(t)]
+            if any(t.state == TrialState.WAITING for t in active):
+                return True
+            if len(active) >= self.budget:
+                return False
+            if self.space_size is not None and len(seen_keys(space, active)) >= self.space_size:
+                return False
+        return True
+
+    def _next(self):
+        ctx, space = self.ctx, self.ctx.space
+        with ctx.lock.hold():
+            trials = ctx.study.get_trials(deepcopy=False)
+            active = [t for t in trials if not is_superseded(t)]
+            waiting = [t for t in active if t.state == TrialState.WAITING]
+            if not waiting:
+                if len(active) >= self.budget:
+                    return None
+                if self.proposer is not None:
+                    point = self.proposer.propose(space, active)
+                    if point is None:
+                        return None
+                    ctx.study.enqueue_trial(point)
+                elif self.space_size is not None and len(seen_keys(space, active)) >= self.space_size:
+                    return None
+            trial = ctx.study.ask()
+            trial.set_user_attr("owner", self.owner)
+            trial.set_user_attr("heartbeat", time.time())
+            try:
+                decisions = suggest_all(trial, space)
+            except SpaceExhausted:
+                trial.set_user_attr("superseded", True)
+                ctx.study.tell(trial, state=TrialState.FAIL)
+                return None
+            trial.set_user_attr("decisions", decisions)
+            self._inflight[trial.number] = trial
+        return trial, decisions
+
+    # ----- one trial -----
+    def _run(self, gang: WorkerGang, trial: optuna.Trial, decisions: dict) -> None:
+        ctx = self.ctx
+        t0 = time.perf_counter()
+        number = trial.number
+        trial_dir = os.path.abspath(os.path.join(ctx.run_dir, "trials", str(number)))
+        os.makedirs(trial_dir, exist_ok=True)
+        trial.set_user_attr("trial_dir", trial_dir)
+        result, config_json = self._prepare(trial, decisions, trial_dir)
+        if result is None:
+            job = {"number": number, "trial_dir": trial_dir, "config": config_json,
+                   "log_path": os.path.join(trial_dir, "log.txt"), "memory_budget": ctx.settings.memory_budget,
+                   "count_flops": ctx.settings.count_flops, "relay_reports": self.relay,
+                   "fault": self.faults.get(number)}
+            with self._heartbeat(trial):
+                try:
+                    result = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
+                except WorkerStartError as e:
+                    result = {"failure_kind": failures.CRASH, "failure_message": f"worker could not start: {e}"}
+        self._record(trial, decisions, result, time.perf_counter() - t0, gang.env)
+        self._inflight.pop(number, None)
+
+    def _prepare(self, trial: optuna.Trial, decisions: dict, trial_dir: str) -> tuple[dict | None, str | None]:
+        """Config and static checks in the driver: (a result when the trial ends here, config JSON)."""
+        from ..trainer import mesh as mesh_lib, remat as remat_lib
+        from ..trainer.errors import ConfigError
+
+        ctx = self.ctx
+        try:
+            cfg = ctx.space.config(decisions)
+            config_json = configio.dumps(cfg)
+            built = configio.build(cfg)
+        except (SpaceError, configio.ConfigFileError, TypeError, ValueError) as e:
+            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, None
+        trial.set_user_attr("config", config_json)
+        trial.set_user_attr("config_dict", config_dict(cfg))
+        with open(os.path.join(trial_dir, "config.json"), "w") as f:
+            f.write(config_json)
+        try:
+            mesh_lib.check_config(built, ctx.target.num_devices, ctx.settings.processes)
+            remat_lib.check_policy(built.remat, ctx.target.platform)
+        except ConfigError as e:
+            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, config_json
+        return None, config_json
+
+    def _on_report(self, trial: optuna.Trial):
+        metric = self.objectives[0]
+
+        def on_report(msg: dict) -> bool:
+            value = msg.get(metric)
+            if value is None or not math.isfinite(float(value)):
+                return False
+            trial.report(float(value), int(msg["step"]))
+            return trial.should_prune()
+
+        return on_report
+
+    @contextlib.contextmanager
+    def _heartbeat(self, trial: optuna.Trial):
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(HEARTBEAT_S):
+                try:
+                    trial.set_user_attr("heartbeat", time.time())
+                except Exception:  # storage hiccup: the next beat tries again
+                    pass
+
+        th = threading.Thread(target=beat, daemon=True)
+        th.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            th.join(timeout=5)
+
+    def _record(self, trial: optuna.Trial, decisions: dict, result: dict, total_s: float, env: dict | None) -> None:
+        state, values, extra = records.outcome(self.objectives, result)
+        attrs = records.trial_attrs(result, env, records.timings(result, total_s))
+        attrs.update(extra)
+        for key, value in attrs.items():
+            if value is not None:
+                trial.set_user_attr(key, value)
+        if attrs.get("constraint"):
+            trial.set_constraint("memory", attrs["constraint"][0])
+        self.ctx.study.tell(trial, values=values if state == TrialState.COMPLETE else None, state=state)
+        self.finished += 1
+        feasible = state == TrialState.COMPLETE and not attrs.get("failure_kind")
+        self.progress.finished(records.trial_line(trial.number, state, decisions, attrs, total_s), values, feasible)

@@ -1,0 +1,109 @@
+"""What a finished trial stores: objective values, state and user attributes (pure functions).
+
+State and values by outcome:
+- trained: COMPLETE, values from the measured loss / MFU and the compiled peak bytes.
+- predicted_oom: COMPLETE with the constraint violated (loss +inf, MFU 0, the predicted
+  memory), so that constraint-aware samplers (TPE, NSGA-II, GP) learn the infeasible region;
+  it carries failure_kind "predicted_oom" and ran no step.
+- pruned by the pruner: PRUNED. Every other failure: FAIL with failure_kind/failure_message.
+"""
+from __future__ import annotations
+
+import math
+
+from optuna.trial import TrialState
+
+from . import failures
+from .settings import format_bytes
+
+MEASURED_KEYS = ("loss", "eval_loss", "mfu", "hfu", "tokens_per_sec", "step_time", "peak_bytes", "steps")
+
+
+def objective_values(objectives, plan: dict | None, measured: dict | None, predicted_oom: bool) -> list[float] | None:
+    """trial.values in the order of `objectives`, or None when a score is missing."""
+    out = []
+    for name in objectives:
+        if name == "memory":
+            v = plan.get("peak_bytes") if plan else None
+        elif predicted_oom:
+            v = math.inf if name == "loss" else 0.0
+        else:
+            v = (measured or {}).get(name)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return None
+        out.append(float(v))
+    return out
+
+
+def outcome(objectives, result: dict) -> tuple[TrialState, list[float] | None, dict]:
+    """(state, values, extra user attrs) of a worker result."""
+    kind = result.get("failure_kind")
+    plan, measured = result.get("plan"), result.get("measured")
+    attrs: dict = {}
+    if result.get("pruned"):
+        return TrialState.PRUNED, None, {"pruned": True}
+    if kind == failures.PREDICTED_OOM and plan:
+        return TrialState.COMPLETE, objective_values(objectives, plan, measured, True), attrs
+    if kind:
+        return TrialState.FAIL, None, attrs
+    values = objective_values(objectives, plan, measured, False)
+    if values is None:
+        attrs = {"failure_kind": failures.CRASH, "failure_message": "the trial finished without a score"}
+        return TrialState.FAIL, None, attrs
+    return TrialState.COMPLETE, values, attrs
+
+
+def trial_attrs(result: dict, worker_env: dict | None, timings: dict) -> dict:
+    """User attributes from a worker result (decisions/config are stored at ask time)."""
+    plan, measured = result.get("plan"), result.get("measured")
+    counters = result.get("counters") or {"train_calls": 0, "steps_run": 0}
+    if measured is None:  # no training finished: no scores, and the steps it got through
+        measured = dict.fromkeys(MEASURED_KEYS) | {"steps": int(counters.get("steps_run", 0))}
+    attrs = {
+        "plan": plan,
+        "measured": measured,
+        "memory_bytes": plan.get("peak_bytes") if plan else None,
+        "timings": timings,
+        "counters": counters,
+        "predicted": False,
+    }
+    if result.get("memory_budget"):
+        attrs["memory_budget"] = result["memory_budget"]
+        if plan:
+            attrs["constraint"] = [float(plan["peak_bytes"] - result["memory_budget"]["bytes"])]
+    if result.get("intermediate"):
+        attrs["intermediate"] = result["intermediate"]
+    if worker_env is not None:
+        peak = result.get("peak_flops") or {}
+        attrs["env"] = {k: worker_env.get(k) for k in ("jax", "jaxlib", "libtpu", "device_kind", "platform",
+                                                       "num_devices", "xla_flags", "process_count")}
+        attrs["env"]["peak_flops_per_device"] = peak.get("value")
+        attrs["env"]["peak_flops_source"] = peak.get("source")
+    if result.get("failure_kind"):
+        attrs["failure_kind"] = result["failure_kind"]
+        attrs["failure_message"] = result.get("failure_message") or ""
+    return attrs
+
+
+def timings(result: dict, total_s: float) -> dict:
+    t = result.get("timings") or {}
+    plan_s, train_s = float(t.get("plan_s", 0.0)), float(t.get("train_s", 0.0))
+    return {"plan_s": round(plan_s, 4), "train_s": round(train_s, 4), "total_s": round(total_s, 4),
+            "overhead_s": round(max(0.0, total_s - plan_s - train_s), 4)}
+
+
+def trial_line(number: int, state: TrialState, decisions: dict, attrs: dict, total_s: float) -> str:
+    """One line per finished trial."""
+    d = " ".join(f"{k}={v}" for k, v in decisions.items())
+    kind = attrs.get("failure_kind")
+    m = attrs.get("measured") or {}
+    parts = [f"#{number:<3d} {(kind or state.name.lower()):13s} {d}"]
+    if kind == failures.PREDICTED_OOM:
+        parts.append(f"plan {format_bytes(attrs.get('memory_bytes'))} > budget")
+    elif m.get("loss") is not None:
+        parts.append(f"loss {m['loss']:.3f}  mfu {100 * (m.get('mfu') or 0):.2f}%  "
+                     f"mem {format_bytes(attrs.get('memory_bytes'))}  step {1e3 * (m.get('step_time') or 0):.0f} ms")
+    elif kind:
+        parts.append((attrs.get("failure_message") or "")[:100])
+    parts.append(f"{total_s:.1f} s")
+    return " | ".join(parts)

@@ -1,0 +1,186 @@
+"""Create or reopen a study and everything a driver needs about it (StudyContext).
+
+The study's user attributes keep what any later driver needs to continue it on any machine:
+objectives, settings, the space file (path and source), fixed decisions and overrides.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+import optuna
+
+from ..trainer.flops import MFU_CONVENTION
+from . import storage as storage_lib
+from .local_target import Target, TargetError, parse_target
+from .settings import OBJECTIVES, SettingsError, StudySettings
+from .space import Space, SpaceError, load_space
+from .tuners import TunerError, make_proposer
+
+
+class SetupError(ValueError):
+    """The study cannot be set up; one line for the user."""
+
+
+@dataclass
+class StudyContext:
+    study: optuna.Study
+    storage: optuna.storages.BaseStorage
+    url: str
+    run_dir: str
+    space: Space
+    settings: StudySettings
+    target: Target
+    lock: storage_lib.StudyLock
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+
+def check_settings(settings: StudySettings, space: Space) -> Target:
+    """Settings that cannot work with this space: one clear line each."""
+    try:
+        target = parse_target(settings.target)
+        target.devices_per_process(settings.processes)
+    except TargetError as e:
+        raise SetupError(str(e)) from None
+    if settings.pruner != "none" and len(settings.objectives) > 1:
+        raise SetupError(f"pruner {settings.pruner} needs a single objective; pass --objective loss|mfu|memory")
+    try:
+        make_proposer(settings, space, 0)
+        if settings.tuner == "gp":
+            from .tuners import make_sampler
+            make_sampler(settings, space, 0)
+    except TunerError as e:
+        raise SetupError(str(e)) from None
+    return target
+
+
+def study_attrs(space: Space, settings: StudySettings) -> dict:
+    try:
+        source = open(space.path).read()
+    except OSError:
+        source = None
+    return {
+        "objectives": [{"name": o, "direction": OBJECTIVES[o]} for o in settings.objectives],
+        "space_file": space.path,
+        "space_source": source,
+        "target": settings.target,
+        "mfu_convention": MFU_CONVENTION,
+        "plan_only": False,
+        "settings": settings.to_dict(),
+        "fixed": dict(space.fixed),
+        "overrides": list(space.overrides),
+        "created_on": socket.gethostname(),
+        "created_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def _open(url: str):
+    try:
+        return storage_lib.open_storage(url)
+    except storage_lib.StorageError as e:
+        raise SetupError(str(e)) from None
+
+
+def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url: str | None,
+                       study_name: str | None, seed: int | None = None) -> StudyContext:
+    """`paxsearch run`: a new study, or the one already in this run folder / storage."""
+    target = check_settings(settings, space)
+    meta = storage_lib.read_study_json(run_dir) or {}
+    if url is None and meta.get("storage") and "***" in meta["storage"]:
+        raise SetupError(f"{run_dir} uses storage {meta['storage']}; pass --storage with the password")
+    url = url or meta.get("storage") or storage_lib.default_url(run_dir)
+    name = study_name or meta.get("study_name") or space.name
+    storage = _open(url)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
+                                    directions=settings.directions)
+    except ValueError as e:  # directions differ from the stored study
+        raise SetupError(f"study {name!r} in {storage_lib.mask_url(url)} has other objectives: {e}") from None
+    except Exception as e:
+        raise SetupError(f"cannot use storage {storage_lib.mask_url(url)}: "
+                         f"{storage_lib.scrub(str(e).splitlines()[0] if str(e) else type(e).__name__, url)}") from None
+    attrs = study.user_attrs
+    if attrs.get("settings"):
+        stored = [o["name"] for o in attrs.get("objectives", [])]
+        if stored != list(settings.objectives):
+            raise SetupError(f"study {name!r} was created with objectives {stored}; use a new --run-dir "
+                             f"for objectives {list(settings.objectives)}")
+        if attrs.get("fixed", {}) != dict(space.fixed):
+            raise SetupError(f"study {name!r} was created with --set {attrs.get('fixed')}; use the same --set or "
+                             "a new --run-dir")
+    for key, value in study_attrs(space, settings).items():
+        if key in ("created_on", "created_at") and key in attrs:
+            continue
+        study.set_user_attr(key, value)
+    storage_lib.write_study_json(run_dir, name, url, space.path)
+    return StudyContext(study, storage, url, run_dir, space, settings, target,
+                        storage_lib.StudyLock(url, name), settings.seed if seed is None else seed)
+
+
+def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dict,
+           seed: int | None = None) -> StudyContext:
+    """`paxsearch worker` / `resume`: continue a stored study with its own space and settings."""
+    storage = _open(url)
+    try:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    except Exception as e:
+        raise SetupError(f"cannot read storage {storage_lib.mask_url(url)}: "
+                         f"{storage_lib.scrub(type(e).__name__ + ': ' + str(e).splitlines()[0], url)}") from None
+    if study_name is None:
+        if len(names) != 1:
+            raise SetupError(f"storage {storage_lib.mask_url(url)} holds {len(names)} studies ({', '.join(names)}); "
+                             "pass --study NAME")
+        study_name = names[0]
+    if study_name not in names:
+        raise SetupError(f"no study {study_name!r} in {storage_lib.mask_url(url)}; studies: {', '.join(names) or 'none'}")
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    attrs = study.user_attrs
+    if "settings" not in attrs:
+        raise SetupError(f"study {study_name!r} was not created by paxsearch run (no settings stored)")
+    run_dir = run_dir or os.path.join("runs", study_name)
+    space = _stored_space(attrs, run_dir)
+    try:
+        stored = dict(attrs["settings"])
+        stored["objectives"] = tuple(stored["objectives"])
+        settings = StudySettings.from_dict(stored).replace(**overrides)
+        for name, value in attrs.get("fixed", {}).items():
+            space.fix(name, value)
+        space.overrides = list(attrs.get("overrides", []))
+    except (SettingsError, SpaceError) as e:
+        raise SetupError(str(e)) from None
+    target = check_settings(settings, space)
+    if storage_lib.read_study_json(run_dir) is None:
+        storage_lib.write_study_json(run_dir, study_name, url, space.path)
+    return StudyContext(study, storage, url, run_dir, space, settings, target,
+                        storage_lib.StudyLock(url, study_name), settings.seed if seed is None else seed)
+
+
+def _stored_space(attrs: dict, run_dir: str) -> Space:
+    path = attrs.get("space_file")
+    if not path or not os.path.exists(path):
+        source = attrs.get("space_source")
+        if not source:
+            raise SetupError(f"the study's space file {path} is not on this machine and the study holds no copy")
+        os.makedirs(run_dir, exist_ok=True)
+        path = os.path.join(run_dir, os.path.basename(path or "space.py"))
+        with open(path, "w") as f:
+            f.write(source)
+    try:
+        return load_space(path)
+    except SpaceError as e:
+        raise SetupError(str(e)) from None
+
+
+def with_cli(settings: StudySettings, **cli) -> StudySettings:
+    """Settings with the command line's values (None = not given) laid over them."""
+    try:
+        return settings.replace(**cli)
+    except SettingsError as e:
+        raise SetupError(str(e)) from None
+

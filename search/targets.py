@@ -1,0 +1,402 @@
+"""Targets a trial is planned (and run) for: "cpu:8", "tpu:v5e-16", "tpu:v5p-128,slices=2", ...
+
+    target = parse_target("tpu:v5e-16,slices=2")   # no JAX needed
+    os.environ.update(target_env(target))          # before JAX is imported (worker process)
+    plan = plan_trial(cfg, target)                 # the study's "plan" dict, PREDICTED figures
+
+On a TPU target without TPU hardware, trials are compiled for the TPU topology
+(jax.experimental.topologies, libtpu) and never run: `target.plan_only` is True.
+
+plan_trial returns per-device memory from XLA's compiler (memory_analysis of the compiled
+step), `fits` against the chip's HBM, and a roofline prediction of step time and MFU from
+the optimized HLO (trainer/roofline.py; every predicted figure is under a `predicted_` key
+or in the "roofline" dict, which carries "predicted": True). A plan over capacity comes
+back with fits=False (the caller marks the trial predicted_oom with the numbers); a step the
+TPU compiler itself refuses for memory raises trainer.topology.PredictedOOM (typed, with
+required and available bytes).
+
+Planning many points (plan_points) adds, in this order:
+  1. analytic pre-screening: parameters + gradients + AdamW moments per device (from
+     trainer.flops.param_count and the mesh's fsdp x tensor sharding) above the HBM is a
+     predicted OOM without compiling;
+  2. de-duplication: points whose compiled step is the same (plan_key: model, resolved mesh,
+     global batch, remat; not the optimizer's numbers, steps or data) are compiled once;
+  3. parallel compiles in worker processes (one per core, default), each with the target's
+     environment set before JAX is imported;
+  4. one compile per point: FLOPs are counted from the optimized HLO with loop trip counts
+     (trainer/roofline.py), so the two unrolled FLOP probes of plan(count_flops=True) are
+     not needed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from ..trainer import topology as topo
+from ..trainer.errors import ConfigError
+
+PLATFORMS = ("cpu", "tpu", "gpu")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # canonical text, e.g. "tpu:v5e-16,slices=2"
+    platform: str  # "cpu" | "tpu" | "gpu"
+    num_devices: int  # all slices together
+    num_slices: int = 1
+    plan_only: bool = False  # compiled for, never run (a TPU target on a machine without TPUs)
+    hbm_bytes_per_device: int | None = None  # None: ask the device (or no limit on CPU)
+    chip: str | None = None  # "v5e" (TPU targets)
+    slice_name: str | None = None  # "v5e-16" (TPU targets)
+
+    @property
+    def text(self) -> str:
+        return self.name
+
+
+def parse_target(text: str) -> Target:
+    """'cpu:8', 'gpu:8', 'tpu:v5e-16', 'tpu:v5p-128', 'tpu:v4-32', 'tpu:v6e-256', with
+    ',slices=N' for N slices over DCN. ValueError (one line) for anything else."""
+    raw = str(text).strip()
+    head, *opts = [p.strip() for p in raw.split(",")]
+    m = re.fullmatch(r"(cpu|gpu|tpu)\s*:\s*(\S+)", head.lower())
+    if not m:
+        raise ValueError(f"unknown target {raw!r}; use cpu:N, gpu:N or tpu:<slice> "
+                         "(e.g. cpu:8, tpu:v5e-16, tpu:v5p-128,slices=2)")
+    platform, what = m.group(1), m.group(2)
+    slices = 1
+    for opt in opts:
+        om = re.fullmatch(r"slices\s*=\s*(\d+)", opt)
+        if not om:
+            raise ValueError(f"target {raw!r}: unknown option {opt!r}; the only option is slices=N")
+        slices = int(om.group(1))
+    if slices < 1:
+        raise ValueError(f"target {raw!r}: slices must be >= 1")
+    suffix = f",slices={slices}" if slices > 1 else ""
+    if platform in ("cpu", "gpu"):
+        if not what.isdigit() or int(what) < 1:
+            raise ValueError(f"target {raw!r}: {platform}:N needs a device count N >= 1 (e.g. {platform}:8)")
+        if slices > 1:
+            raise ValueError(f"target {raw!r}: slices=N applies to TPU targets only")
+        return Target(f"{platform}:{int(what)}", platform, int(what))
+    try:
+        tpu_slice = topo.parse_slice(what)
+    except ConfigError as e:
+        raise ValueError(f"target {raw!r}: {e}") from None
+    chip = tpu_slice.chip
+    return Target(f"tpu:{tpu_slice.name}{suffix}", "tpu", tpu_slice.chips * slices, slices,
+                  plan_only=not topo.has_tpu_hardware(), hbm_bytes_per_device=chip.hbm_bytes,
+                  chip=chip.name, slice_name=tpu_slice.name)
+
+
+def target_env(target: Target) -> dict[str, str]:
+    """Environment variables a process needs for `target`, to set before JAX is imported."""
+    env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
+    if target.platform == "cpu":
+        flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+                 if not f.startswith("--xla_force_host_platform_device_count")]
+        flags.append(f"--xla_force_host_platform_device_count={target.num_devices}")
+        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))
+    elif target.platform == "tpu" and target.plan_only:
+        # compile-only TPU devices need no TPU backend: stay on CPU, and answer libtpu's
+        # questions so it does not warn (trainer.topology._quiet_libtpu_env)
+        env["JAX_PLATFORMS"] = "cpu"
+        for key, value in topo.compile_only_env(topo.parse_slice(target.slice_name)).items():
+            env[key] = os.environ.get(key, value)
+    return env
+
+
+def apply_env(target: Target) -> None:
+    """Set target_env(target) in this process (call before importing JAX)."""
+    os.environ.update(target_env(target))
+
+
+def check_available(target: Target) -> None:
+    """Raise LibtpuMissing (one line) when a TPU target cannot be compiled here."""
+    if target.platform == "tpu":
+        topo.require_libtpu()
+
+
+def target_devices(target: Target) -> list:
+    """The devices of `target` (call after the process environment is set):
+    cpu/gpu -> jax.devices(platform); tpu -> the attached TPUs, or without TPU hardware the
+    compile-only devices of the topology."""
+    if target.platform == "tpu":
+        check_available(target)
+        if not target.plan_only:
+            import jax
+
+            devices = jax.devices("tpu")
+        else:
+            devices = topo.topology_devices(target.slice_name, target.num_slices)
+    else:
+        import jax
+
+        devices = jax.devices(target.platform)
+    if len(devices) < target.num_devices:
+        raise ConfigError(f"target {target.name} needs {target.num_devices} devices, this process has "
+                          f"{len(devices)}; set the device count before JAX starts (target_env)")
+    return list(devices)[:target.num_devices]
+
+
+# ----------------------------------------------------------------------------- hardware
+
+# GPU memory and NVLink bandwidth (bytes/s), NVIDIA datasheets (SXM parts):
+#   A100 80GB 2,039 GB/s HBM2e, NVLink 600 GB/s  https://www.nvidia.com/en-us/data-center/a100/
+#   H100      3.35 TB/s HBM3,   NVLink 900 GB/s  https://www.nvidia.com/en-us/data-center/h100/
+#   H200      4.8 TB/s HBM3e,   NVLink 900 GB/s  https://www.nvidia.com/en-us/data-center/h200/
+# NVLink figures are bidirectional totals per GPU (through NVSwitch); between nodes one
+# 400 Gb/s NIC per GPU is assumed.
+GPU_BANDWIDTH = {"a100": (2039e9, 600e9), "h100": (3.35e12, 900e9), "h200": (4.8e12, 900e9)}
+GPU_NIC_BANDWIDTH = 400e9 / 8
+
+
+def hardware_for(target: Target, devices: Sequence):
+    """roofline.Hardware of one device of `target`."""
+    from ..trainer import flops as flops_lib
+    from ..trainer.roofline import Hardware
+
+    chip = topo.CHIPS.get(target.chip or "") or topo.chip_for_device_kind(devices[0].device_kind)
+    if chip is not None:
+        return Hardware(chip.name, chip.peak_bf16_flops, chip.hbm_bandwidth, chip.ici_link_bandwidth,
+                        chip.dcn_bandwidth_per_chip, chip.torus_dims)
+    kind = devices[0].device_kind.lower()
+    local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
+    peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)
+    for name, (hbm, nvlink) in GPU_BANDWIDTH.items():
+        if name in kind:
+            # one bidirectional ring drives half the NVLink total in each direction: 2 x link = nvlink / 2
+            return Hardware(name, peak, hbm, nvlink / 4, GPU_NIC_BANDWIDTH, 1)
+    bw = _host_memory_bandwidth() / max(local, 1)
+    # simulated CPU devices share host memory: collectives are memory copies
+    return Hardware(devices[0].platform, peak, bw, bw / 2, bw / 2, 1)
+
+
+_HOST_BW: list[float] = []
+
+
+def _host_memory_bandwidth() -> float:
+    """Copy bandwidth of this host (read + write bytes per second), measured once."""
+    if not _HOST_BW:
+        import numpy as np
+
+        a = np.ones(1 << 24, dtype=np.float32)  # 64 MiB
+        b = np.empty_like(a)
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            np.copyto(b, a)
+            best = min(best, time.perf_counter() - t)
+        _HOST_BW.append(2 * a.nbytes / best)
+    return _HOST_BW[0]
+
+
+# ----------------------------------------------------------------------------- one plan
+
+def compile_for_target(cfg, target: Target, devices: Sequence | None = None, *, count_flops: bool = False):
+    """(Program, plan dict) of `cfg` compiled for `target`. Raises PredictedOOM when the TPU
+    compiler refuses the step for memory, ConfigError when the config cannot run there."""
+    from ..trainer.plan import build_program
+    from ..trainer.roofline import analyze
+
+    devices = list(devices) if devices is not None else target_devices(target)
+    try:
+        program = build_program(cfg, devices, count_flops=count_flops, keep_hlo=True)
+    except ConfigError:
+        raise
+    except Exception as e:
+        oom = topo.predicted_oom_from(e, target.hbm_bytes_per_device)
+        if oom is None:
+            raise
+        raise oom from None
+    plan = program.plan
+    hw = hardware_for(target, devices)
+    roof = analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=len(devices))
+    hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
+    mfu = roof.predicted_mfu(plan.model_flops_per_step, len(devices), hw.peak_flops)
+    mem = plan.memory
+    xla_flops = plan.xla_flops_per_step if count_flops else roof.flops_per_step
+    xla_bytes = plan.xla_bytes_accessed_per_step if count_flops else roof.hbm_bytes_per_step
+    d = {
+        "target": target.name,
+        "plan_only": target.plan_only,
+        "peak_bytes": int(plan.peak_bytes),
+        "argument_bytes": int(mem.argument_bytes),
+        "output_bytes": int(mem.output_bytes),
+        "temp_bytes": int(mem.temp_bytes),
+        "alias_bytes": int(mem.alias_bytes),
+        "generated_code_bytes": int(mem.generated_code_bytes),
+        "hbm_bytes": int(hbm) if hbm else None,
+        "fits": bool(hbm is None or plan.peak_bytes <= hbm),
+        "xla_flops_per_step": float(xla_flops),
+        "xla_bytes_accessed_per_step": float(xla_bytes),
+        "flops_source": "probes (plan count_flops)" if count_flops else "optimized HLO, loop trip counts applied",
+        "model_flops_per_step": float(plan.model_flops_per_step),
+        "param_count": int(plan.param_count),
+        "compile_seconds": float(plan.compile_seconds),
+        "global_batch": int(plan.global_batch),
+        "tokens_per_step": int(plan.tokens_per_step),
+        "num_devices": int(plan.num_devices),
+        "device_kind": plan.device_kind,
+        "platform": plan.platform,
+        "mesh_shape": dict(plan.mesh_shape),
+        "peak_flops_per_device": float(hw.peak_flops),
+        "predicted": True,
+        "predicted_step_time": float(roof.step_time_s),
+        "predicted_mfu": float(mfu),
+        "predicted_tokens_per_sec": float(plan.tokens_per_step / roof.step_time_s) if roof.step_time_s > 0 else None,
+        "roofline": roof.to_dict(),
+    }
+    return program, d
+
+
+def plan_trial(cfg, target: Target, *, count_flops: bool = False) -> dict:
+    """The study's "plan" dict of `cfg` on `target` (see compile_for_target)."""
+    return compile_for_target(cfg, target, count_flops=count_flops)[1]
+
+
+def _device_memory(device) -> int | None:
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # compile-only devices and CPUs may not report
+        return None
+    return int(stats["bytes_limit"]) if "bytes_limit" in stats else None
+
+
+# ----------------------------------------------------------------------------- many plans
+
+def _dtype_bytes(name: str) -> int:
+    return 2 if name == "bfloat16" else 4
+
+
+def prescreen(cfg, target: Target) -> topo.PredictedOOM | None:
+    """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
+    one device (no compiling); None when the point may fit. Raises ConfigError for a point
+    that fails the static checks."""
+    from ..trainer import flops as flops_lib
+    from ..trainer import mesh as mesh_lib
+
+    mesh_lib.check_config(cfg, target.num_devices)
+    hbm = target.hbm_bytes_per_device
+    if not hbm:
+        return None
+    sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
+    shards = sizes["fsdp"] * sizes["tensor"]  # weights: embed over fsdp, heads/mlp/vocab over tensor
+    params = flops_lib.param_count(cfg.model)
+    # params + gradients (same dtype) + two AdamW moments: all live at the update, since
+    # global-norm clipping needs every gradient before any parameter changes
+    need = topo.state_bytes_per_device(params, _dtype_bytes(cfg.model.param_dtype), shards, optimizer_states=3)
+    if need <= hbm:
+        return None
+    return topo.PredictedOOM(
+        f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and AdamW moments "
+        f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor = {shards} shards, above "
+        f"{hbm / topo.GiB:.2f} GiB usable HBM", need, hbm, "analytic")
+
+
+def plan_key(cfg, target: Target) -> str:
+    """Points with the same key compile to the same step: model, resolved mesh, global batch
+    and remat on the same target (optimizer numbers, steps, data and logging do not change
+    the compiled program's memory or FLOPs)."""
+    from ..trainer import mesh as mesh_lib
+
+    ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
+    key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),
+           "global_batch": mesh_lib.global_batch_size(cfg, target.num_devices), "remat": cfg.remat}
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def outcome_of(cfg, target: Target, devices=None) -> dict:
+    """Plan one point and return a picklable outcome:
+    {"status": "planned" | "predicted_oom" | "invalid" | "compile_error", "plan": dict|None,
+     "error": str|None, "oom": dict|None, "seconds": float}."""
+    t0 = time.perf_counter()
+    out = {"status": "planned", "plan": None, "error": None, "oom": None}
+    try:
+        plan = compile_for_target(cfg, target, devices)[1]
+        out["plan"] = plan
+        if not plan["fits"]:
+            out["status"] = "predicted_oom"
+            out["oom"] = topo.PredictedOOM(
+                f"predicted OOM: compiled peak {plan['peak_bytes'] / topo.GiB:.2f} GiB per device > "
+                f"{plan['hbm_bytes'] / topo.GiB:.2f} GiB usable HBM", plan["peak_bytes"], plan["hbm_bytes"],
+                "memory_analysis").to_dict()
+    except topo.PredictedOOM as e:
+        out.update(status="predicted_oom", error=str(e), oom=e.to_dict())
+    except ConfigError as e:
+        out.update(status="invalid", error=str(e))
+    except Exception as e:  # an XLA failure that is not about memory
+        out.update(status="compile_error", error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+_WORKER_DEVICES: list = []
+
+
+def _worker_init(target: Target) -> None:
+    apply_env(target)
+
+
+def _worker_plan(args) -> dict:
+    cfg, target = args
+    if not _WORKER_DEVICES:
+        _WORKER_DEVICES.extend(target_devices(target))
+    return outcome_of(cfg, target, _WORKER_DEVICES)
+
+
+def plan_points(cfgs: Sequence, target: Target, *, workers: int | None = None, prescreen_points: bool = True,
+                dedupe: bool = True) -> list[dict]:
+    """Outcomes (see outcome_of) of planning every config in `cfgs` for `target`, in order.
+    Each outcome also says "prescreened" (rejected without compiling) and "duplicate_of"
+    (index of the point whose compile it reuses, or None)."""
+    results: list[dict | None] = [None] * len(cfgs)
+    first_of: dict[str, int] = {}
+    todo: list[int] = []
+    for i, cfg in enumerate(cfgs):
+        try:
+            oom = prescreen(cfg, target) if prescreen_points else None
+            key = plan_key(cfg, target) if dedupe else str(i)
+        except ConfigError as e:
+            results[i] = {"status": "invalid", "plan": None, "error": str(e), "oom": None, "seconds": 0.0,
+                          "prescreened": True, "duplicate_of": None}
+            continue
+        if oom is not None:
+            results[i] = {"status": "predicted_oom", "plan": None, "error": str(oom), "oom": oom.to_dict(),
+                          "seconds": 0.0, "prescreened": True, "duplicate_of": None}
+            continue
+        if key in first_of:
+            results[i] = {"duplicate_of": first_of[key]}
+            continue
+        first_of[key] = i
+        todo.append(i)
+    workers = max(1, min(workers or (os.cpu_count() or 1), len(todo) or 1))
+    if workers == 1:
+        apply_env(target)
+        devices = target_devices(target)
+        for i in todo:
+            results[i] = outcome_of(cfgs[i], target, devices)
+    else:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                 initargs=(target,)) as pool:
+            # longest first is unknown; submit in order, the pool balances
+            for i, res in zip(todo, pool.map(_worker_plan, [(cfgs[i], target) for i in todo])):
+                results[i] = res
+    for i in todo:
+        results[i].update(prescreened=False, duplicate_of=None)
+    for i, r in enumerate(results):
+        if r is not None and "status" not in r:
+            src = results[r["duplicate_of"]]
+            results[i] = {**src, "prescreened": src.get("prescreened", False), "duplicate_of": r["duplicate_of"],
+                          "seconds": 0.0}
+    return results  # type: ignore[return-value]

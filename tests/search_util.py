@@ -1,0 +1,37 @@
+"""Helpers of the search tests: the CLI in a subprocess, studies read back with plain Optuna."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import optuna
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TINY = os.path.join(HERE, "spaces", "tiny_space.py")
+
+
+def cli(*args, env=None, timeout=600, check=True) -> subprocess.CompletedProcess:
+    """`paxsearch ARGS` in a subprocess (its own driver, as a user would run it)."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "paxsearch.search.cli", *map(str, args)], cwd=REPO,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"paxsearch {' '.join(map(str, args))} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def load(run_dir: str, name: str = "tiny_space") -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{os.path.abspath(run_dir)}/study.db")
+
+
+def active(study) -> list:
+    """Trials that count towards the budget (not superseded by a requeued copy)."""
+    return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get("superseded")]
+
+
+def decision_keys(trials) -> list:
+    return [tuple(sorted(t.params.items())) for t in trials]

@@ -1,0 +1,191 @@
+"""The HLO roofline parser (trainer/roofline.py) on small real programs compiled for 8
+simulated CPU devices, and on the spellings of replica groups XLA prints."""
+import os
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from paxsearch.trainer import roofline as R
+
+HW = R.Hardware("test", peak_flops=1e12, hbm_bandwidth=1e11, ici_link_bandwidth=1e10, dcn_bandwidth=1e9,
+                physical_dims=1, ici_step_latency_s=0.0, dcn_step_latency_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    assert len(jax.devices()) >= 8, "needs 8 simulated CPU devices (tests/conftest.py)"
+    return Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("a", "b"))
+
+
+def _scan_gather(mesh, length=4):
+    """A scan of `length` steps whose body all-gathers a weight sharded over 'b'."""
+    def f(w, x):
+        def body(c, wi):
+            return c @ jax.lax.with_sharding_constraint(wi, NamedSharding(mesh, P())), None
+        return jax.lax.scan(body, x, w)[0].sum()
+
+    w = jax.ShapeDtypeStruct((length, 64, 64), jnp.float32, sharding=NamedSharding(mesh, P(None, "b", None)))
+    x = jax.ShapeDtypeStruct((16, 64), jnp.float32, sharding=NamedSharding(mesh, P("a", None)))
+    return jax.jit(f).lower(w, x).compile()
+
+
+def test_all_gather_in_a_scan_of_4_counts_4_times(mesh):
+    compiled = _scan_gather(mesh)
+    roof = R.analyze(compiled.as_text(), HW, mesh=mesh)
+    gathers = [c for c in roof.collectives if c.kind == "all-gather"]
+    assert len(gathers) == 1, roof.collectives
+    g = gathers[0]
+    assert g.executions == 4
+    assert g.axes == ("b",) and g.link == "ici" and g.group_size == 4
+    shard = 16 * 64 * 4  # f32[1,16,64]: one layer's weight shard
+    assert g.operand_bytes == shard
+    assert g.bytes_per_execution == shard * 3  # ring: (n - 1) x the input
+    assert g.seconds == pytest.approx(4 * shard * 3 / (2 * HW.ici_link_bandwidth))
+    assert list(roof.trip_counts.values()) == [4]
+    # the final psum runs over 'a' once, outside the loop
+    (psum,) = [c for c in roof.collectives if c.kind == "all-reduce"]
+    assert psum.executions == 1 and psum.axes == ("a",)
+
+
+def test_trip_count_read_from_the_loop_when_xla_wrote_none(mesh):
+    text = _scan_gather(mesh, length=6).as_text()
+    assert "known_trip_count" in text
+    stripped = re.sub(r',"known_trip_count":\{"n":"\d+"\}', "", text)
+    stripped = re.sub(r'"known_trip_count":\{"n":"\d+"\},?', "", stripped)
+    assert "known_trip_count" not in stripped
+    roof = R.analyze(stripped, HW, mesh=mesh)
+    assert list(roof.trip_counts.values()) == [6] and not roof.unknown_trip_counts
+    (g,) = [c for c in roof.collectives if c.kind == "all-gather"]
+    assert g.executions == 6
+
+
+def test_flops_match_xla_cost_analysis_on_a_loop_free_program(mesh):
+    def f(a, b, c):
+        return jnp.tanh(a @ b) @ c + 1.0
+
+    sh = NamedSharding(mesh, P("a", None))
+    args = [jax.ShapeDtypeStruct(s, jnp.float32, sharding=sh) for s in ((64, 128), (128, 256), (256, 32))]
+    compiled = jax.jit(f).lower(*args).compile()
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    roof = R.analyze(compiled.as_text(), HW, mesh=mesh)
+    assert roof.flops_per_step == pytest.approx(ca["flops"], rel=0.02)
+    matmuls = 2 * 64 * 128 * 256 + 2 * 64 * 256 * 32  # the whole program, split over 8 devices
+    assert matmuls <= 8 * roof.flops_per_step <= 1.05 * matmuls
+
+
+def test_convolution_flops_match_xla():
+    x = jax.ShapeDtypeStruct((2, 3, 17, 15), jnp.float32)
+    k = jax.ShapeDtypeStruct((4, 3, 3, 5), jnp.float32)
+    f = lambda x, k: jax.lax.conv_general_dilated(x, k, (2, 1), ((1, 2), (0, 3)), rhs_dilation=(1, 2))
+    compiled = jax.jit(f).lower(x, k).compile()
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    module = R.parse_module(compiled.as_text())
+    convs = [(c, i) for c in module.computations.values() for i in c.instrs if i.opcode == "convolution"]
+    assert convs
+    comp, ins = convs[0]
+    assert R.instr_flops(module, comp, ins) == pytest.approx(ca["flops"], rel=0.01)
+
+
+def test_replica_group_spellings():
+    ins = lambda attrs, op="all-gather": R.Instr("x", "f32[8]", op, ["p"], attrs)
+    assert R.replica_groups(ins("replica_groups={{0,1},{2,3}}, dimensions={0}"), 4) == [[0, 1], [2, 3]]
+    assert R.replica_groups(ins("replica_groups={}, dimensions={0}"), 4) == [[0, 1, 2, 3]]
+    assert R.replica_groups(ins("replica_groups=[2,4]<=[8], dimensions={0}"), 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert R.replica_groups(ins("replica_groups=[4,2]<=[2,4]T(1,0), dimensions={0}"), 8) == \
+        [[0, 4], [1, 5], [2, 6], [3, 7]]
+    mesh_b = "replica_groups=mesh['a'=2,'b'=4] {'b'}, dimensions={0}"
+    assert R.replica_groups(ins(mesh_b), 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    mesh_a = "replica_groups=mesh['a'=2,'b'=4] {'a'}, use_global_device_ids=true"
+    assert R.replica_groups(ins(mesh_a), 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # device order given as an iota with a transpose (as XLA's CPU backend prints it)
+    cpu = ("replica_groups=mesh['axis_0'=1,'axis_1'=4,'axis_2'=1,'axis_3'=2], device_ids=([2,4]T(1,0)) "
+           "{'axis_1'}, dimensions={1}")
+    assert R.replica_groups(ins(cpu), 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # a sub-axis: the first factor 2 of b=4 (pre-size 1): b = 2 x 2, group over the major one
+    sub = "replica_groups=mesh['a'=2,'b'=4] {'b':(1)2}, dimensions={0}"
+    assert R.replica_groups(ins(sub), 8) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    minor = "replica_groups=mesh['a'=2,'b'=4] {'a','b':(2)2}, dimensions={0}"  # a x minor factor of b
+    assert R.replica_groups(ins(minor), 8) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    perm = ins("source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", "collective-permute-start")
+    assert R.replica_groups(perm, 4) == [[0, 1], [1, 2], [2, 3], [3, 0]]
+
+
+def test_collective_costs_follow_the_ring_formulas():
+    n, b = 4, 1000.0
+    assert R._traffic("all-gather", b, n) == b * 3
+    assert R._traffic("reduce-scatter", b, n) == b * 3 / 4
+    assert R._traffic("all-reduce", b, n) == 2 * b * 3 / 4
+    assert R._traffic("all-to-all", b, n) == b * 3 / 4
+    assert R._traffic("collective-permute", b, n) == b
+    assert R._traffic("all-reduce", b, 1) == 0
+
+
+def test_cross_slice_transfers_are_priced_over_dcn():
+    """TPU multi-slice programs move data between slices with megascale host transfers."""
+    text = """HloModule m, num_partitions=4
+
+%body (p: (s32[], f32[256])) -> (s32[], f32[256]) {
+  %p = (s32[], f32[256]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %x = f32[256]{0} get-tuple-element(%p), index=1
+  %tok = token[] after-all()
+  %send.1 = (f32[256]{0}, u32[], token[]) send(%x, %tok), channel_id=3, is_host_transfer=true, frontend_attributes={_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_REDUCE"}
+  %recv.1 = (f32[256]{0}, u32[], token[]) recv(%tok), channel_id=4, is_host_transfer=true, frontend_attributes={_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_REDUCE"}
+  ROOT %t = (s32[], f32[256]{0}) tuple(%next, %x)
+}
+
+%cond (q: (s32[], f32[256])) -> pred[] {
+  %q = (s32[], f32[256]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(5)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (a: f32[256]) -> f32[256] {
+  %a = f32[256]{0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[256]{0}) tuple(%zero, %a)
+  %w = (s32[], f32[256]{0}) while(%init), condition=%cond, body=%body
+  ROOT %out = f32[256]{0} get-tuple-element(%w), index=1
+}
+"""
+
+    class Dev:
+        def __init__(self, i):
+            self.slice_index, self.coords = i // 4, (i % 4, 0, 0)
+
+    devices = np.array([Dev(i) for i in range(8)], dtype=object).reshape(2, 4, 1)
+    roof = R.analyze(text, HW, mesh_devices=devices, axis_names=("data", "fsdp", "tensor"))
+    assert roof.trip_counts == {"w": 5}
+    (c,) = roof.collectives
+    assert (c.kind, c.link, c.axes, c.group_size, c.executions) == ("all-reduce", "dcn", ("data",), 2, 5)
+    assert c.seconds == pytest.approx(5 * 2 * 1024 * 0.5 / HW.dcn_bandwidth)
+
+
+def test_hbm_bytes_skip_buffers_placed_outside_hbm():
+    assert R.hbm_shape_bytes("f32[1024]{0:T(256)}") == 4096
+    assert R.hbm_shape_bytes("f32[1024]{0:T(256)S(1)}") == 0
+    assert R.hbm_shape_bytes("(bf16[8,128]{1,0}, f32[4]{0:S(1)})") == 8 * 128 * 2
+    assert R.shape_bytes("(bf16[8,128]{1,0}, f32[4]{0:S(1)}, s4[2])") == 8 * 128 * 2 + 16 + 1
+
+
+def test_predicted_step_time_combines_roofline_and_exposed_comm():
+    roof = R.Roofline("t", 0, 0, compute_s=2.0, memory_s=1.0, roofline_s=2.0, comm_s=3.0, exposed_comm_s=2.0,
+                      step_time_s=4.0, overlap_fraction=0.5, collectives=[], trip_counts={},
+                      unknown_trip_counts=[])
+    assert roof.predicted_mfu(model_flops_per_step=4e12, num_devices=2, peak_flops=1e12) == pytest.approx(0.5)
+    d = roof.to_dict()
+    assert d["predicted"] is True and d["step_time_s"] == 4.0

@@ -1,0 +1,287 @@
+"""TPU slices without TPUs: chip figures, slice names -> topologies, compile-only devices,
+and the typed failure for a step that cannot fit in HBM.
+
+A slice is named the way Google Cloud names accelerator types: "v5e-16", "v6e-256" count
+chips; "v4-32", "v5p-128" count TensorCores (2 per chip, one JAX device per chip in
+megacore mode). `slice_topology("v5p-128")` gives the topology name that
+`jax.experimental.topologies.get_topology_desc` takes ("v5p:4x4x4", 64 chips), and
+`topology_devices("v5e-16", num_slices=2)` the compile-only devices of two such slices
+joined by the data-center network (each device carries its `slice_index`, so
+trainer.mesh.build_mesh lays DCN axes across slices with create_hybrid_device_mesh).
+
+libtpu is an optional extra (`pip install 'paxsearch[tpu]'`); without it a TPU target fails
+with one line (LibtpuMissing). Loading libtpu on a machine without TPUs makes it ask the
+GCE metadata server and print warnings; we tell it what it asks for instead (see
+_quiet_libtpu_env), so compile-only runs stay quiet. Importing this module loads nothing.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigError, TrainerError
+
+GiB = 1024 ** 3
+LIBTPU_MISSING = "TPU targets need libtpu: pip install 'paxsearch[tpu]'"
+
+
+class LibtpuMissing(TrainerError, ImportError):
+    """A TPU target was asked for but libtpu is not installed."""
+
+    def __init__(self, message: str = LIBTPU_MISSING):
+        super().__init__(message)
+
+
+class PredictedOOM(TrainerError):
+    """The step cannot fit in the target's HBM: either XLA's TPU compiler refused it
+    (RESOURCE_EXHAUSTED, CompileTimeHbmOom) or its compiled peak exceeds the HBM.
+
+    required_bytes / available_bytes: per device, None when the compiler did not say.
+    source: "compiler" (the compiler refused), "memory_analysis" (compiled, too big) or
+    "analytic" (parameters + optimizer state alone exceed HBM; nothing was compiled).
+    """
+
+    def __init__(self, message: str, required_bytes: int | None = None,
+                 available_bytes: int | None = None, source: str = "compiler"):
+        super().__init__(message)
+        self.required_bytes = required_bytes
+        self.available_bytes = available_bytes
+        self.source = source
+
+    def to_dict(self) -> dict:
+        return {"message": str(self), "required_bytes": self.required_bytes,
+                "available_bytes": self.available_bytes, "source": self.source}
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    """One TPU chip (= one JAX device in megacore mode). Bandwidths in bytes/s."""
+
+    name: str  # "v5e"
+    device_kinds: tuple[str, ...]  # jax Device.device_kind spellings
+    peak_bf16_flops: float
+    hbm_bytes: int  # what XLA's TPU compiler lets a program use (see HBM_USABLE below)
+    hbm_bytes_nominal: int  # the product page's HBM capacity
+    hbm_bandwidth: float
+    ici_bandwidth_per_chip: float  # bidirectional, all ports together
+    ici_ports: int
+    dcn_bandwidth_per_chip: float  # data-center network egress, the chip's share
+    torus_dims: int  # 2 (v5e, v6e) or 3 (v4, v5p)
+    cores_per_chip: int  # TensorCores: slice names of v4 / v5p count these
+    accelerator_prefix: str  # Cloud accelerator type: "<prefix>-<count>"
+    chip_config_name: str | None  # get_topology_desc(chip_config_name=...), as on live hosts
+    sources: tuple[str, ...]
+
+    @property
+    def ici_link_bandwidth(self) -> float:
+        """One direction of one ICI link."""
+        return self.ici_bandwidth_per_chip / self.ici_ports / 2
+
+
+# Figures per chip. Sources (Google Cloud TPU documentation, system architecture pages):
+#   v4   https://cloud.google.com/tpu/docs/v4   275 TFLOP/s bf16; 32 GiB HBM2 at 1,200 GB/s;
+#        3D torus, 6 ICI ports. The v4 page gives no per-chip ICI or DCN figure: ICI 45 GB/s
+#        per port and direction is from the TPU v4 paper (Jouppi et al., ISCA 2023) as used
+#        in "How to Scale Your Model" (https://jax-ml.github.io/scaling-book/tpus/), and the
+#        DCN share is assumed equal to v5p's 50 Gbps (an assumption, marked here).
+#   v5e  https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s bf16; 16 GB HBM2 at 819 GB/s;
+#        ICI 1,600 Gbps per chip one way (400 GB/s bidirectional), 4 ports, 2D torus;
+#        DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip.
+#   v5p  https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16; 95 GiB HBM2e at
+#        2,765 GB/s; ICI 4,800 Gbps per chip (1,200 GB/s bidirectional), 6 ports, 3D torus;
+#        DCN 50 Gbps per chip.
+#   v6e  https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16; 32 GB HBM at 1,640 GB/s;
+#        ICI 800 GB/s bidirectional per chip (the page's current table; an older version
+#        said 3,584 Gbps), 4 ports, 2D torus;
+#        DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip.
+# HBM_USABLE: what XLA's TPU compiler (libtpu 0.0.52) reports as available HBM in its
+# CompileTimeHbmOom message ("exceeds available HBM (15.75G)"), measured here by compiling
+# an oversized program for each topology; a program must fit in this, not in the nominal
+# capacity.
+HBM_USABLE = {"v4": 30.75 * GiB, "v5e": 15.75 * GiB, "v5p": 95.73 * GiB, "v6e": 31.24 * GiB}
+_CLOUD = "https://cloud.google.com/tpu/docs/"
+CHIPS: dict[str, ChipSpec] = {
+    "v4": ChipSpec("v4", ("TPU v4",), 275e12, int(HBM_USABLE["v4"]), 32 * GiB, 1200e9,
+                   6 * 2 * 45e9, 6, 50e9 / 8, 3, 2, "v4", "megacore",
+                   (_CLOUD + "v4", "https://jax-ml.github.io/scaling-book/tpus/")),
+    "v5e": ChipSpec("v5e", ("TPU v5 lite", "TPU v5e"), 197e12, int(HBM_USABLE["v5e"]), 16 * GiB, 819e9,
+                    400e9, 4, 25e9 / 8, 2, 1, "v5litepod", None, (_CLOUD + "v5e",)),
+    "v5p": ChipSpec("v5p", ("TPU v5", "TPU v5p"), 459e12, int(HBM_USABLE["v5p"]), 95 * GiB, 2765e9,
+                    1200e9, 6, 50e9 / 8, 3, 2, "v5p", "megachip_tccontrol", (_CLOUD + "v5p",)),
+    "v6e": ChipSpec("v6e", ("TPU v6 lite", "TPU v6e"), 918e12, int(HBM_USABLE["v6e"]), 32 * GiB, 1640e9,
+                    800e9, 4, 100e9 / 8, 2, 1, "v6e", "megachip_tccontrol", (_CLOUD + "v6e",)),
+}
+
+# Supported slice shapes (chips), from the same pages.
+_SHAPES_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16),
+              256: (16, 16)}
+_SHAPES_3D = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4), 64: (4, 4, 4), 128: (4, 4, 8),
+              256: (4, 8, 8), 512: (8, 8, 8), 1024: (8, 8, 16), 2048: (8, 16, 16), 4096: (16, 16, 16),
+              6144: (16, 16, 24)}
+
+
+@dataclass(frozen=True)
+class TpuSlice:
+    """One named slice, e.g. v5e-16 -> 16 chips in topology v5e:4x4."""
+
+    name: str  # "v5e-16"
+    chip: ChipSpec
+    chips: int
+    shape: tuple[int, ...]  # chips per torus dimension
+
+    @property
+    def topology_name(self) -> str:
+        return f"{self.chip.name}:" + "x".join(str(s) for s in self.shape)
+
+    @property
+    def accelerator_type(self) -> str:
+        return f"{self.chip.accelerator_prefix}-{self.chips * self.chip.cores_per_chip}"
+
+
+def chip_for_device_kind(device_kind: str) -> ChipSpec | None:
+    kind = device_kind.lower()
+    for chip in sorted(CHIPS.values(), key=lambda c: -max(len(k) for k in c.device_kinds)):
+        if any(k.lower() == kind for k in chip.device_kinds):
+            return chip
+    return None
+
+
+def parse_slice(name: str) -> TpuSlice:
+    """'v5e-16' / 'v5p-128' / 'v4-32' / 'v6e-256' -> TpuSlice; ConfigError when unknown."""
+    m = re.fullmatch(r"\s*(v4|v5e|v5litepod|v5p|v6e)-(\d+)\s*", name.lower())
+    if not m:
+        raise ConfigError(f"unknown TPU slice {name!r}; use <chip>-<count> with chip one of "
+                          f"{', '.join(CHIPS)} (e.g. v5e-16, v5p-128, v4-32, v6e-256)")
+    chip = CHIPS["v5e" if m.group(1) == "v5litepod" else m.group(1)]
+    count = int(m.group(2))
+    if count % chip.cores_per_chip:
+        raise ConfigError(f"{name}: {chip.name} slice names count TensorCores ({chip.cores_per_chip} per chip); "
+                          f"use an even count such as {chip.name}-{2 * max(count // 2, 4)}")
+    chips = count // chip.cores_per_chip
+    shapes = _SHAPES_3D if chip.torus_dims == 3 else _SHAPES_2D
+    if chips not in shapes:
+        sizes = ", ".join(f"{chip.name}-{c * chip.cores_per_chip}" for c in shapes)
+        raise ConfigError(f"{name}: no {chip.name} slice of {chips} chips; supported: {sizes}")
+    return TpuSlice(f"{chip.name}-{count}", chip, chips, shapes[chips])
+
+
+def slice_topology(name: str) -> str:
+    """'v5e-16' -> 'v5e:4x4'; 'v5p-128' -> 'v5p:4x4x4'; 'v4-32' -> 'v4:2x2x4'."""
+    return parse_slice(name).topology_name
+
+
+def libtpu_available() -> bool:
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def require_libtpu() -> None:
+    if not libtpu_available():
+        raise LibtpuMissing()
+
+
+def has_tpu_hardware() -> bool:
+    return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+
+
+def _quiet_libtpu_env(tpu_slice: TpuSlice) -> None:
+    """On a machine without TPUs libtpu asks the GCE metadata server for the accelerator
+    type and worker hostnames and warns when it gets no answer. Tell it instead: skip the
+    metadata query (what JAX itself sets when it finds no TPU chips), the accelerator type
+    of the target, and this host as the only worker. libtpu also takes a lock file so that
+    one process owns the TPU chips; with no chips to own, compile-only processes may load
+    it side by side (parallel plan workers). Existing settings are kept."""
+    if has_tpu_hardware():
+        return
+    for key, value in compile_only_env(tpu_slice).items():
+        os.environ.setdefault(key, value)
+
+
+def compile_only_env(tpu_slice: TpuSlice) -> dict[str, str]:
+    """Environment for loading libtpu only to compile for `tpu_slice` (no TPU hardware)."""
+    return {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": tpu_slice.accelerator_type,
+            "TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+
+
+def topology_devices(name: str, num_slices: int = 1) -> list:
+    """Compile-only devices of `num_slices` slices `name` (e.g. 'v5e-16'), in the order
+    get_topology_desc gives them. With num_slices > 1 every device has a `slice_index`."""
+    tpu_slice = parse_slice(name)
+    if num_slices < 1:
+        raise ConfigError(f"num_slices must be >= 1, got {num_slices}")
+    require_libtpu()
+    _quiet_libtpu_env(tpu_slice)
+    from jax.experimental import topologies
+
+    kwargs = {}
+    if tpu_slice.chip.chip_config_name:
+        kwargs["chip_config_name"] = tpu_slice.chip.chip_config_name
+    if num_slices > 1:
+        kwargs["num_slices"] = num_slices
+    devices = list(topologies.get_topology_desc(tpu_slice.topology_name, "tpu", **kwargs).devices)
+    expected = tpu_slice.chips * num_slices
+    if len(devices) != expected:
+        raise ConfigError(f"{name} x {num_slices} slices gave {len(devices)} devices, expected {expected}")
+    return devices
+
+
+# ----------------------------------------------------------------------------- OOM
+
+RESOURCE_EXHAUSTED = 8  # absl::StatusCode::kResourceExhausted
+_SIZE_RE = r"\(([\d.]+)\s*([KMGT]?)i?B?\)"
+_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
+
+
+def _bytes(number: str, unit: str) -> int:
+    return int(float(number) * _UNITS[unit.upper()])
+
+
+def is_resource_exhausted(exc: BaseException) -> bool:
+    """True when `exc` is XLA's RESOURCE_EXHAUSTED status (decided by the status code;
+    older jaxlibs expose the code only as the message's prefix, which is the code too)."""
+    try:
+        from jax.errors import JaxRuntimeError
+    except ImportError:  # pragma: no cover - older jax
+        from jaxlib.xla_extension import XlaRuntimeError as JaxRuntimeError
+    if not isinstance(exc, JaxRuntimeError):
+        return False
+    code = getattr(exc, "error_code", None)
+    if code is not None:
+        return int(code) == RESOURCE_EXHAUSTED
+    return str(exc).startswith("RESOURCE_EXHAUSTED")
+
+
+def predicted_oom_from(exc: BaseException, hbm_bytes: int | None = None) -> PredictedOOM | None:
+    """The PredictedOOM for a compile error, or None when it is not an out-of-memory."""
+    if not is_resource_exhausted(exc):
+        return None
+    text = getattr(exc, "error_message", None) or str(exc)
+    required = available = None
+    m = re.search(r"required[^()]*" + _SIZE_RE + r"[^()]*available[^()]*" + _SIZE_RE, text)
+    if m:
+        required, available = _bytes(m.group(1), m.group(2)), _bytes(m.group(3), m.group(4))
+    available = available or hbm_bytes
+    first = text.splitlines()[0] if text else "RESOURCE_EXHAUSTED"
+    if required is not None:
+        msg = (f"predicted OOM: the step needs {required / GiB:.2f} GiB per device, the chip has "
+               f"{available / GiB:.2f} GiB usable HBM (XLA's TPU compiler: {first})")
+    else:
+        msg = f"predicted OOM: XLA's TPU compiler ran out of memory: {first}"
+    return PredictedOOM(msg, required, available, "compiler")
+
+
+def check_fits(peak_bytes: int, hbm_bytes: int) -> None:
+    """Raise PredictedOOM when a compiled per-device peak exceeds the HBM."""
+    if peak_bytes > hbm_bytes:
+        raise PredictedOOM(
+            f"predicted OOM: compiled peak {peak_bytes / GiB:.2f} GiB per device > "
+            f"{hbm_bytes / GiB:.2f} GiB usable HBM", peak_bytes, hbm_bytes, "memory_analysis")
+
+
+def state_bytes_per_device(param_count: int, param_dtype_bytes: int, shards: int,
+                           optimizer_states: int = 2) -> int:
+    """Parameters + AdamW moments (same dtype as the parameters) per device when sharded
+    `shards` ways; a lower bound of what a train step keeps in HBM."""
+    return int(math.ceil(param_count * param_dtype_bytes * (1 + optimizer_states) / max(shards, 1)))
