@@ -2,7 +2,9 @@
 
 Objectives are named "loss" (lower is better), "mfu" (higher) and "memory" (lower); see
 OBJECTIVES for their columns. A trial is feasible for a set of objectives when its state is
-COMPLETE and its score is finite on each of them; everything else is left out.
+COMPLETE, it carries no failure_kind (a predicted_oom trial is stored COMPLETE so that the
+tuner learns the memory constraint) and its score is finite on each of them; everything else
+is left out.
 
 Tolerance: with relative tolerance rtol, two scores a, b on one objective differ only when
 |a - b| > rtol * max(|a|, |b|); smaller differences are ties. Trial q dominates trial p when q
@@ -36,8 +38,10 @@ def column(objective: str) -> str:
 
 def feasible_mask(frame: pd.DataFrame, objectives: Sequence[str] = DEFAULT_OBJECTIVES
                   ) -> pd.Series:
-    """COMPLETE trials with a finite score on every given objective."""
+    """COMPLETE trials without a failure kind and with a finite score on every given objective."""
     mask = frame["state"] == "COMPLETE"
+    if "failure_kind" in frame:
+        mask &= frame["failure_kind"].isna() | (frame["failure_kind"].astype(str) == "")
     for objective in _check(objectives):
         name = column(objective)
         if name not in frame:

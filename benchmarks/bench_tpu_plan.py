@@ -60,13 +60,17 @@ def run_naive(cfgs, target) -> list[dict]:
         except Exception as e:
             status, peak = ("predicted_oom" if topo.is_resource_exhausted(e) else "compile_error"), None
         out.append({"status": status, "peak_bytes": peak, "seconds": time.perf_counter() - t0})
+        print(f"[naive] point {len(out) - 1}: {status} in {out[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
     return out
 
 
 def run_planned(cfgs, target, workers: int) -> list[dict]:
     from paxsearch.search import targets as T
 
-    res = T.plan_points(cfgs, target, workers=workers)
+    def progress(i, r):
+        print(f"[planned] point {i}: {r['status']} in {r['seconds']:.1f} s", file=sys.stderr, flush=True)
+
+    res = T.plan_points(cfgs, target, workers=workers, on_result=progress)
     return [{"status": r["status"], "peak_bytes": (r["plan"] or {}).get("peak_bytes"), "seconds": r["seconds"],
              "prescreened": r.get("prescreened"), "duplicate_of": r.get("duplicate_of"),
              "predicted_mfu": (r["plan"] or {}).get("predicted_mfu"),
@@ -133,9 +137,8 @@ def main(argv=None) -> int:
         cmd += [x for s in args.set for x in ("--set", s)] + (["--target", args.target] if args.target else [])
         env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
         env["JAX_PLATFORMS"] = "cpu"
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # progress: stderr passes through
         if proc.returncode != 0:
-            print(proc.stderr[-4000:], file=sys.stderr)
             return proc.returncode
         results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
         print(json.dumps({k: v for k, v in results[mode].items() if k != "points"}), flush=True)

@@ -36,9 +36,9 @@ import math
 import os
 import re
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Sequence
 
 from ..trainer import topology as topo
 from ..trainer.errors import ConfigError
@@ -354,10 +354,11 @@ def _worker_plan(args) -> dict:
 
 
 def plan_points(cfgs: Sequence, target: Target, *, workers: int | None = None, prescreen_points: bool = True,
-                dedupe: bool = True) -> list[dict]:
+                dedupe: bool = True, on_result: Callable[[int, dict], object] | None = None) -> list[dict]:
     """Outcomes (see outcome_of) of planning every config in `cfgs` for `target`, in order.
     Each outcome also says "prescreened" (rejected without compiling) and "duplicate_of"
-    (index of the point whose compile it reuses, or None)."""
+    (index of the point whose compile it reuses, or None). `on_result(index, outcome)` is
+    called as each compiled point finishes (in completion order)."""
     results: list[dict | None] = [None] * len(cfgs)
     first_of: dict[str, int] = {}
     todo: list[int] = []
@@ -381,19 +382,24 @@ def plan_points(cfgs: Sequence, target: Target, *, workers: int | None = None, p
     workers = max(1, min(workers or (os.cpu_count() or 1), len(todo) or 1))
     if workers == 1:
         apply_env(target)
-        devices = target_devices(target)
+        devices = target_devices(target) if todo else []
         for i in todo:
             results[i] = outcome_of(cfgs[i], target, devices)
+            results[i].update(prescreened=False, duplicate_of=None)
+            if on_result:
+                on_result(i, results[i])
     else:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
                                  initargs=(target,)) as pool:
-            # longest first is unknown; submit in order, the pool balances
-            for i, res in zip(todo, pool.map(_worker_plan, [(cfgs[i], target) for i in todo])):
-                results[i] = res
-    for i in todo:
-        results[i].update(prescreened=False, duplicate_of=None)
+            futures = {pool.submit(_worker_plan, (cfgs[i], target)): i for i in todo}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                results[i].update(prescreened=False, duplicate_of=None)
+                if on_result:
+                    on_result(i, results[i])
     for i, r in enumerate(results):
         if r is not None and "status" not in r:
             src = results[r["duplicate_of"]]

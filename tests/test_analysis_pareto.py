@@ -145,3 +145,11 @@ def test_all_pairs_of_front_points_are_mutually_non_dominated():
     cost = np.column_stack([SIGN[o] * front[COLUMN[o]] for o in objectives])
     for a, b in itertools.permutations(range(len(cost)), 2):
         assert not ((cost[a] <= cost[b]).all() and (cost[a] < cost[b]).any())
+
+
+def test_complete_trials_with_a_failure_kind_are_not_feasible():
+    frame = pd.DataFrame({"number": [0, 1], "state": ["COMPLETE", "COMPLETE"], "loss": [2.0, 1.0],
+                          "mfu": [0.1, 0.0], "memory_bytes": [10.0, 5.0],
+                          "failure_kind": [None, "predicted_oom"]})
+    assert list(pareto.feasible_mask(frame, ["memory"])) == [True, False]
+    assert pareto.best_per_objective(frame, ["memory"])["memory"] == 0
