@@ -45,8 +45,14 @@ class Program:
     plan: PlanResult
 
     def init_state(self, rng):
+        # Initialization does not depend on the remat policy, the batch or the learning rate:
+        # tracing it without them lets the persistent compilation cache serve every trial
+        # that shares a model and a mesh.
+        cfg = dataclasses.replace(self.cfg, remat="none", per_device_batch=None, global_batch=1,
+                                  optimizer=type(self.cfg.optimizer)(), steps=1)
+        model, tx = step_lib.make_model(cfg), step_lib.make_optimizer(cfg.optimizer, cfg.steps)
         with self.context():
-            fn = jax.jit(lambda r: step_lib.unbox(step_lib.init_state(self.cfg, self.model, self.tx, r)),
+            fn = jax.jit(lambda r: step_lib.unbox(step_lib.init_state(cfg, model, tx, r)),
                          out_shardings=self.state_shardings)
             return fn(rng)
 
