@@ -4,6 +4,7 @@ before JAX starts; inside a part, the compared runs alternate in one process.
   python benchmarks/bench_trainer.py throughput   # trainer tokens/s vs a hand-written jax.jit step
   python benchmarks/bench_trainer.py compile      # compile seconds, 24 layers vs 2 layers
   python benchmarks/bench_trainer.py mfu          # MFU on 1 CPU device vs the measured matmul peak
+  python benchmarks/bench_trainer.py mfu_relu     # the same with a relu MLP (XLA:CPU's tanh is slow)
   python benchmarks/bench_trainer.py all
 """
 from __future__ import annotations
@@ -135,13 +136,13 @@ def compile_time(rounds: int = 2) -> dict:
     return {"two_layers_s": [a for a, _ in rows], "twenty_four_layers_s": [b for _, b in rows], "ratio": ratios}
 
 
-def mfu(steps: int = 12) -> dict:
+def mfu(steps: int = 12, activation: str = "gelu") -> dict:
     _setup(1)
     from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig
     from paxsearch.trainer.flops import _measure_matmul, measured_cpu_peak
     from paxsearch.trainer.train import train
 
-    m = ModelConfig(d_model=512, n_layers=4, n_heads=8, head_dim=64, d_ff=2048, seq_len=256)
+    m = ModelConfig(d_model=512, n_layers=4, n_heads=8, head_dim=64, d_ff=2048, seq_len=256, activation=activation)
     cfg = TrainConfig(model=m, mesh=MeshConfig(ici=(1, 1, 1)), per_device_batch=16, steps=steps,
                       eval=EvalConfig(enabled=False), warmup_steps_for_timing=2,
                       log=LogConfig(every_steps=steps, tensorboard=False))
@@ -152,12 +153,13 @@ def mfu(steps: int = 12) -> dict:
     after = _measure_matmul("float32")
     side_by_side = max(before, after)
     achieved = final.model_tflops_per_device * 1e12
-    return {"mfu_vs_cached_peak": final.mfu, "hfu": final.hfu, "step_time_s": final.step_time,
+    return {"activation": activation, "mfu_vs_cached_peak": final.mfu, "hfu": final.hfu, "step_time_s": final.step_time,
             "achieved_gflops": achieved / 1e9, "cached_peak_gflops": measured_cpu_peak("float32") / 1e9,
             "side_by_side_peak_gflops": side_by_side / 1e9, "mfu_vs_side_by_side_peak": achieved / side_by_side}
 
 
-PARTS = {"throughput": throughput, "compile": compile_time, "mfu": mfu}
+PARTS = {"throughput": throughput, "compile": compile_time, "mfu": mfu,
+         "mfu_relu": lambda: mfu(activation="relu")}
 
 if __name__ == "__main__":
     which = sys.argv[1] if len(sys.argv) > 1 else "all"

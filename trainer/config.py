@@ -25,6 +25,7 @@ class ModelConfig:
     dtype: str = "float32"  # activation dtype: "float32" | "bfloat16"
     param_dtype: str = "float32"  # "float32" | "bfloat16"
     scan_layers: bool = True  # layers under nn.scan: compile time flat in depth
+    activation: str = "gelu"  # MLP activation: gelu (tanh approx.) | gelu_exact | silu | relu
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
             raise ConfigError(f"model.{name} must be >= 1, got {getattr(m, name)}")
     if m.dtype not in ("float32", "bfloat16") or m.param_dtype not in ("float32", "bfloat16"):
         raise ConfigError(f"dtypes must be float32 or bfloat16, got dtype={m.dtype} param_dtype={m.param_dtype}")
+    if m.activation not in ("gelu", "gelu_exact", "silu", "relu"):
+        raise ConfigError(f"unknown activation {m.activation!r}; choose gelu, gelu_exact, silu or relu")
     if cfg.steps < 1:
         raise ConfigError(f"steps must be >= 1, got {cfg.steps}")
 

@@ -11,6 +11,14 @@ from . import remat as remat_lib
 from .config import ModelConfig
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# Not counted in model FLOPs. On XLA:CPU tanh is slow: gelu costs ~40% of a d_model=512 step
+# there, relu almost nothing (benchmarks/RESULTS.md).
+ACTIVATIONS = {
+    "gelu": jax.nn.gelu,
+    "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+    "silu": jax.nn.silu,
+    "relu": jax.nn.relu,
+}
 
 
 def _init(names, scale=1.0):
@@ -30,7 +38,7 @@ class RMSNorm(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm attention + GELU MLP. Carry-style signature for nn.scan."""
+    """Pre-norm attention + MLP. Carry-style signature for nn.scan."""
 
     cfg: ModelConfig
 
@@ -61,7 +69,7 @@ class Block(nn.Module):
 
         h = RMSNorm(c, name="mlp_norm")(x_BSE)
         ff_BSF = checkpoint_name(dense(c.d_ff, -1, ("embed", "mlp"), "mlp_in")(h), remat_lib.MLP1)
-        ff_BSF = nn.with_logical_constraint(jax.nn.gelu(ff_BSF), ("batch", "length", "act_mlp"))
+        ff_BSF = nn.with_logical_constraint(ACTIVATIONS[c.activation](ff_BSF), ("batch", "length", "act_mlp"))
         ff_BSE = checkpoint_name(dense(c.d_model, -1, ("mlp", "embed"), "mlp_out")(ff_BSF), remat_lib.MLP2)
         x_BSE = nn.with_logical_constraint(x_BSE + ff_BSE, ("batch", "length", "act_embed"))
         return x_BSE, None
