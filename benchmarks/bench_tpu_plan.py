@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -98,14 +99,20 @@ def summarize(results: dict) -> str:
         statuses = {}
         for r in res["rows"]:
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-        lines.append(f"| {mode} | {n} | {res['wall_s']:.1f} | {n / (res['wall_s'] / 60):.2f} | "
+        cpu = f"{res['cpu_s']:.0f}" if "cpu_s" in res else "-"
+        lines.append(f"| {mode} | {n} | {res['wall_s']:.1f} | {cpu} | {n / (res['wall_s'] / 60):.2f} | "
                      f"{len(feas[mode])} | {', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))} |")
-    head = ["| mode | points | wall s | plans / min | feasible | outcomes |", "|---|---|---|---|---|---|"]
+    head = ["| mode | points | wall s | CPU s | plans / min | feasible | outcomes |", "|---|---|---|---|---|---|---|"]
     text = "\n".join(head + lines)
     if set(results) == {"naive", "planned"}:
         ratio = results["planned"]["wall_s"] / results["naive"]["wall_s"]
         same = feas["naive"] == feas["planned"]
         text += f"\n\nplanned / naive wall time = {ratio:.3f} (goal <= 0.33); same feasible set: {same}"
+        if "cpu_s" in results["planned"] and "cpu_s" in results["naive"]:
+            text += f"\nplanned / naive CPU time = {results['planned']['cpu_s'] / results['naive']['cpu_s']:.3f}"
+            text += (f"; load average before/after: naive {results['naive']['load_before']:.1f}/"
+                     f"{results['naive']['load_after']:.1f}, planned {results['planned']['load_before']:.1f}/"
+                     f"{results['planned']['load_after']:.1f} on {os.cpu_count()} cores")
         if not same:
             text += f" (naive {sorted(feas['naive'])}, planned {sorted(feas['planned'])})"
         pre = sum(1 for r in results["planned"]["rows"] if r.get("prescreened"))
@@ -137,10 +144,18 @@ def main(argv=None) -> int:
         cmd += [x for s in args.set for x in ("--set", s)] + (["--target", args.target] if args.target else [])
         env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
         env["JAX_PLATFORMS"] = "cpu"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load = os.getloadavg()[0]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # progress: stderr passes through
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
             return proc.returncode
         results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        # CPU seconds of the mode's whole process tree (workers included): the work done,
+        # independent of how busy the shared machine was; load = 1-minute load average before
+        results[mode]["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        results[mode]["load_before"] = load
+        results[mode]["load_after"] = os.getloadavg()[0]
         print(json.dumps({k: v for k, v in results[mode].items() if k != "points"}), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -86,6 +86,20 @@ def test_without_libtpu_a_tpu_target_says_how_to_install(monkeypatch):
     assert str(e.value) == "TPU targets need libtpu: pip install 'paxsearch[tpu]'"
 
 
+def test_compiler_out_of_memory_becomes_predicted_oom_with_the_numbers():
+    import jax
+
+    msg = ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total memory required "
+           "for HLO temporaries (238.06G) exceeds available HBM (15.75G). HLO module: jit_train_step.")
+    oom = topo.predicted_oom_from(jax.errors.JaxRuntimeError(msg))
+    assert oom.source == "compiler"
+    assert oom.required_bytes == int(238.06 * 2**30) and oom.available_bytes == int(15.75 * 2**30)
+    assert topo.predicted_oom_from(jax.errors.JaxRuntimeError("INTERNAL: something else")) is None
+    assert topo.predicted_oom_from(ValueError("RESOURCE_EXHAUSTED: not an XLA error")) is None
+    with pytest.raises(topo.PredictedOOM, match="compiled peak 2.00 GiB"):
+        topo.check_fits(2 * 2**30, 2**30)
+
+
 def test_analytic_prescreen_rejects_hopeless_points_without_compiling():
     target = T.parse_target("tpu:v5e-16")
     oom = T.prescreen(cfg(MODEL_8B, (16, 1, 1), per_device_batch=1), target)  # 8B replicated 16 ways

@@ -95,6 +95,7 @@ _NO_TRAFFIC = {
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call", "conditional",
     "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain",
     "copy-done", "send-done", "recv-done", "async-done", "async-update", "iota", "send", "recv",
+    "async-start",  # its wrapped computation is counted instead
 }
 _ELEMENTWISE = {
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs", "sign",
@@ -598,6 +599,8 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
         return 2 * out_bytes + sum(operand_bytes[1:])
     if ins.opcode == "dynamic-update-slice" and len(operand_bytes) >= 2:
         return 2 * operand_bytes[1] + sum(operand_bytes[2:])
+    if ins.opcode == "copy-start" and ins.shape.startswith("("):  # (destination, source, context)
+        return sum(operand_bytes) + hbm_shape_bytes(_split_top(ins.shape[1:-1])[0])
     if ins.opcode != "fusion":
         return sum(operand_bytes) + out_bytes
     called = module.computations.get((ins.attr("calls") or "").lstrip("%"))

@@ -230,6 +230,7 @@ def topology_devices(name: str, num_slices: int = 1) -> list:
 # ----------------------------------------------------------------------------- OOM
 
 RESOURCE_EXHAUSTED = 8  # absl::StatusCode::kResourceExhausted
+UNKNOWN = 2  # absl::StatusCode::kUnknown
 _SIZE_RE = r"\(([\d.]+)\s*([KMGT]?)i?B?\)"
 _UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
 
@@ -248,8 +249,9 @@ def is_resource_exhausted(exc: BaseException) -> bool:
     if not isinstance(exc, JaxRuntimeError):
         return False
     code = getattr(exc, "error_code", None)
-    if code is not None:
+    if code is not None and int(code) != UNKNOWN:
         return int(code) == RESOURCE_EXHAUSTED
+    # no code, or UNKNOWN (an error rebuilt from its text): the message starts with the code
     return str(exc).startswith("RESOURCE_EXHAUSTED")
 
 
