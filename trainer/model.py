@@ -37,6 +37,26 @@ class RMSNorm(nn.Module):
         return (y * scale.astype(jnp.float32)).astype(x.dtype)
 
 
+class Proj(nn.Module):
+    """x[..., *in_dims] @ kernel[*in_dims, *features]. Unlike nn.DenseGeneral it creates the
+    kernel in its final shape, so its logical-axis constraint applies under a mesh."""
+
+    in_dims: tuple[int, ...]
+    features: tuple[int, ...]
+    names: tuple[str, ...]
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        n_in = len(self.in_dims)
+        init = nn.initializers.variance_scaling(
+            1.0, "fan_in", "truncated_normal", in_axis=tuple(range(n_in)),
+            out_axis=tuple(range(n_in, n_in + len(self.features))))
+        kernel = self.param("kernel", nn.with_logical_partitioning(init, self.names),
+                            self.in_dims + self.features, DTYPES[self.cfg.param_dtype])
+        return jnp.tensordot(x.astype(DTYPES[self.cfg.dtype]), kernel.astype(DTYPES[self.cfg.dtype]), axes=n_in)
+
+
 class Block(nn.Module):
     """Pre-norm attention + MLP. Carry-style signature for nn.scan."""
 
@@ -53,9 +73,10 @@ class Block(nn.Module):
             feats, axis=axis, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 
         h = RMSNorm(c, name="attn_norm")(x_BSE)
-        q_BSHD = checkpoint_name(dense((c.n_heads, c.head_dim), -1, ("embed", "heads", "kv"), "query")(h), remat_lib.QUERY)
-        k_BSHD = checkpoint_name(dense((c.n_heads, c.head_dim), -1, ("embed", "heads", "kv"), "key")(h), remat_lib.KEY)
-        v_BSHD = checkpoint_name(dense((c.n_heads, c.head_dim), -1, ("embed", "heads", "kv"), "value")(h), remat_lib.VALUE)
+        qkv = lambda name: Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name=name)(h)
+        q_BSHD = checkpoint_name(qkv("query"), remat_lib.QUERY)
+        k_BSHD = checkpoint_name(qkv("key"), remat_lib.KEY)
+        v_BSHD = checkpoint_name(qkv("value"), remat_lib.VALUE)
         act = ("batch", "length", "act_heads", "act_kv")
         q_BSHD, k_BSHD, v_BSHD = (nn.with_logical_constraint(t, act) for t in (q_BSHD, k_BSHD, v_BSHD))
 
@@ -64,7 +85,8 @@ class Block(nn.Module):
         probs_BHQK = jax.nn.softmax(logits_BHQK, axis=-1).astype(dt)
         attn_BSHD = jnp.einsum("bhqk,bkhd->bqhd", probs_BHQK, v_BSHD)
         attn_BSHD = checkpoint_name(nn.with_logical_constraint(attn_BSHD, act), remat_lib.CONTEXT)
-        out_BSE = checkpoint_name(dense(c.d_model, (-2, -1), ("heads", "kv", "embed"), "out")(attn_BSHD), remat_lib.OUT)
+        out_BSE = checkpoint_name(Proj((c.n_heads, c.head_dim), (c.d_model,), ("heads", "kv", "embed"), c,
+                                       name="out")(attn_BSHD), remat_lib.OUT)
         x_BSE = nn.with_logical_constraint(x_BSE + out_BSE, ("batch", "length", "act_embed"))
 
         h = RMSNorm(c, name="mlp_norm")(x_BSE)

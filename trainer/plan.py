@@ -62,7 +62,9 @@ class Program:
 
 @contextlib.contextmanager
 def mesh_context(mesh):
-    with mesh, sharding.with_rules():
+    # jax.set_mesh (not the legacy `with mesh:`) sets the abstract mesh that Flax's logical
+    # constraints look for; without it nn.with_logical_constraint is silently a no-op.
+    with jax.set_mesh(mesh), sharding.with_rules():
         yield
 
 

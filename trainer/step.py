@@ -76,4 +76,6 @@ def make_eval_step(model: TransformerLM):
 
 
 def unbox(tree):
-    return nn.meta.unbox(tree)
+    """Strip the logical-axis boxes (shardings come from the jit's in/out shardings)."""
+    is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
+    return jax.tree.map(lambda x: x.unbox(apply_constraint=False) if is_box(x) else x, tree, is_leaf=is_box)
