@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
 import time
@@ -397,18 +396,35 @@ def plan_points(cfgs: Sequence, target: Target, *, workers: int | None = None, p
     else:
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                 initargs=(target,)) as pool:
-            futures = {pool.submit(_worker_plan, (cfgs[i], target)): i for i in todo}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                results[i].update(prescreened=False, duplicate_of=None)
-                if on_result:
-                    on_result(i, results[i])
+        env = target_env(target)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # the workers inherit the target's environment at spawn
+        try:
+            _run_pool(cfgs, target, todo, workers, results, on_result, mp.get_context("spawn"))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     for i, r in enumerate(results):
         if r is not None and "status" not in r:
             src = results[r["duplicate_of"]]
             results[i] = {**src, "prescreened": src.get("prescreened", False), "duplicate_of": r["duplicate_of"],
                           "seconds": 0.0}
     return results  # type: ignore[return-value]
+
+
+def _run_pool(cfgs, target, todo, workers, results, on_result, ctx) -> None:
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(target,)) as pool:
+        futures = {pool.submit(_worker_plan, (cfgs[i], target)): i for i in todo}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:
+                results[i] = fut.result()
+            except Exception as e:  # the worker died (e.g. killed for memory): this point, typed
+                results[i] = {"status": "compile_error", "plan": None, "oom": None, "seconds": 0.0,
+                              "error": f"plan worker failed: {type(e).__name__}: {e}"}
+            results[i].update(prescreened=False, duplicate_of=None)
+            if on_result:
+                on_result(i, results[i])

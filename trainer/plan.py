@@ -101,7 +101,9 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int):
     schedule = step_lib.learning_rate_schedule(cfg.optimizer, cfg.steps)
     tx = step_lib.make_optimizer(cfg.optimizer, cfg.steps)
     with mesh_context(mesh):
-        boxed = jax.eval_shape(lambda r: step_lib.init_state(cfg, model, tx, r), jax.random.key(0))
+        # the key is made inside the trace: under jax.set_mesh an eager op would run on the
+        # mesh's devices, which for a TPU topology compiled on a CPU machine cannot execute
+        boxed = jax.eval_shape(lambda: step_lib.init_state(cfg, model, tx, jax.random.key(0)))
         state_shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh)
         abstract_state = _abstract(step_lib.unbox(boxed), state_shardings)
         batch_sh = sharding.batch_sharding(mesh)

@@ -63,7 +63,6 @@ Combination (the assumption that matters most):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections import defaultdict
