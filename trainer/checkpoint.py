@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-import jax
 import orbax.checkpoint as ocp
 
 from .config import CheckpointConfig
@@ -44,6 +43,3 @@ class Checkpointer:
         self.manager.wait_until_finished()
         self.manager.close()
 
-
-def abstract_like(state):
-    return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
