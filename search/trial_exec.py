@@ -14,14 +14,12 @@ from typing import Callable
 
 import jax
 
-from ..trainer import distributed, flops as flops_lib, mesh as mesh_lib, remat as remat_lib
+from ..trainer import distributed, flops as flops_lib, mesh as mesh_lib, remat as remat_lib, topology
 from ..trainer.config import DistributedConfig, TrainConfig
 from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
 from ..trainer.plan import build_program
 from ..trainer.train import train
 from . import configio, failures
-
-RESOURCE_EXHAUSTED = 8  # absl::StatusCode carried by jax.errors.JaxRuntimeError.error_code
 
 
 class TrialFailure(Exception):
@@ -31,8 +29,7 @@ class TrialFailure(Exception):
 
 
 def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, MemoryError) or (
-        isinstance(e, jax.errors.JaxRuntimeError) and getattr(e, "error_code", None) == RESOURCE_EXHAUSTED)
+    return isinstance(e, MemoryError) or topology.is_resource_exhausted(e)
 
 
 def _msg(e: BaseException) -> str:

@@ -7,7 +7,6 @@ import time
 from typing import Callable
 
 import jax
-import numpy as np
 
 from . import data as data_lib
 from . import distributed
@@ -30,7 +29,7 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     when it returns a true value. Resumes from the latest checkpoint when there is one."""
     distributed.maybe_initialize(cfg.distributed)
     program = program or build_program(cfg)
-    plan, mesh = program.plan, program.mesh
+    plan = program.plan
     pidx, pcount = jax.process_index(), jax.process_count()
     data_vocab = data_lib.data_vocab_size(cfg.data)
     if cfg.model.vocab_size < data_vocab:
