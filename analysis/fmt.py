@@ -21,6 +21,7 @@ _TITLES = {
     "plan.predicted_step_time": "predicted step time",
     "plan.predicted_mfu": "predicted MFU",
     "plan.compile_seconds": "compile time",
+    "env.device_kind": "device kind",
     "failure_kind": "failure",
     "failure_message": "message",
     "on_front": "Pareto",

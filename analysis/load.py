@@ -145,7 +145,7 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
 
     for key, value in (attrs.get("plan") or {}).items():
-        row[f"plan.{key}"] = value
+        row[f"plan.{key}"] = _scalar(value)  # nested figures (mesh_shape, roofline) as JSON text
     row["failure_kind"] = attrs.get("failure_kind")
     row["failure_message"] = attrs.get("failure_message")
     for key, value in (attrs.get("timings") or {}).items():

@@ -93,6 +93,10 @@ def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
                 own = measured[plan_column] if plan_column in measured else np.nan
                 measured[plan_column] = matched.where(matched.notna(), own)
     columns = ["number", *decision_columns(frame)]
+    if "env.device_kind" in measured:  # predictions hold for one device kind at a time
+        columns.append("env.device_kind")
+    # a CPU's "measured peak" is the process's peak RSS, not one device's bytes: no pair
+    per_device_peak = measured["env.platform"] != "cpu" if "env.platform" in measured else True
     has_pair = pd.Series(False, index=measured.index)
     for plan_column, measured_column in PREDICTION_PAIRS:
         if plan_column not in measured or measured_column not in measured:
@@ -100,6 +104,8 @@ def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
         guess = pd.to_numeric(measured[plan_column], errors="coerce")
         actual = pd.to_numeric(measured[measured_column], errors="coerce")
         both = guess.notna() & actual.notna()
+        if measured_column == "measured_peak_bytes":
+            both &= per_device_peak
         if not both.any():
             continue
         has_pair |= both

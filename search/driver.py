@@ -19,7 +19,7 @@ import psutil
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from . import configio, failures, records
+from . import configio, failures, plan_screen, records
 from .pool import WorkerGang, WorkerStartError
 from .progress import Progress
 from .space import SpaceError, config_dict
@@ -234,7 +234,8 @@ class Driver:
             job = {"number": number, "trial_dir": trial_dir, "config": config_json,
                    "log_path": os.path.join(trial_dir, "log.txt"), "memory_budget": ctx.settings.memory_budget,
                    "count_flops": ctx.settings.count_flops, "relay_reports": self.relay,
-                   "fault": self.faults.get(number)}
+                   "fault": self.faults.get(number),
+                   "plan_target": ctx.target.text if ctx.target.plan_only else None}
             with self._heartbeat(trial):
                 try:
                     result = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
@@ -264,6 +265,12 @@ class Driver:
             remat_lib.check_policy(built.remat, ctx.target.platform)
         except ConfigError as e:
             return {"failure_kind": failures.INVALID, "failure_message": str(e)}, config_json
+        if ctx.target.plan_only:  # settled here when the study already knows the answer
+            keys = plan_screen.keys_attrs(built, ctx.target)
+            for key, value in keys.items():
+                trial.set_user_attr(key, value)
+            trials = ctx.study.get_trials(deepcopy=False)
+            return plan_screen.screen(built, ctx.target, keys, trials, ctx.settings.memory_budget), config_json
         return None, config_json
 
     def _on_report(self, trial: optuna.Trial):

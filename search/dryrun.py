@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import configio
-from .local_target import Target
+from .targets import Target
 from .settings import OBJECTIVES, StudySettings, format_bytes
 from .space import Space, SpaceError
 

@@ -19,7 +19,7 @@ import time
 from typing import Callable
 
 from . import failures
-from .local_target import Target
+from .targets import Target, target_env
 
 READY_TIMEOUT_S = 300.0
 RECYCLE_AFTER_TRIALS = 32  # a fresh process now and then: whatever a long-lived one leaks is let go
@@ -75,6 +75,8 @@ class WorkerGang:
                 flags.append(f"--xla_force_host_platform_device_count={per_proc}")
                 env["JAX_PLATFORMS"] = "cpu"
             env["XLA_FLAGS"] = " ".join(flags)
+            if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
+                env.update({k: v for k, v in target_env(self.target).items() if k != "XLA_FLAGS"})
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
             dist = dict(dist_base, process_id=i) if dist_base else None
             env["PAXSEARCH_WORKER"] = json.dumps({"distributed": dist,

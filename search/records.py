@@ -19,14 +19,18 @@ from .settings import format_bytes
 MEASURED_KEYS = ("loss", "eval_loss", "mfu", "hfu", "tokens_per_sec", "step_time", "peak_bytes", "steps")
 
 
-def objective_values(objectives, plan: dict | None, measured: dict | None, predicted_oom: bool) -> list[float] | None:
-    """trial.values in the order of `objectives`, or None when a score is missing."""
+def objective_values(objectives, plan: dict | None, measured: dict | None, predicted_oom: bool,
+                     predicted: bool = False) -> list[float] | None:
+    """trial.values in the order of `objectives`, or None when a score is missing. A
+    plan-only trial (`predicted`) scores MFU with the plan's predicted MFU."""
     out = []
     for name in objectives:
         if name == "memory":
             v = plan.get("peak_bytes") if plan else None
         elif predicted_oom:
             v = math.inf if name == "loss" else 0.0
+        elif predicted:
+            v = (plan or {}).get(f"predicted_{name}")
         else:
             v = (measured or {}).get(name)
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -42,11 +46,12 @@ def outcome(objectives, result: dict) -> tuple[TrialState, list[float] | None, d
     attrs: dict = {}
     if result.get("pruned"):
         return TrialState.PRUNED, None, {"pruned": True}
+    predicted = bool(result.get("predicted"))
     if kind == failures.PREDICTED_OOM and plan:
-        return TrialState.COMPLETE, objective_values(objectives, plan, measured, True), attrs
+        return TrialState.COMPLETE, objective_values(objectives, plan, measured, True, predicted), attrs
     if kind:
         return TrialState.FAIL, None, attrs
-    values = objective_values(objectives, plan, measured, False)
+    values = objective_values(objectives, plan, measured, False, predicted)
     if values is None:
         attrs = {"failure_kind": failures.CRASH, "failure_message": "the trial finished without a score"}
         return TrialState.FAIL, None, attrs
@@ -65,7 +70,7 @@ def trial_attrs(result: dict, worker_env: dict | None, timings: dict) -> dict:
         "memory_bytes": plan.get("peak_bytes") if plan else None,
         "timings": timings,
         "counters": counters,
-        "predicted": False,
+        "predicted": bool(result.get("predicted")),
     }
     if result.get("memory_budget"):
         attrs["memory_budget"] = result["memory_budget"]
@@ -79,6 +84,7 @@ def trial_attrs(result: dict, worker_env: dict | None, timings: dict) -> dict:
                                                        "num_devices", "xla_flags", "process_count")}
         attrs["env"]["peak_flops_per_device"] = peak.get("value")
         attrs["env"]["peak_flops_source"] = peak.get("source")
+        attrs["env"].update(result.get("device") or {})  # plan-only: the target's devices, not the worker's
     if result.get("failure_kind"):
         attrs["failure_kind"] = result["failure_kind"]
         attrs["failure_message"] = result.get("failure_message") or ""
@@ -98,8 +104,16 @@ def trial_line(number: int, state: TrialState, decisions: dict, attrs: dict, tot
     kind = attrs.get("failure_kind")
     m = attrs.get("measured") or {}
     parts = [f"#{number:<3d} {(kind or state.name.lower()):13s} {d}"]
+    plan = attrs.get("plan") or {}
     if kind == failures.PREDICTED_OOM:
-        parts.append(f"plan {format_bytes(attrs.get('memory_bytes'))} > budget")
+        how = f" ({plan['screen']}, not compiled)" if plan.get("screen") else ""
+        parts.append(f"plan {format_bytes(attrs.get('memory_bytes'))} > budget{how}")
+    elif attrs.get("predicted") and not kind:
+        mfu, step = plan.get("predicted_mfu"), plan.get("predicted_step_time")
+        how = f" ({plan['screen']})" if plan.get("screen") else ""
+        parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
+                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  "
+                     f"mem {format_bytes(attrs.get('memory_bytes'))} (compiled)")
     elif m.get("loss") is not None:
         parts.append(f"loss {m['loss']:.3f}  mfu {100 * (m.get('mfu') or 0):.2f}%  "
                      f"mem {format_bytes(attrs.get('memory_bytes'))}  step {1e3 * (m.get('step_time') or 0):.0f} ms")

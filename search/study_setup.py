@@ -14,10 +14,13 @@ import optuna
 
 from ..trainer.flops import MFU_CONVENTION
 from . import storage as storage_lib
-from .local_target import Target, TargetError, parse_target
+from .targets import Target, TargetError, parse_target
 from .settings import OBJECTIVES, SettingsError, StudySettings
 from .space import Space, SpaceError, load_space
 from .tuners import TunerError, make_proposer
+
+
+PLAN_OBJECTIVES = ("mfu", "memory")  # what a plan-only trial scores: predicted MFU, compiled memory
 
 
 class SetupError(ValueError):
@@ -43,11 +46,23 @@ class StudyContext:
 
 def check_settings(settings: StudySettings, space: Space) -> Target:
     """Settings that cannot work with this space: one clear line each."""
+    from ..trainer.topology import LibtpuMissing
+    from .targets import check_available
+
     try:
         target = parse_target(settings.target)
         target.devices_per_process(settings.processes)
-    except TargetError as e:
+        check_available(target)
+    except (TargetError, LibtpuMissing) as e:
         raise SetupError(str(e)) from None
+    if target.plan_only:
+        unknown = [o for o in settings.objectives if o not in PLAN_OBJECTIVES]
+        if unknown:
+            raise SetupError(f"target {target.text} is planned, never run, so {', '.join(unknown)} cannot be scored; "
+                             f"use objectives from {', '.join(PLAN_OBJECTIVES)} (--objective mfu)")
+        if settings.pruner != "none":
+            raise SetupError(f"target {target.text} is planned, never run: no intermediate loss to prune on; "
+                             "use --pruner none")
     if settings.pruner != "none" and len(settings.objectives) > 1:
         raise SetupError(f"pruner {settings.pruner} needs a single objective; pass --objective loss|mfu|memory")
     try:
@@ -60,7 +75,7 @@ def check_settings(settings: StudySettings, space: Space) -> Target:
     return target
 
 
-def study_attrs(space: Space, settings: StudySettings) -> dict:
+def study_attrs(space: Space, settings: StudySettings, target: Target) -> dict:
     try:
         source = open(space.path).read()
     except OSError:
@@ -71,7 +86,7 @@ def study_attrs(space: Space, settings: StudySettings) -> dict:
         "space_source": source,
         "target": settings.target,
         "mfu_convention": MFU_CONVENTION,
-        "plan_only": False,
+        "plan_only": target.plan_only,
         "settings": settings.to_dict(),
         "fixed": dict(space.fixed),
         "overrides": list(space.overrides),
@@ -114,7 +129,7 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
         if attrs.get("fixed", {}) != dict(space.fixed):
             raise SetupError(f"study {name!r} was created with --set {attrs.get('fixed')}; use the same --set or "
                              "a new --run-dir")
-    for key, value in study_attrs(space, settings).items():
+    for key, value in study_attrs(space, settings, target).items():
         if key in ("created_on", "created_at") and key in attrs:
             continue
         study.set_user_attr(key, value)

@@ -45,6 +45,10 @@ from ..trainer.errors import ConfigError
 PLATFORMS = ("cpu", "tpu", "gpu")
 
 
+class TargetError(ValueError):
+    """The target text cannot be used (one line for the user)."""
+
+
 @dataclass(frozen=True)
 class Target:
     name: str  # canonical text, e.g. "tpu:v5e-16,slices=2"
@@ -60,36 +64,46 @@ class Target:
     def text(self) -> str:
         return self.name
 
+    def devices_per_process(self, processes: int) -> int:
+        """Devices each of `processes` processes of one trial holds (TargetError if they do not split)."""
+        if self.plan_only and processes != 1:
+            raise TargetError(f"target {self.name} is planned (compiled only) in one process; "
+                              "drop --processes or set processes=1")
+        if processes < 1 or self.num_devices % processes:
+            raise TargetError(f"target {self.name} has {self.num_devices} devices, which do not split over "
+                              f"{processes} processes; use a process count dividing {self.num_devices}")
+        return self.num_devices // processes
+
 
 def parse_target(text: str) -> Target:
     """'cpu:8', 'gpu:8', 'tpu:v5e-16', 'tpu:v5p-128', 'tpu:v4-32', 'tpu:v6e-256', with
-    ',slices=N' for N slices over DCN. ValueError (one line) for anything else."""
+    ',slices=N' for N slices over DCN. TargetError (one line) for anything else."""
     raw = str(text).strip()
     head, *opts = [p.strip() for p in raw.split(",")]
     m = re.fullmatch(r"(cpu|gpu|tpu)\s*:\s*(\S+)", head.lower())
     if not m:
-        raise ValueError(f"unknown target {raw!r}; use cpu:N, gpu:N or tpu:<slice> "
+        raise TargetError(f"unknown target {raw!r}; use cpu:N, gpu:N or tpu:<slice> "
                          "(e.g. cpu:8, tpu:v5e-16, tpu:v5p-128,slices=2)")
     platform, what = m.group(1), m.group(2)
     slices = 1
     for opt in opts:
         om = re.fullmatch(r"slices\s*=\s*(\d+)", opt)
         if not om:
-            raise ValueError(f"target {raw!r}: unknown option {opt!r}; the only option is slices=N")
+            raise TargetError(f"target {raw!r}: unknown option {opt!r}; the only option is slices=N")
         slices = int(om.group(1))
     if slices < 1:
-        raise ValueError(f"target {raw!r}: slices must be >= 1")
+        raise TargetError(f"target {raw!r}: slices must be >= 1")
     suffix = f",slices={slices}" if slices > 1 else ""
     if platform in ("cpu", "gpu"):
         if not what.isdigit() or int(what) < 1:
-            raise ValueError(f"target {raw!r}: {platform}:N needs a device count N >= 1 (e.g. {platform}:8)")
+            raise TargetError(f"target {raw!r}: {platform}:N needs a device count N >= 1 (e.g. {platform}:8)")
         if slices > 1:
-            raise ValueError(f"target {raw!r}: slices=N applies to TPU targets only")
+            raise TargetError(f"target {raw!r}: slices=N applies to TPU targets only")
         return Target(f"{platform}:{int(what)}", platform, int(what))
     try:
         tpu_slice = topo.parse_slice(what)
     except ConfigError as e:
-        raise ValueError(f"target {raw!r}: {e}") from None
+        raise TargetError(f"target {raw!r}: {e}") from None
     chip = tpu_slice.chip
     return Target(f"tpu:{tpu_slice.name}{suffix}", "tpu", tpu_slice.chips * slices, slices,
                   plan_only=not topo.has_tpu_hardware(), hbm_bytes_per_device=chip.hbm_bytes,
@@ -204,7 +218,6 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, *, 
     """(Program, plan dict) of `cfg` compiled for `target`. Raises PredictedOOM when the TPU
     compiler refuses the step for memory, ConfigError when the config cannot run there."""
     from ..trainer.plan import build_program
-    from ..trainer.roofline import analyze
 
     devices = list(devices) if devices is not None else target_devices(target)
     try:
@@ -217,18 +230,8 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, *, 
             raise
         raise oom from None
     plan = program.plan
-    hw = hardware_for(target, devices)
     hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
-    try:
-        roof = analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=len(devices))
-    except (ValueError, KeyError, IndexError) as e:  # an HLO spelling the parser does not know:
-        roof = None                                  # the plan (memory) stands, without predictions
-        roof_error = f"roofline failed: {type(e).__name__}: {e}"
-    step = roof.step_time_s if roof else None
-    mfu = roof.predicted_mfu(plan.model_flops_per_step, len(devices), hw.peak_flops) if roof else None
     mem = plan.memory
-    xla_flops = plan.xla_flops_per_step if count_flops or not roof else roof.flops_per_step
-    xla_bytes = plan.xla_bytes_accessed_per_step if count_flops or not roof else roof.hbm_bytes_per_step
     d = {
         "target": target.name,
         "plan_only": target.plan_only,
@@ -240,10 +243,6 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, *, 
         "generated_code_bytes": int(mem.generated_code_bytes),
         "hbm_bytes": int(hbm) if hbm else None,
         "fits": bool(hbm is None or plan.peak_bytes <= hbm),
-        "xla_flops_per_step": float(xla_flops),
-        "xla_bytes_accessed_per_step": float(xla_bytes),
-        "flops_source": ("probes (plan count_flops)" if count_flops else
-                         "optimized HLO, loop trip counts applied" if roof else "XLA cost_analysis (loop body once)"),
         "model_flops_per_step": float(plan.model_flops_per_step),
         "param_count": int(plan.param_count),
         "compile_seconds": float(plan.compile_seconds),
@@ -253,14 +252,42 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, *, 
         "device_kind": plan.device_kind,
         "platform": plan.platform,
         "mesh_shape": dict(plan.mesh_shape),
+        **predictions(program, target, devices, count_flops=count_flops),
+    }
+    return program, d
+
+
+def predictions(program, target: Target, devices: Sequence, *, count_flops: bool = False) -> dict:
+    """The roofline's PREDICTED figures of a compiled program (built with keep_hlo=True):
+    predicted_step_time, predicted_mfu, predicted_tokens_per_sec, the "roofline" dict, and
+    the step's FLOPs and HBM bytes (from the optimized HLO with loop trip counts, or from
+    the plan's probes when count_flops). An HLO the parser cannot read leaves the
+    predictions None with the reason under roofline["error"]; the plan itself stands."""
+    from ..trainer.roofline import analyze
+
+    plan = program.plan
+    hw = hardware_for(target, devices)
+    roof, error = None, None
+    try:
+        roof = analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=len(devices))
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        error = f"roofline failed: {type(e).__name__}: {e}"
+    step = roof.step_time_s if roof else None
+    mfu = roof.predicted_mfu(plan.model_flops_per_step, len(devices), hw.peak_flops) if roof else None
+    from_probes = count_flops or not roof
+    return {
+        "xla_flops_per_step": float(plan.xla_flops_per_step if from_probes else roof.flops_per_step),
+        "xla_bytes_accessed_per_step": float(plan.xla_bytes_accessed_per_step if from_probes
+                                             else roof.hbm_bytes_per_step),
+        "flops_source": ("probes (plan count_flops)" if count_flops else
+                         "optimized HLO, loop trip counts applied" if roof else "XLA cost_analysis (loop body once)"),
         "peak_flops_per_device": float(hw.peak_flops),
         "predicted": True,
         "predicted_step_time": float(step) if step else None,
         "predicted_mfu": float(mfu) if mfu is not None else None,
         "predicted_tokens_per_sec": float(plan.tokens_per_step / step) if step else None,
-        "roofline": roof.to_dict() if roof else {"predicted": True, "error": roof_error},
+        "roofline": roof.to_dict() if roof else {"predicted": True, "error": error},
     }
-    return program, d
 
 
 def plan_trial(cfg, target: Target, *, count_flops: bool = False) -> dict:
@@ -282,17 +309,18 @@ def _dtype_bytes(name: str) -> int:
     return 2 if name == "bfloat16" else 4
 
 
-def prescreen(cfg, target: Target) -> topo.PredictedOOM | None:
+def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.PredictedOOM | None:
     """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
-    one device (no compiling); None when the point may fit. Raises ConfigError for a point
-    that fails the static checks."""
+    one device (or `limit_bytes`, when smaller), without compiling; None when the point may
+    fit. Raises ConfigError for a point that fails the static checks."""
     from ..trainer import flops as flops_lib
     from ..trainer import mesh as mesh_lib
 
     mesh_lib.check_config(cfg, target.num_devices)
-    hbm = target.hbm_bytes_per_device
-    if not hbm:
+    limits = [x for x in (target.hbm_bytes_per_device, limit_bytes) if x]
+    if not limits:
         return None
+    hbm = min(limits)
     sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
     shards = sizes["fsdp"] * sizes["tensor"]  # weights: embed over fsdp, heads/mlp/vocab over tensor
     params = flops_lib.param_count(cfg.model)
@@ -301,39 +329,54 @@ def prescreen(cfg, target: Target) -> topo.PredictedOOM | None:
     need = topo.state_bytes_per_device(params, _dtype_bytes(cfg.model.param_dtype), shards, optimizer_states=3)
     if need <= hbm:
         return None
+    what = "usable HBM" if hbm == target.hbm_bytes_per_device else "memory budget"
     return topo.PredictedOOM(
         f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and AdamW moments "
         f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor = {shards} shards, above "
-        f"{hbm / topo.GiB:.2f} GiB usable HBM", need, hbm, "analytic")
+        f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
 
 
-def plan_key(cfg, target: Target) -> str:
-    """Points with the same key compile to the same step: model, resolved mesh, global batch
-    and remat on the same target (optimizer numbers, steps, data and logging do not change
-    the compiled program's memory or FLOPs)."""
+def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
+    """(plan key, shape key, global batch). Points with the same plan key compile to the same
+    step: model, resolved mesh, global batch and remat on the same target (optimizer numbers,
+    steps, data and logging do not change the compiled program's memory or FLOPs). Points
+    with the same shape key differ at most in their global batch, and a step's memory does
+    not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
     from ..trainer import mesh as mesh_lib
 
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
+    batch = mesh_lib.global_batch_size(cfg, target.num_devices)
     key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),
-           "global_batch": mesh_lib.global_batch_size(cfg, target.num_devices), "remat": cfg.remat}
-    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+           "remat": cfg.remat}
+
+    def digest(d: dict) -> str:
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    return digest({**key, "global_batch": batch}), digest(key), batch
 
 
-def outcome_of(cfg, target: Target, devices=None) -> dict:
+def plan_key(cfg, target: Target) -> str:
+    """See plan_keys."""
+    return plan_keys(cfg, target)[0]
+
+
+def outcome_of(cfg, target: Target, devices=None, budget_bytes: int | None = None) -> dict:
     """Plan one point and return a picklable outcome:
     {"status": "planned" | "predicted_oom" | "invalid" | "compile_error", "plan": dict|None,
-     "error": str|None, "oom": dict|None, "seconds": float}."""
+     "error": str|None, "oom": dict|None, "seconds": float}. The compiled peak is held
+    against `budget_bytes` when given (below the HBM), else against the HBM."""
     t0 = time.perf_counter()
     out = {"status": "planned", "plan": None, "error": None, "oom": None}
     try:
         plan = compile_for_target(cfg, target, devices)[1]
         out["plan"] = plan
-        if not plan["fits"]:
-            out["status"] = "predicted_oom"
-            out["oom"] = topo.PredictedOOM(
+        limit = min(x for x in (budget_bytes, plan["hbm_bytes"]) if x) if (budget_bytes or plan["hbm_bytes"]) else None
+        if limit is not None and plan["peak_bytes"] > limit:
+            what = "usable HBM" if limit == plan["hbm_bytes"] else "memory budget"
+            oom = topo.PredictedOOM(
                 f"predicted OOM: compiled peak {plan['peak_bytes'] / topo.GiB:.2f} GiB per device > "
-                f"{plan['hbm_bytes'] / topo.GiB:.2f} GiB usable HBM", plan["peak_bytes"], plan["hbm_bytes"],
-                "memory_analysis").to_dict()
+                f"{limit / topo.GiB:.2f} GiB {what}", plan["peak_bytes"], limit, "memory_analysis")
+            out.update(status="predicted_oom", error=str(oom), oom=oom.to_dict())
     except topo.PredictedOOM as e:
         out.update(status="predicted_oom", error=str(e), oom=e.to_dict())
     except ConfigError as e:

@@ -63,8 +63,58 @@ def trial_config(job: dict) -> TrainConfig:
     return cfg
 
 
+_PLAN_DEVICES: dict[str, list] = {}
+
+
+def run_plan(job: dict) -> dict:
+    """A plan-only trial (job["plan_target"], e.g. "tpu:v5e-16"): compile the step for the
+    target's devices (compile-only TPU devices on this CPU) and never run it. Every figure
+    but the compiled memory is a roofline prediction (search/targets.py)."""
+    from . import targets
+
+    t0 = time.perf_counter()
+    out: dict = {"type": "result", "counters": {"train_calls": 0, "steps_run": 0}, "timings": {},
+                 "plan": None, "measured": None, "pruned": False, "predicted": True}
+    target = targets.parse_target(job["plan_target"])  # checked by the driver already
+    try:
+        cfg = trial_config(job)
+        if target.name not in _PLAN_DEVICES:  # loading the topology is once per worker
+            _PLAN_DEVICES[target.name] = targets.target_devices(target)
+        outcome = targets.outcome_of(cfg, target, _PLAN_DEVICES[target.name], job.get("memory_budget"))
+    except ConfigError as e:
+        outcome = {"status": "invalid", "error": str(e), "plan": None}
+    except Exception as e:  # libtpu failing to load, a topology it does not know
+        outcome = {"status": "compile_error", "error": _msg(e), "plan": None}
+    out.update(plan_result(outcome, target.hbm_bytes_per_device, job.get("memory_budget")))
+    out["timings"] = {"plan_s": time.perf_counter() - t0, "train_s": 0.0, "worker_s": time.perf_counter() - t0}
+    return out
+
+
+def plan_result(outcome: dict, hbm: int | None, budget: int | None) -> dict:
+    """The result fields of a plan outcome (targets.outcome_of) for the driver's records."""
+    kinds = {"planned": None, "predicted_oom": failures.PREDICTED_OOM, "invalid": failures.INVALID,
+             "compile_error": failures.COMPILE_ERROR}
+    plan, oom = outcome.get("plan"), outcome.get("oom")
+    if plan is None and oom:  # the compiler refused: the bytes it named stand for the peak
+        plan = {"peak_bytes": oom.get("required_bytes") or oom.get("available_bytes"), "predicted": True,
+                "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.get('source')})", "hbm_bytes": hbm}
+    res: dict = {"plan": plan}
+    if outcome["status"] != "planned":
+        res["failure_kind"], res["failure_message"] = kinds[outcome["status"]], outcome.get("error") or ""
+    limit = min(x for x in (budget, hbm) if x) if (budget or hbm) else None
+    if limit:
+        res["memory_budget"] = {"bytes": int(limit), "source": "setting" if limit == budget else "chip HBM"}
+    if plan and plan.get("device_kind"):
+        res["device"] = {"device_kind": plan["device_kind"], "platform": plan.get("platform"),
+                         "num_devices": plan.get("num_devices")}
+        res["peak_flops"] = {"value": plan.get("peak_flops_per_device"), "source": "chip table (trainer/topology.py)"}
+    return res
+
+
 def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
     """Run one job; `report(metrics)` relays an intermediate result and returns True to stop."""
+    if job.get("plan_target"):
+        return run_plan(job)
     counters = {"train_calls": 0, "steps_run": 0}
     timings = {"plan_s": 0.0, "train_s": 0.0}
     out: dict = {"type": "result", "counters": counters, "timings": timings, "plan": None,
@@ -82,7 +132,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
         # plan: compile ahead of time
         tp = time.perf_counter()
         try:
-            program = build_program(cfg, count_flops=job.get("count_flops", True))
+            program = build_program(cfg, count_flops=job.get("count_flops", True), keep_hlo=True)
         except ConfigError as e:
             raise TrialFailure(failures.INVALID, str(e)) from None
         except Exception as e:
@@ -93,6 +143,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
         plan = program.plan
         budget, budget_source = (job["memory_budget"], "setting") if job.get("memory_budget") else default_memory_budget()
         out["plan"] = plan_dict(plan)
+        out["plan"].update(predicted_figures(program))
         out["memory_budget"] = {"bytes": int(budget), "source": budget_source}
         out["peak_flops"] = _peak(plan, cfg)
         if plan.peak_bytes > budget:
@@ -160,6 +211,19 @@ def plan_dict(plan) -> dict:
             "model_flops_per_step": float(plan.model_flops_per_step), "param_count": int(plan.param_count),
             "compile_seconds": float(plan.compile_seconds), "global_batch": int(plan.global_batch),
             "mesh_shape": dict(plan.mesh_shape), "predicted_step_time": None, "predicted_mfu": None}
+
+
+def predicted_figures(program) -> dict:
+    """The roofline's predicted step time and MFU of a trial that will also be measured, so
+    that reports can set predicted against measured (search/targets.py, trainer/roofline.py)."""
+    from . import targets
+
+    devices = jax.devices()
+    platform = devices[0].platform
+    target = targets.Target(f"{platform}:{len(devices)}", platform, len(devices))
+    figures = targets.predictions(program, target, devices)
+    keys = ("predicted_step_time", "predicted_mfu", "predicted_tokens_per_sec", "roofline")
+    return {k: figures[k] for k in keys}
 
 
 def measured_dict(result) -> dict:

@@ -185,15 +185,20 @@ def make_pruner(settings: StudySettings, steps: int) -> optuna.pruners.BasePrune
 
 
 class GridProposer:
-    """Every point once, in a seeded shuffled order; None when all are in the study."""
+    """Every point once, in a seeded shuffled order; None when all are in the study.
+    With `smaller_batches_first` (plan-only targets) the shuffled order is stably sorted by
+    global batch, so that a batch that does not fit rules out the larger ones of the same
+    model, mesh and remat before they are compiled (search/plan_screen.py)."""
 
-    def __init__(self, space: Space, seed: int):
+    def __init__(self, space: Space, seed: int, smaller_batches_first: int | None = None):
         if not space.finite:
             raise TunerError("tuner grid needs a finite space; "
                              f"{', '.join(d.name for d in space.decisions if not d.finite)} "
                              "is continuous (fix it with --set, or use another tuner)")
         self.order = list(space.points())
         random.Random(seed).shuffle(self.order)
+        if smaller_batches_first:
+            self.order.sort(key=lambda point: _global_batch(space, point, smaller_batches_first))
 
     def propose(self, space: Space, trials: list[FrozenTrial]) -> dict | None:
         seen = seen_keys(space, trials)
@@ -277,9 +282,23 @@ def _foreign(dna: pg.DNA, proposal_id: int) -> pg.DNA:
     return dna
 
 
+def _global_batch(space: Space, point: dict, num_devices: int) -> int:
+    from ..trainer import mesh as mesh_lib
+    from ..trainer.errors import ConfigError
+    from . import configio
+
+    try:
+        return mesh_lib.global_batch_size(configio.build(space.config(point)), num_devices)
+    except (ConfigError, ValueError, TypeError):  # an invalid point: failed by the driver, first
+        return 0
+
+
 def make_proposer(settings: StudySettings, space: Space, seed: int):
     if settings.tuner == "grid":
-        return GridProposer(space, seed)
+        from .targets import parse_target
+
+        target = parse_target(settings.target)
+        return GridProposer(space, seed, target.num_devices if target.plan_only else None)
     if settings.tuner == "evolution":
         return EvolutionProposer(space, settings, seed)
     return None

@@ -1,0 +1,82 @@
+"""Settle a plan-only trial without compiling when the study already knows its answer.
+
+Before a plan-only trial (a TPU target on a machine without TPUs) goes to a worker, the
+driver asks, in this order:
+  1. analytic pre-screen: parameters, gradients and AdamW moments alone exceed the chip's
+     HBM (targets.prescreen) -> predicted_oom, nothing compiled;
+  2. duplicate: a finished trial has the same plan key (same compiled step: model, mesh,
+     global batch, remat) -> its plan and outcome, nothing compiled;
+  3. dominated: a finished trial with the same shape key and a global batch no larger was
+     predicted_oom -> predicted_oom (a larger batch needs at least as much memory).
+Each settled result names where its answer came from ("screen" in the plan dict).
+"""
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+from . import failures
+from .targets import Target, plan_keys, prescreen
+from .tuners import is_superseded
+
+
+def keys_attrs(cfg, target: Target) -> dict:
+    """User attributes that let later trials reuse this one's plan."""
+    key, shape_key, batch = plan_keys(cfg, target)
+    return {"plan_key": key, "shape_key": shape_key, "global_batch": batch}
+
+
+def _finished(trials) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_superseded(t)
+            and t.user_attrs.get("plan_key")]
+
+
+def _budget(target: Target, budget: int | None) -> dict | None:
+    limits = [x for x in (budget, target.hbm_bytes_per_device) if x]
+    if not limits:
+        return None
+    return {"bytes": int(min(limits)), "source": "setting" if min(limits) == budget else "chip HBM"}
+
+
+def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> dict | None:
+    """A worker-style result when the trial is settled here, else None (compile it)."""
+    base = {"type": "result", "predicted": True, "counters": {"train_calls": 0, "steps_run": 0},
+            "measured": None, "pruned": False, "memory_budget": _budget(target, budget), **target_device(target)}
+    oom = prescreen(cfg, target, budget)
+    if oom is not None:
+        plan = {"peak_bytes": oom.required_bytes, "hbm_bytes": target.hbm_bytes_per_device, "predicted": True,
+                "screen": "analytic", "peak_bytes_source": "lower bound: parameters, gradients, AdamW moments"}
+        return {**base, "plan": plan, "failure_kind": failures.PREDICTED_OOM, "failure_message": str(oom)}
+    done = _finished(trials)
+    for t in done:
+        if t.user_attrs["plan_key"] == keys["plan_key"] and t.user_attrs.get("plan"):
+            plan = {**t.user_attrs["plan"], "screen": f"duplicate of trial {t.number}"}
+            out = {**base, "plan": plan}
+            if t.user_attrs.get("failure_kind"):
+                out["failure_kind"] = t.user_attrs["failure_kind"]
+                out["failure_message"] = t.user_attrs.get("failure_message", "")
+            return out
+    for t in done:
+        a = t.user_attrs
+        if (a["shape_key"] == keys["shape_key"] and a.get("failure_kind") == failures.PREDICTED_OOM
+                and int(a.get("global_batch") or 0) <= keys["global_batch"] and a.get("memory_bytes")):
+            plan = {"peak_bytes": a["memory_bytes"], "hbm_bytes": target.hbm_bytes_per_device, "predicted": True,
+                    "screen": f"dominated by trial {t.number}",
+                    "peak_bytes_source": f"lower bound: trial {t.number}'s peak at a smaller batch"}
+            return {**base, "plan": plan, "failure_kind": failures.PREDICTED_OOM,
+                    "failure_message": f"predicted OOM (not compiled): trial {t.number} with global batch "
+                                       f"{a['global_batch']} <= {keys['global_batch']} and the same model, mesh "
+                                       f"and remat did not fit ({a.get('failure_message', '')[:160]})"}
+    return None
+
+
+def target_device(target: Target) -> dict:
+    """The "device" and "peak_flops" result fields of a trial settled without compiling."""
+    from ..trainer.topology import CHIPS
+
+    chip = CHIPS.get(target.chip or "")
+    if chip is None:
+        return {}
+    return {"device": {"device_kind": chip.device_kinds[0], "platform": target.platform,
+                       "num_devices": target.num_devices},
+            "peak_flops": {"value": chip.peak_bf16_flops, "source": "chip table (trainer/topology.py)"}}
