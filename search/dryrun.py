@@ -61,10 +61,14 @@ def describe(space: Space, settings: StudySettings, target: Target) -> str:
         size = space.size()
         lines.append(f"size: {size} point(s)" + (f" ({raw} before the constraint)" if size != raw else ""))
     objectives = ", ".join(f"{o} ({OBJECTIVES[o][:3]})" for o in settings.objectives)
-    budget = format_bytes(settings.memory_budget) if settings.memory_budget else "device memory"
+    budget = format_bytes(settings.memory_budget) if settings.memory_budget else \
+        f"chip HBM {format_bytes(target.hbm_bytes_per_device)}" if target.hbm_bytes_per_device else "device memory"
     lines.append(f"study: objectives {objectives}; tuner {settings.tuner}; {settings.trials} trial(s); "
                  f"target {target.text} x {settings.processes} process(es); memory budget {budget}; "
                  f"timeout {settings.timeout:.0f} s")
+    if target.plan_only:
+        lines.append(f"plan-only: {target.text} has no TPU here; trials are compiled for its topology, never run, "
+                     "and scored by predicted MFU and compiled memory")
     return "\n".join(lines)
 
 

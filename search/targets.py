@@ -15,17 +15,12 @@ back with fits=False (the caller marks the trial predicted_oom with the numbers)
 TPU compiler itself refuses for memory raises trainer.topology.PredictedOOM (typed, with
 required and available bytes).
 
-Planning many points (plan_points) adds, in this order:
-  1. analytic pre-screening: parameters + gradients + AdamW moments per device (from
-     trainer.flops.param_count and the mesh's fsdp x tensor sharding) above the HBM is a
-     predicted OOM without compiling;
-  2. de-duplication: points whose compiled step is the same (plan_key: model, resolved mesh,
-     global batch, remat; not the optimizer's numbers, steps or data) are compiled once;
-  3. parallel compiles in worker processes (one per core, default), each with the target's
-     environment set before JAX is imported;
-  4. one compile per point: FLOPs are counted from the optimized HLO with loop trip counts
-     (trainer/roofline.py), so the two unrolled FLOP probes of plan(count_flops=True) are
-     not needed.
+Planning a space is `paxsearch run` on a plan-only target: the driver settles what it
+can without compiling (search/plan_screen.py: analytic pre-screen, duplicates, larger
+batches of a refused point), worker processes compile the rest in parallel with the
+target's environment (target_env) set before JAX is imported, one compile per point
+(FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline.py, so
+the two unrolled FLOP probes of plan(count_flops=True) are not needed).
 """
 from __future__ import annotations
 
@@ -35,9 +30,8 @@ import json
 import os
 import re
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ..trainer import topology as topo
 from ..trainer.errors import ConfigError
@@ -385,89 +379,3 @@ def outcome_of(cfg, target: Target, devices=None, budget_bytes: int | None = Non
         out.update(status="compile_error", error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     out["seconds"] = time.perf_counter() - t0
     return out
-
-
-_WORKER_DEVICES: list = []
-
-
-def _worker_init(target: Target) -> None:
-    apply_env(target)
-
-
-def _worker_plan(args) -> dict:
-    cfg, target = args
-    if not _WORKER_DEVICES:
-        _WORKER_DEVICES.extend(target_devices(target))
-    return outcome_of(cfg, target, _WORKER_DEVICES)
-
-
-def plan_points(cfgs: Sequence, target: Target, *, workers: int | None = None, prescreen_points: bool = True,
-                dedupe: bool = True, on_result: Callable[[int, dict], object] | None = None) -> list[dict]:
-    """Outcomes (see outcome_of) of planning every config in `cfgs` for `target`, in order.
-    Each outcome also says "prescreened" (rejected without compiling) and "duplicate_of"
-    (index of the point whose compile it reuses, or None). `on_result(index, outcome)` is
-    called as each compiled point finishes (in completion order)."""
-    results: list[dict | None] = [None] * len(cfgs)
-    first_of: dict[str, int] = {}
-    todo: list[int] = []
-    for i, cfg in enumerate(cfgs):
-        try:
-            oom = prescreen(cfg, target) if prescreen_points else None
-            key = plan_key(cfg, target) if dedupe else str(i)
-        except ConfigError as e:
-            results[i] = {"status": "invalid", "plan": None, "error": str(e), "oom": None, "seconds": 0.0,
-                          "prescreened": True, "duplicate_of": None}
-            continue
-        if oom is not None:
-            results[i] = {"status": "predicted_oom", "plan": None, "error": str(oom), "oom": oom.to_dict(),
-                          "seconds": 0.0, "prescreened": True, "duplicate_of": None}
-            continue
-        if key in first_of:
-            results[i] = {"duplicate_of": first_of[key]}
-            continue
-        first_of[key] = i
-        todo.append(i)
-    workers = max(1, min(workers or (os.cpu_count() or 1), len(todo) or 1))
-    if workers == 1:
-        apply_env(target)
-        devices = target_devices(target) if todo else []
-        for i in todo:
-            results[i] = outcome_of(cfgs[i], target, devices)
-            results[i].update(prescreened=False, duplicate_of=None)
-            if on_result:
-                on_result(i, results[i])
-    else:
-        import multiprocessing as mp
-
-        env = target_env(target)
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # the workers inherit the target's environment at spawn
-        try:
-            _run_pool(cfgs, target, todo, workers, results, on_result, mp.get_context("spawn"))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-    for i, r in enumerate(results):
-        if r is not None and "status" not in r:
-            src = results[r["duplicate_of"]]
-            results[i] = {**src, "prescreened": src.get("prescreened", False), "duplicate_of": r["duplicate_of"],
-                          "seconds": 0.0}
-    return results  # type: ignore[return-value]
-
-
-def _run_pool(cfgs, target, todo, workers, results, on_result, ctx) -> None:
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(target,)) as pool:
-        futures = {pool.submit(_worker_plan, (cfgs[i], target)): i for i in todo}
-        for fut in as_completed(futures):
-            i = futures[fut]
-            try:
-                results[i] = fut.result()
-            except Exception as e:  # the worker died (e.g. killed for memory): this point, typed
-                results[i] = {"status": "compile_error", "plan": None, "oom": None, "seconds": 0.0,
-                              "error": f"plan worker failed: {type(e).__name__}: {e}"}
-            results[i].update(prescreened=False, duplicate_of=None)
-            if on_result:
-                on_result(i, results[i])

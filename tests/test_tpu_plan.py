@@ -122,35 +122,21 @@ PLAN_KEYS = {"peak_bytes", "argument_bytes", "output_bytes", "temp_bytes", "xla_
 TINY = ModelConfig(vocab_size=384, d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=128, seq_len=64)
 
 
-def test_plan_points_on_cpu_dedupes_identical_compiles_and_reports_invalid_points():
+def test_cpu_plans_carry_memory_and_the_roofline_and_invalid_points_are_typed():
     target = T.parse_target("cpu:8")
-    a = cfg(TINY, (8, 1, 1), per_device_batch=2)
-    same_as_a = cfg(TINY, (-1, 1, 1), global_batch=16)
-    other = cfg(TINY, (2, 2, 2), per_device_batch=2)
-    bad = cfg(TINY, (3, 1, 1), per_device_batch=2)  # 3 does not divide 8 devices
-    res = T.plan_points([a, same_as_a, other, bad], target, workers=1)
-    assert [r["status"] for r in res] == ["planned", "planned", "planned", "invalid"]
-    assert res[1]["duplicate_of"] == 0 and res[1]["plan"] == res[0]["plan"] and res[2]["duplicate_of"] is None
-    assert res[3]["prescreened"] and "3" in res[3]["error"]
-    for r in res[:3]:
+    devices = T.target_devices(target)
+    plans = [T.outcome_of(c, target, devices) for c in
+             (cfg(TINY, (8, 1, 1), per_device_batch=2), cfg(TINY, (2, 2, 2), per_device_batch=2))]
+    for r in plans:
         plan = r["plan"]
-        assert PLAN_KEYS <= set(plan) and plan["predicted"] and plan["fits"]
+        assert r["status"] == "planned" and PLAN_KEYS <= set(plan) and plan["predicted"] and plan["fits"]
         assert 0 < plan["predicted_mfu"] <= 1
         assert {"compute_s", "memory_s", "comm_s", "collectives", "predicted"} <= set(plan["roofline"])
     # 2x2x2 moves data over all three axes
-    axes = {a for c in res[2]["plan"]["roofline"]["collectives"] for a in c["axes"]}
+    axes = {a for c in plans[1]["plan"]["roofline"]["collectives"] for a in c["axes"]}
     assert axes == {"data", "fsdp", "tensor"}
-
-
-def test_plan_points_in_parallel_workers_gives_the_same_plans():
-    target = T.parse_target("cpu:8")
-    cfgs = [cfg(TINY, (8, 1, 1), per_device_batch=2, remat="none"), cfg(TINY, (1, 8, 1), per_device_batch=2)]
-    one = T.plan_points(cfgs, target, workers=1)
-    two = T.plan_points(cfgs, target, workers=2)
-    assert [r["status"] for r in two] == ["planned", "planned"]
-    for x, y in zip(one, two):
-        assert x["plan"]["peak_bytes"] == y["plan"]["peak_bytes"]
-        assert x["plan"]["xla_flops_per_step"] == y["plan"]["xla_flops_per_step"]
+    bad = T.outcome_of(cfg(TINY, (3, 1, 1), per_device_batch=2), target, devices)  # 3 does not divide 8
+    assert bad["status"] == "invalid" and "3" in bad["error"] and bad["plan"] is None
 
 
 # ----------------------------------------------------------------------------- libtpu
