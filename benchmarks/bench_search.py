@@ -77,8 +77,10 @@ def naive(sets: list[str], steps: int) -> dict:
 def search(sets: list[str], trials: int | None, run_dir: str, tuner: str) -> dict:
     import optuna
 
+    # the naive loop has no memory budget, so neither does this run (the sweep's own 10 MiB
+    # budget would rule out configs the naive loop may find best)
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir,
-           "--tuner", tuner, "--no-progress"] + [a for s in sets for a in ("--set", s)]
+           "--tuner", tuner, "--no-progress", "--memory-budget", "1GiB"] + [a for s in sets for a in ("--set", s)]
     if trials:
         cmd += ["--trials", str(trials)]
     t0 = time.time()
