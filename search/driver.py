@@ -129,7 +129,8 @@ class Driver:
             return {"elapsed_s": 0.0, "finished": 0}
         trials = ctx.study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state.is_finished() and not is_superseded(t)]
-        self.progress = Progress(self.budget, len(done), self.objectives, enabled=self.progress_enabled)
+        self.progress = Progress(self.budget, len(done), self.objectives, enabled=self.progress_enabled,
+                                 predicted=ctx.target.plan_only)
         self.progress.seed_best(t.values for t in done
                                 if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind"))
         if abandoned:

@@ -19,8 +19,10 @@ def _fmt(name: str, v: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, done: int, objectives, enabled: bool = True, stream=None):
+    def __init__(self, total: int, done: int, objectives, enabled: bool = True, stream=None,
+                 predicted: bool = False):
         self.objectives = list(objectives)
+        self.label = "best predicted " if predicted else "best "
         self.best: dict[str, float] = {}
         self._lock = threading.Lock()
         self.stream = stream or sys.stderr
@@ -43,7 +45,7 @@ class Progress:
 
     def _postfix(self) -> None:
         if self.best:
-            self.bar.set_postfix_str("best " + "  ".join(f"{k} {_fmt(k, v)}" for k, v in self.best.items()))
+            self.bar.set_postfix_str(self.label + "  ".join(f"{k} {_fmt(k, v)}" for k, v in self.best.items()))
 
     def finished(self, line: str, values=None, feasible: bool = True) -> None:
         with self._lock:
