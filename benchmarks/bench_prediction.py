@@ -12,12 +12,9 @@ median, min and max, for step time and MFU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,18 +25,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--set", action="append", default=[], help="decision or config override (repeatable)")
     args = ap.parse_args(argv)
-    import optuna
+    from study_run import run_space
 
-    with tempfile.TemporaryDirectory(prefix="bench_prediction_") as run_dir:
-        cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", args.space, "--run-dir", run_dir,
-               "--no-progress", "--trials", str(args.trials)] + [x for s in args.set for x in ("--set", s)]
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=sys.stderr)
-        if proc.returncode != 0:
-            return proc.returncode
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        with open(os.path.join(run_dir, "study.json")) as f:
-            name = json.load(f)["study_name"]
-        trials = optuna.load_study(study_name=name, storage=f"sqlite:///{run_dir}/study.db").get_trials()
+    _, trials = run_space(args.space, ["--trials", str(args.trials), *[x for s in args.set for x in ("--set", s)]])
     rows = []
     for t in trials:
         a = t.user_attrs

@@ -23,7 +23,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,31 +59,19 @@ def child_naive(args) -> None:
 
 def run_planned(args, env) -> dict:
     from paxsearch.search.space import decisions_key
+    from study_run import run_space
 
-    import optuna
-
-    with tempfile.TemporaryDirectory(prefix="bench_tpu_plan_") as run_dir:
-        cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", args.space, "--run-dir", run_dir,
-               "--no-progress", "--trials", "100000"]
-        cmd += [x for s in args.set for x in ("--set", s)] + (["--target", args.target] if args.target else [])
-        cmd += ["--workers", str(args.workers)] if args.workers else []
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=sys.stderr)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise SystemExit(f"paxsearch run exited {proc.returncode}")
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        with open(os.path.join(run_dir, "study.json")) as f:
-            name = json.load(f)["study_name"]
-        study = optuna.load_study(study_name=name, storage=f"sqlite:///{run_dir}/study.db")
-        rows = {}
-        for t in study.get_trials():
-            a = t.user_attrs
-            plan = a.get("plan") or {}
-            rows[decisions_key(a["decisions"])] = {
-                "status": a.get("failure_kind") or "planned", "screen": plan.get("screen"),
-                "seconds": (a.get("timings") or {}).get("total_s"), "predicted_mfu": plan.get("predicted_mfu"),
-                "predicted_step_time": plan.get("predicted_step_time"), "peak_bytes": plan.get("peak_bytes")}
+    extra = ["--trials", "100000", *[x for s in args.set for x in ("--set", s)]]
+    extra += (["--target", args.target] if args.target else []) + (["--workers", str(args.workers)] if args.workers else [])
+    wall, trials = run_space(args.space, extra, env)
+    rows = {}
+    for t in trials:
+        a = t.user_attrs
+        plan = a.get("plan") or {}
+        rows[decisions_key(a["decisions"])] = {
+            "status": a.get("failure_kind") or "planned", "screen": plan.get("screen"),
+            "seconds": (a.get("timings") or {}).get("total_s"), "predicted_mfu": plan.get("predicted_mfu"),
+            "predicted_step_time": plan.get("predicted_step_time"), "peak_bytes": plan.get("peak_bytes")}
     return {"mode": "planned", "wall_s": wall, "rows": rows}
 
 

@@ -9,7 +9,6 @@ before JAX starts; inside a part, the compared runs alternate in one process.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess

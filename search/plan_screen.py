@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from . import failures
-from .targets import Target, plan_keys, prescreen
+from .targets import Target, plan_keys, plan_result_fields, prescreen
 from .tuners import is_superseded
 
 
@@ -31,17 +31,10 @@ def _finished(trials) -> list[optuna.trial.FrozenTrial]:
             and t.user_attrs.get("plan_key")]
 
 
-def _budget(target: Target, budget: int | None) -> dict | None:
-    limits = [x for x in (budget, target.hbm_bytes_per_device) if x]
-    if not limits:
-        return None
-    return {"bytes": int(min(limits)), "source": "setting" if min(limits) == budget else "chip HBM"}
-
-
 def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> dict | None:
     """A worker-style result when the trial is settled here, else None (compile it)."""
     base = {"type": "result", "predicted": True, "counters": {"train_calls": 0, "steps_run": 0},
-            "measured": None, "pruned": False, "memory_budget": _budget(target, budget), **target_device(target)}
+            "measured": None, "pruned": False, **plan_result_fields(target, budget)}
     oom = prescreen(cfg, target, budget)
     if oom is not None:
         plan = {"peak_bytes": oom.required_bytes, "hbm_bytes": target.hbm_bytes_per_device, "predicted": True,
@@ -69,14 +62,3 @@ def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> dict 
                                        f"and remat did not fit ({a.get('failure_message', '')[:160]})"}
     return None
 
-
-def target_device(target: Target) -> dict:
-    """The "device" and "peak_flops" result fields of a trial settled without compiling."""
-    from ..trainer.topology import CHIPS
-
-    chip = CHIPS.get(target.chip or "")
-    if chip is None:
-        return {}
-    return {"device": {"device_kind": chip.device_kinds[0], "platform": target.platform,
-                       "num_devices": target.num_devices},
-            "peak_flops": {"value": chip.peak_bf16_flops, "source": "chip table (trainer/topology.py)"}}

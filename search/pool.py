@@ -76,7 +76,7 @@ class WorkerGang:
                 env["JAX_PLATFORMS"] = "cpu"
             env["XLA_FLAGS"] = " ".join(flags)
             if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
-                env.update({k: v for k, v in target_env(self.target).items() if k != "XLA_FLAGS"})
+                env.update(target_env(self.target))
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
             dist = dict(dist_base, process_id=i) if dist_base else None
             env["PAXSEARCH_WORKER"] = json.dumps({"distributed": dist,

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import optuna
 
 from ..trainer.flops import MFU_CONVENTION
+from ..trainer.topology import LibtpuMissing
 from . import storage as storage_lib
-from .targets import Target, TargetError, parse_target
+from .targets import Target, TargetError, check_available, parse_target
 from .settings import OBJECTIVES, SettingsError, StudySettings
 from .space import Space, SpaceError, load_space
 from .tuners import TunerError, make_proposer
@@ -46,9 +47,6 @@ class StudyContext:
 
 def check_settings(settings: StudySettings, space: Space) -> Target:
     """Settings that cannot work with this space: one clear line each."""
-    from ..trainer.topology import LibtpuMissing
-    from .targets import check_available
-
     try:
         target = parse_target(settings.target)
         target.devices_per_process(settings.processes)

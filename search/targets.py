@@ -206,16 +206,41 @@ def _host_memory_bandwidth() -> float:
     return _HOST_BW[0]
 
 
+# ----------------------------------------------------------------------------- memory
+
+def memory_limit(hbm_bytes: int | None, budget_bytes: int | None) -> tuple[int | None, str]:
+    """The per-device bytes a plan must fit in, and what they are: the chip's usable HBM, or
+    a smaller memory budget. (None, "") when neither is known."""
+    if budget_bytes and (not hbm_bytes or budget_bytes < hbm_bytes):
+        return int(budget_bytes), "memory budget"
+    return (int(hbm_bytes), "usable HBM") if hbm_bytes else (None, "")
+
+
+def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
+    """The result fields every plan-only trial of `target` carries, compiled or not: the
+    memory budget it was held against, and the target's device and peak (not the worker's
+    CPU)."""
+    limit, what = memory_limit(target.hbm_bytes_per_device, budget_bytes)
+    out: dict = {"memory_budget": {"bytes": limit, "source": "setting" if what == "memory budget" else "chip HBM"}
+                 if limit else None}
+    chip = topo.CHIPS.get(target.chip or "")
+    if chip is not None:
+        out["device"] = {"device_kind": chip.device_kinds[0], "platform": target.platform,
+                         "num_devices": target.num_devices}
+        out["peak_flops"] = {"value": chip.peak_bf16_flops, "source": "chip table (trainer/topology.py)"}
+    return out
+
+
 # ----------------------------------------------------------------------------- one plan
 
-def compile_for_target(cfg, target: Target, devices: Sequence | None = None, *, count_flops: bool = False):
+def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
     """(Program, plan dict) of `cfg` compiled for `target`. Raises PredictedOOM when the TPU
     compiler refuses the step for memory, ConfigError when the config cannot run there."""
     from ..trainer.plan import build_program
 
     devices = list(devices) if devices is not None else target_devices(target)
     try:
-        program = build_program(cfg, devices, count_flops=count_flops, keep_hlo=True)
+        program = build_program(cfg, devices, count_flops=False, keep_hlo=True)
     except ConfigError:
         raise
     except Exception as e:
@@ -246,17 +271,17 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, *, 
         "device_kind": plan.device_kind,
         "platform": plan.platform,
         "mesh_shape": dict(plan.mesh_shape),
-        **predictions(program, target, devices, count_flops=count_flops),
+        **predictions(program, target, devices),
     }
     return program, d
 
 
-def predictions(program, target: Target, devices: Sequence, *, count_flops: bool = False) -> dict:
+def predictions(program, target: Target, devices: Sequence) -> dict:
     """The roofline's PREDICTED figures of a compiled program (built with keep_hlo=True):
     predicted_step_time, predicted_mfu, predicted_tokens_per_sec, the "roofline" dict, and
-    the step's FLOPs and HBM bytes (from the optimized HLO with loop trip counts, or from
-    the plan's probes when count_flops). An HLO the parser cannot read leaves the
-    predictions None with the reason under roofline["error"]; the plan itself stands."""
+    the step's FLOPs and HBM bytes (from the optimized HLO with loop trip counts). An HLO
+    the parser cannot read leaves the predictions None with the reason under
+    roofline["error"], and the FLOPs XLA's cost_analysis; the plan itself stands."""
     from ..trainer.roofline import analyze
 
     plan = program.plan
@@ -268,13 +293,10 @@ def predictions(program, target: Target, devices: Sequence, *, count_flops: bool
         error = f"roofline failed: {type(e).__name__}: {e}"
     step = roof.step_time_s if roof else None
     mfu = roof.predicted_mfu(plan.model_flops_per_step, len(devices), hw.peak_flops) if roof else None
-    from_probes = count_flops or not roof
     return {
-        "xla_flops_per_step": float(plan.xla_flops_per_step if from_probes else roof.flops_per_step),
-        "xla_bytes_accessed_per_step": float(plan.xla_bytes_accessed_per_step if from_probes
-                                             else roof.hbm_bytes_per_step),
-        "flops_source": ("probes (plan count_flops)" if count_flops else
-                         "optimized HLO, loop trip counts applied" if roof else "XLA cost_analysis (loop body once)"),
+        "xla_flops_per_step": float(roof.flops_per_step if roof else plan.xla_flops_per_step),
+        "xla_bytes_accessed_per_step": float(roof.hbm_bytes_per_step if roof else plan.xla_bytes_accessed_per_step),
+        "flops_source": "optimized HLO, loop trip counts applied" if roof else "XLA cost_analysis (loop body once)",
         "peak_flops_per_device": float(hw.peak_flops),
         "predicted": True,
         "predicted_step_time": float(step) if step else None,
@@ -284,9 +306,9 @@ def predictions(program, target: Target, devices: Sequence, *, count_flops: bool
     }
 
 
-def plan_trial(cfg, target: Target, *, count_flops: bool = False) -> dict:
+def plan_trial(cfg, target: Target) -> dict:
     """The study's "plan" dict of `cfg` on `target` (see compile_for_target)."""
-    return compile_for_target(cfg, target, count_flops=count_flops)[1]
+    return compile_for_target(cfg, target)[1]
 
 
 def _device_memory(device) -> int | None:
@@ -311,10 +333,9 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     from ..trainer import mesh as mesh_lib
 
     mesh_lib.check_config(cfg, target.num_devices)
-    limits = [x for x in (target.hbm_bytes_per_device, limit_bytes) if x]
-    if not limits:
+    hbm, what = memory_limit(target.hbm_bytes_per_device, limit_bytes)
+    if hbm is None:
         return None
-    hbm = min(limits)
     sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
     shards = sizes["fsdp"] * sizes["tensor"]  # weights: embed over fsdp, heads/mlp/vocab over tensor
     params = flops_lib.param_count(cfg.model)
@@ -323,7 +344,6 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     need = topo.state_bytes_per_device(params, _dtype_bytes(cfg.model.param_dtype), shards, optimizer_states=3)
     if need <= hbm:
         return None
-    what = "usable HBM" if hbm == target.hbm_bytes_per_device else "memory budget"
     return topo.PredictedOOM(
         f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and AdamW moments "
         f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor = {shards} shards, above "
@@ -364,13 +384,9 @@ def outcome_of(cfg, target: Target, devices=None, budget_bytes: int | None = Non
     try:
         plan = compile_for_target(cfg, target, devices)[1]
         out["plan"] = plan
-        limit = min(x for x in (budget_bytes, plan["hbm_bytes"]) if x) if (budget_bytes or plan["hbm_bytes"]) else None
-        if limit is not None and plan["peak_bytes"] > limit:
-            what = "usable HBM" if limit == plan["hbm_bytes"] else "memory budget"
-            oom = topo.PredictedOOM(
-                f"predicted OOM: compiled peak {plan['peak_bytes'] / topo.GiB:.2f} GiB per device > "
-                f"{limit / topo.GiB:.2f} GiB {what}", plan["peak_bytes"], limit, "memory_analysis")
-            out.update(status="predicted_oom", error=str(oom), oom=oom.to_dict())
+        limit, what = memory_limit(plan["hbm_bytes"], budget_bytes)
+        if limit is not None:
+            topo.check_fits(plan["peak_bytes"], limit, what)
     except topo.PredictedOOM as e:
         out.update(status="predicted_oom", error=str(e), oom=e.to_dict())
     except ConfigError as e:

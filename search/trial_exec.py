@@ -85,29 +85,25 @@ def run_plan(job: dict) -> dict:
         outcome = {"status": "invalid", "error": str(e), "plan": None}
     except Exception as e:  # libtpu failing to load, a topology it does not know
         outcome = {"status": "compile_error", "error": _msg(e), "plan": None}
-    out.update(plan_result(outcome, target.hbm_bytes_per_device, job.get("memory_budget")))
+    out.update(plan_result(outcome, target, job.get("memory_budget")))
     out["timings"] = {"plan_s": time.perf_counter() - t0, "train_s": 0.0, "worker_s": time.perf_counter() - t0}
     return out
 
 
-def plan_result(outcome: dict, hbm: int | None, budget: int | None) -> dict:
+def plan_result(outcome: dict, target, budget: int | None) -> dict:
     """The result fields of a plan outcome (targets.outcome_of) for the driver's records."""
+    from .targets import plan_result_fields
+
     kinds = {"planned": None, "predicted_oom": failures.PREDICTED_OOM, "invalid": failures.INVALID,
              "compile_error": failures.COMPILE_ERROR}
     plan, oom = outcome.get("plan"), outcome.get("oom")
     if plan is None and oom:  # the compiler refused: the bytes it named stand for the peak
         plan = {"peak_bytes": oom.get("required_bytes") or oom.get("available_bytes"), "predicted": True,
-                "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.get('source')})", "hbm_bytes": hbm}
-    res: dict = {"plan": plan}
+                "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.get('source')})",
+                "hbm_bytes": target.hbm_bytes_per_device}
+    res: dict = {"plan": plan, **plan_result_fields(target, budget)}
     if outcome["status"] != "planned":
         res["failure_kind"], res["failure_message"] = kinds[outcome["status"]], outcome.get("error") or ""
-    limit = min(x for x in (budget, hbm) if x) if (budget or hbm) else None
-    if limit:
-        res["memory_budget"] = {"bytes": int(limit), "source": "setting" if limit == budget else "chip HBM"}
-    if plan and plan.get("device_kind"):
-        res["device"] = {"device_kind": plan["device_kind"], "platform": plan.get("platform"),
-                         "num_devices": plan.get("num_devices")}
-        res["peak_flops"] = {"value": plan.get("peak_flops_per_device"), "source": "chip table (trainer/topology.py)"}
     return res
 
 

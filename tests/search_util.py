@@ -1,15 +1,25 @@
 """Helpers of the search tests: the CLI in a subprocess, studies read back with plain Optuna."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 import optuna
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TINY = os.path.join(HERE, "spaces", "tiny_space.py")
+HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
+
+
+def needs_libtpu(test):
+    """A test of TPU targets: marked `tpu`, skipped only where the optional libtpu (the `tpu`
+    extra, which CI installs) is missing."""
+    skip = pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
+    return pytest.mark.tpu(skip(test))
 
 
 def cli(*args, env=None, timeout=600, check=True) -> subprocess.CompletedProcess:

@@ -1,22 +1,18 @@
 """`paxsearch run` on a TPU target without TPUs: plan-only trials (compiled for the topology,
 never run), settled without compiling where the study already knows the answer, and
 reported as predictions. Needs libtpu (the `tpu` extra, which CI installs)."""
-import importlib.util
 import math
 import os
 
 import pytest
 from optuna.trial import TrialState
 
-from .search_util import HERE, cli, load
+from .search_util import HERE, cli, load, needs_libtpu
 
 PLAN_SPACE = os.path.join(HERE, "spaces", "tpu_tiny_plan.py")
-HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
-needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
 
 
 @needs_libtpu
-@pytest.mark.tpu
 def test_plan_only_study_compiles_two_of_twelve_points_and_reports_predictions(tmp_path):
     run = tmp_path / "plan"
     out = cli("run", PLAN_SPACE, "--run-dir", run, "--no-progress", "--workers", 1)

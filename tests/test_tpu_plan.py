@@ -11,7 +11,6 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
-import importlib.util
 import subprocess
 import sys
 
@@ -21,9 +20,8 @@ from paxsearch.search import targets as T
 from paxsearch.trainer import topology as topo
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
-HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
-needs_libtpu = [pytest.mark.tpu,
-                pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")]
+from .search_util import needs_libtpu
+
 
 # ~0.94B parameters (d=2048, 16 layers, d_ff=8192, vocab 32768)
 MODEL_1B = ModelConfig(vocab_size=32768, d_model=2048, n_layers=16, n_heads=16, head_dim=128, d_ff=8192,
@@ -145,8 +143,7 @@ def test_cpu_plans_carry_memory_and_the_roofline_and_invalid_points_are_typed():
     "import jax; jax.devices()",
     "from paxsearch.trainer.topology import topology_devices; assert len(topology_devices('v5e-16', 2)) == 32",
 ])
-@pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
-@pytest.mark.tpu
+@needs_libtpu
 def test_cpu_runs_and_topologies_stay_quiet_with_libtpu_installed(code):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
     env["JAX_PLATFORMS"] = "cpu"
@@ -157,15 +154,13 @@ def test_cpu_runs_and_topologies_stay_quiet_with_libtpu_installed(code):
 
 @pytest.mark.parametrize("name, devices, kind", [("v5e-16", 16, "TPU v5 lite"), ("v4-32", 16, "TPU v4"),
                                                  ("v5p-128", 64, "TPU v5"), ("v6e-256", 256, "TPU v6 lite")])
-@pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
-@pytest.mark.tpu
+@needs_libtpu
 def test_topology_devices(name, devices, kind):
     devs = topo.topology_devices(name)
     assert len(devs) == devices and devs[0].device_kind == kind and devs[0].platform == "tpu"
 
 
-@pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
-@pytest.mark.tpu
+@needs_libtpu
 def test_1b_memory_equals_memory_analysis_of_the_same_compiled_step():
     target = T.parse_target("tpu:v5e-16")
     program, plan = T.compile_for_target(cfg(MODEL_1B, (1, 16, 1), per_device_batch=2), target)
@@ -188,8 +183,7 @@ def test_1b_memory_equals_memory_analysis_of_the_same_compiled_step():
     assert 16 in plan["roofline"]["trip_counts"].values()
 
 
-@pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
-@pytest.mark.tpu
+@needs_libtpu
 def test_8b_without_remat_on_v5e_16_is_predicted_oom_with_the_numbers():
     target = T.parse_target("tpu:v5e-16")
     c = cfg(MODEL_8B, (1, 16, 1), remat="none", per_device_batch=1)
@@ -205,8 +199,7 @@ def test_8b_without_remat_on_v5e_16_is_predicted_oom_with_the_numbers():
     assert outcome["status"] == "predicted_oom" and outcome["oom"]["required_bytes"] == oom.required_bytes
 
 
-@pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
-@pytest.mark.tpu
+@needs_libtpu
 def test_two_slice_target_compiles_with_dcn_data_2():
     target = T.parse_target("tpu:v5e-16,slices=2")
     devices = T.target_devices(target)
@@ -226,15 +219,13 @@ def test_two_slice_target_compiles_with_dcn_data_2():
 def small_plans():
     """Plans of one small model (d_model=256, 16 heads) on v5e-16 at global batch 64, with all
     16 devices on the fsdp axis or on the tensor axis."""
-    if not HAS_LIBTPU:
-        pytest.skip("libtpu is not installed (pip install 'paxsearch[tpu]')")
     target = T.parse_target("tpu:v5e-16")
     devices = T.target_devices(target)
     return {axis: T.compile_for_target(cfg(SMALL, ici, global_batch=64), target, devices)[1]
             for axis, ici in (("fsdp", (1, 16, 1)), ("tensor", (1, 1, 16)))}
 
 
-@pytest.mark.tpu
+@needs_libtpu
 def test_predicted_mfu_is_in_range_and_orders_tensor_16_below_fsdp_16(small_plans):
     for axis, p in small_plans.items():
         assert 0 < p["predicted_mfu"] <= 1, axis

@@ -274,12 +274,13 @@ def predicted_oom_from(exc: BaseException, hbm_bytes: int | None = None) -> Pred
     return PredictedOOM(msg, required, available, "compiler")
 
 
-def check_fits(peak_bytes: int, hbm_bytes: int) -> None:
-    """Raise PredictedOOM when a compiled per-device peak exceeds the HBM."""
+def check_fits(peak_bytes: int, hbm_bytes: int, what: str = "usable HBM") -> None:
+    """Raise PredictedOOM when a compiled per-device peak exceeds the HBM (or the limit
+    `what` names, e.g. a smaller memory budget)."""
     if peak_bytes > hbm_bytes:
         raise PredictedOOM(
             f"predicted OOM: compiled peak {peak_bytes / GiB:.2f} GiB per device > "
-            f"{hbm_bytes / GiB:.2f} GiB usable HBM", peak_bytes, hbm_bytes, "memory_analysis")
+            f"{hbm_bytes / GiB:.2f} GiB {what}", peak_bytes, hbm_bytes, "memory_analysis")
 
 
 def state_bytes_per_device(param_count: int, param_dtype_bytes: int, shards: int,
