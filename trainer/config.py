@@ -26,6 +26,18 @@ class ModelConfig:
     param_dtype: str = "float32"  # "float32" | "bfloat16"
     scan_layers: bool = True  # layers under nn.scan: compile time flat in depth
     activation: str = "gelu"  # MLP activation: gelu (tanh approx.) | gelu_exact | silu | relu
+    # "dense": act(x W1) W2 (GPT-2, 2 matrices); "gated": (act(x W_gate) * x W_up) W2 (3 matrices):
+    # gated + silu is SwiGLU (Llama), gated + gelu is GeGLU.
+    mlp: str = "dense"
+    position: str = "learned"  # "learned" (absolute, GPT-2) | "rope" (rotary, Llama)
+    rope_theta: float = 10_000.0
+    n_kv_heads: int | None = None  # None: n_heads (MHA); 1: MQA; a divisor of n_heads: GQA
+    tie_embeddings: bool = False  # the unembedding is the transposed embedding table
+    # "dot_product": softmax(QK^T)V with the S x S scores in memory; "flash": the platform's
+    # fused kernel (Pallas splash on TPU, cuDNN on GPU, blockwise online softmax on CPU);
+    # "auto": flash where a fused kernel exists (TPU, GPU), dot_product elsewhere.
+    attention: str = "auto"
+    attention_block: int = 128  # key/query block of the CPU blockwise (flash) attention
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,10 @@ class MeshConfig:
 
     ici: tuple[int, int, int] = (1, -1, 1)
     dcn: tuple[int, int, int] = (1, 1, 1)
+    # named logical-axis rules table (trainer/sharding.py RULE_SETS): "default" keeps the
+    # activations' embed dim replicated over tensor; "sequence_parallel" shards it over tensor
+    # (as MaxText does), so the residual stream is not replicated on the tensor axis.
+    rules: str = "default"
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,9 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 0
     run_dir: str | None = None
+    # named compiler flag set (trainer/flagsets.py): XLA_FLAGS / LIBTPU_INIT_ARGS applied by the
+    # process before the backend starts
+    flags: str = "default"
 
 
 def to_dict(cfg) -> dict:
