@@ -23,6 +23,9 @@ from typing import Any, Union
 import optuna
 import pandas as pd
 
+# One URL handling for search and analysis (JAX-free module): masking, env:NAME, drivers.
+from ..search.storage import ENV_PREFIX, driver_url, mask_url, scrub
+
 Source = Union[str, os.PathLike, optuna.Study]
 
 # Objective name in study.user_attrs["objectives"] -> DataFrame column.
@@ -49,24 +52,33 @@ class OpenedStudy:
     storage_display: str  # storage URL with any password masked
 
 
-def mask_url(url: str | None) -> str | None:
-    """The storage URL with its password (userinfo or password= parameter) replaced by ***."""
-    if url is None:
-        return None
-    masked = re.sub(r"(://[^:/?#@]*):[^/?#]*@", r"\1:***@", str(url))
-    return re.sub(r"(?i)(password=)[^&;\s]*", r"\1***", masked)
+class StudyReadError(LookupError, ValueError):
+    """The study's storage cannot be opened or read; one line, password masked."""
 
 
 def _looks_like_url(text: str) -> bool:
-    return re.match(r"^[a-zA-Z][\w+.-]*://", text) is not None
+    return re.match(r"^[a-zA-Z][\w+.-]*://", text) is not None or text.startswith(ENV_PREFIX)
 
 
-def _single_study_name(storage: str, display: str) -> str:
-    names = optuna.get_all_study_names(storage)
-    if len(names) != 1:
-        raise ValueError(f"storage {display} holds {len(names)} studies ({names}); "
-                         "pass study_name")
-    return names[0]
+def _load(storage: str, display: str, study_name: str | None) -> optuna.Study:
+    """optuna.load_study through the search side's URL handling (env:NAME, the PostgreSQL
+    driver); an unreachable or unreadable database is one line naming the storage."""
+    try:
+        url = driver_url(storage)
+        names = optuna.get_all_study_names(url)
+        if study_name is None:
+            if len(names) != 1:
+                raise StudyReadError(f"storage {display} holds {len(names)} studies ({names}); pass study_name")
+            study_name = names[0]
+        if study_name not in names:
+            raise StudyReadError(f"storage {display} has no study {study_name!r}; studies: {names}")
+        return optuna.load_study(study_name=study_name, storage=url)
+    except StudyReadError:
+        raise
+    except Exception as e:  # driver missing, server down, not a database, unknown schema
+        text = str(e).strip().splitlines()
+        first = f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+        raise StudyReadError(f"cannot read storage {display}: {scrub(first, storage)}") from None
 
 
 def open_study(source: Source, study_name: str | None = None) -> OpenedStudy:
@@ -76,21 +88,27 @@ def open_study(source: Source, study_name: str | None = None) -> OpenedStudy:
     text = os.fspath(source)
     if _looks_like_url(text):
         display = mask_url(text)
-        name = study_name or _single_study_name(text, display)
-        study = optuna.load_study(study_name=name, storage=text)
+        study = _load(text, display, study_name)
         return OpenedStudy(study, _run_dir_from_trials(study), display)
     run_dir = Path(text).resolve()
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
     meta_path = run_dir / "study.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    except (OSError, ValueError) as e:
+        raise StudyReadError(f"{meta_path} is unreadable ({type(e).__name__}); "
+                             "delete it to use the run folder's study.db") from None
     storage = meta.get("storage") or f"sqlite:///{run_dir / 'study.db'}"
     if storage.startswith("sqlite:///") and not Path(storage[len("sqlite:///"):]).exists():
         raise FileNotFoundError(f"run folder {run_dir} has no study database "
                                 f"({mask_url(storage)})")
+    if "***" in storage:
+        raise StudyReadError(f"{run_dir} uses storage {storage}; pass that storage URL (with its password, "
+                             "or env:NAME) instead of the run folder")
     display = mask_url(storage)
-    name = study_name or meta.get("study_name") or _single_study_name(storage, display)
-    return OpenedStudy(optuna.load_study(study_name=name, storage=storage), run_dir, display)
+    study = _load(storage, display, study_name or meta.get("study_name"))
+    return OpenedStudy(study, run_dir, display)
 
 
 def _run_dir_from_trials(study: optuna.Study) -> Path | None:

@@ -12,7 +12,7 @@ def add_parser(sub) -> None:
                        description="List the studies under a folder of run folders (default runs/), "
                                    "a single run folder, or a storage URL.")
     p.add_argument("path", nargs="?", default="runs", help="folder of run folders, or one run folder (default runs)")
-    p.add_argument("--storage", default=None, help="list the studies of this storage URL instead")
+    p.add_argument("--storage", default=None, help="list the studies of this storage URL (or env:NAME) instead")
     p.set_defaults(func=main)
 
 

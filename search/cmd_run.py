@@ -11,7 +11,7 @@ def add_parser(sub) -> None:
                                    "results go to an Optuna study in the run folder.")
     p.add_argument("space_file", help="a space file, e.g. spaces/mesh_sweep.py")
     p.add_argument("--run-dir", default=None, help="run folder (default: runs/<space name>)")
-    p.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///RUN/study.db)")
+    p.add_argument("--storage", default=None, help="Optuna storage URL, or env:NAME for the URL in $NAME (default: sqlite:///RUN/study.db)")
     p.add_argument("--study", default=None, help="study name (default: the space file's name)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a decision (mesh=2x2x2) or override a config field (steps=10); repeatable")

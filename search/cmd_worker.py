@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("worker", help="run trials of a shared study (e.g. on PostgreSQL)",
                        description="Pull trials from a stored study and run them, with the study's space and "
                                    "settings, until its budget is used up.")
-    p.add_argument("--storage", required=True, help="Optuna storage URL, e.g. postgresql://user@host/db")
+    p.add_argument("--storage", required=True, help="Optuna storage URL, e.g. postgresql://user@host/db (password from PGPASSWORD), or env:NAME for the URL in $NAME")
     p.add_argument("--study", default=None, help="study name (needed when the storage holds several)")
     p.add_argument("--run-dir", default=None, help="local folder for trial logs (default: runs/<study>)")
     add_study_options(p, for_new=False)

@@ -14,7 +14,7 @@ import os
 import re
 import threading
 import zlib
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote
 
 import optuna
 
@@ -27,19 +27,67 @@ def default_url(run_dir: str) -> str:
     return f"sqlite:///{os.path.join(os.path.abspath(run_dir), 'study.db')}"
 
 
+ENV_PREFIX = "env:"  # --storage env:NAME: the URL (password included) is the value of $NAME
+
+
+def resolve_url(spec: str) -> str:
+    """The storage URL of a --storage value: `env:NAME` reads it from the environment variable
+    NAME (so the password is not on the command line, nor in `ps`); anything else is the URL."""
+    spec = str(spec)
+    if not spec.startswith(ENV_PREFIX):
+        return spec
+    name = spec[len(ENV_PREFIX):]
+    value = os.environ.get(name, "").strip()
+    if not name or not value:
+        raise StorageError(f"--storage {spec}: the environment variable {name or '(none)'} is not set; "
+                           f"export {name or 'NAME'}=postgresql://user:password@host/db")
+    if value.startswith(ENV_PREFIX):
+        raise StorageError(f"--storage {spec}: ${name} names another variable; it must hold the URL itself")
+    return value
+
+
+def parse_url(url: str):
+    """SQLAlchemy's URL object of `url`. A password may hold URL delimiters (/ # ? @) unquoted:
+    when SQLAlchemy's own parse splits it wrongly, the user info ends at the last '@'."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    accounted = (parsed.username is not None) + sum(str(k).count("@") + str(v).count("@")
+                                                    for k, v in parsed.query.items())
+    broken = url.count("@") > accounted  # an '@' of the password taken for the host's
+    if not broken:
+        return parsed
+    scheme, rest = url.split("://", 1)
+    userinfo, hostpart = rest.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+
+    return make_url(f"{scheme}://{hostpart}").set(username=unquote(user), password=unquote(password) or None)
+
+
 def mask_url(url: str | None) -> str | None:
-    """The URL with its password (userinfo or password= parameter) replaced by ***."""
+    """The URL with its password (user info or password= parameter) replaced by ***: the one
+    masking function of paxsearch (search and analysis)."""
     if url is None:
         return None
-    masked = re.sub(r"(://[^:/?#@]*):[^/?#@]*@", r"\1:***@", str(url))
-    return re.sub(r"(?i)(password=)[^&;\s]*", r"\1***", masked)
+    url = str(url)
+    if url.startswith(ENV_PREFIX):  # the name of a variable, never its value
+        return url
+    try:
+        parsed = parse_url(url)
+    except Exception:  # not a URL SQLAlchemy reads: hide everything between :// and the last @
+        return re.sub(r"(://[^:/]*):.*@", r"\1:***@", url) if "@" in url else url
+    # without a password in the user info, keep the user's spelling (and order of parameters)
+    text = url if parsed.password is None else parsed.render_as_string(hide_password=True)
+    return re.sub(r"(?i)([?&](?:password|passwd|pass)=)[^&]*", r"\1***", text)
 
 
 def _password(url: str) -> str | None:
     try:
-        return urlsplit(url).password
-    except ValueError:
+        parsed = parse_url(url)
+    except Exception:
         return None
+    return parsed.password or next((v for k, v in parsed.query.items()
+                                    if k.lower() in ("password", "passwd", "pass") and isinstance(v, str)), None)
 
 
 def scrub(text: str, url: str | None) -> str:
@@ -47,8 +95,17 @@ def scrub(text: str, url: str | None) -> str:
     if not url:
         return text
     text = text.replace(url, mask_url(url))
+    try:
+        url = resolve_url(url)
+    except StorageError:
+        return text
+    text = text.replace(url, mask_url(url))
     pw = _password(url)
-    return text.replace(pw, "***") if pw else text
+    if pw:
+
+        for form in {pw, quote(pw, safe=""), quote(pw)}:
+            text = text.replace(form, "***")
+    return text
 
 
 def sqlite_path(url: str) -> str | None:
@@ -56,20 +113,26 @@ def sqlite_path(url: str) -> str | None:
 
 
 def driver_url(url: str) -> str:
-    """The URL SQLAlchemy should connect with: a bare postgresql:// URL names the psycopg (v3)
-    driver in SQLAlchemy 2.1; use psycopg2 (the postgres extra) when only it is installed."""
-    m = re.match(r"^(postgresql|postgres)://", url)
+    """The URL SQLAlchemy should connect with (`env:NAME` resolved): a bare postgresql:// URL
+    names the psycopg (v3) driver in SQLAlchemy 2.1; use psycopg2 (the postgres extra) when only
+    it is installed. Search and analysis both connect through this function."""
+    url = resolve_url(url)
+    m = re.match(r"^(postgresql|postgres)(\+\w+)?://", url)
     if not m:
         return url
-    import importlib.util
+    parsed = parse_url(url)
+    if not m.group(2):
+        import importlib.util
 
-    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
-        return "postgresql+psycopg2://" + url[m.end():]
-    return "postgresql://" + url[m.end():]
+        driver = ("postgresql+psycopg2" if importlib.util.find_spec("psycopg") is None
+                  and importlib.util.find_spec("psycopg2") is not None else "postgresql")
+        parsed = parsed.set(drivername=driver)
+    return parsed.render_as_string(hide_password=False)
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """An Optuna RDB storage (plain optuna schema, so optuna-dashboard opens it)."""
+    url = resolve_url(url)
     path = sqlite_path(url)
     kwargs = {"connect_args": {"timeout": 120}} if path else {"pool_pre_ping": True}
     if path:
@@ -92,7 +155,7 @@ class StudyLock:
     """A lock held across machines while a trial is proposed and created."""
 
     def __init__(self, url: str, study_name: str):
-        self.url, self.study_name = url, study_name
+        self.url, self.study_name = resolve_url(url), study_name
         self._thread_lock = threading.Lock()
         self._engine = None
         self._key = zlib.crc32(f"paxsearch:{study_name}".encode()) & 0x7FFFFFFF
@@ -130,7 +193,8 @@ class StudyLock:
 
 
 def write_study_json(run_dir: str, study_name: str, url: str, space_file: str) -> None:
-    """RUN/study.json: how to find the study again (storage null = RUN/study.db)."""
+    """RUN/study.json: how to find the study again (storage null = RUN/study.db; `env:NAME`
+    when the URL came from the environment; any password masked)."""
     os.makedirs(run_dir, exist_ok=True)
     storage = None if url == default_url(run_dir) else mask_url(url)
     data = {"study_name": study_name, "storage": storage, "space_file": space_file}
