@@ -12,11 +12,17 @@ import os
 import fiddle as fdl
 from fiddle.experimental import serialization
 
+from ..trainer import presets
 from ..trainer.config import TrainConfig
+from ..trainer.errors import ConfigError
 
 
 class ConfigFileError(ValueError):
     """A config file or override cannot be used; the message says why and how to fix it."""
+
+
+class UnknownField(ConfigFileError):
+    """An override names no config field or section."""
 
 
 def to_fiddle(obj) -> fdl.Config:
@@ -89,13 +95,25 @@ def apply_overrides(cfg: fdl.Config, overrides: list[str]) -> fdl.Config:
         for p in parents:
             node = getattr(node, p, None) if isinstance(node, fdl.Buildable) else None
             if not isinstance(node, fdl.Buildable):
-                raise ConfigFileError(f"override {path!r}: {p!r} is not a config section; see `paxsearch train --help`")
+                raise UnknownField(f"override {path!r}: {p!r} is not a config section; see `paxsearch train --help`")
         known = {f.name for f in dataclasses.fields(fdl.get_callable(node))}
         if leaf not in known:
-            raise ConfigFileError(f"override {path!r}: unknown field {leaf!r}; known: {', '.join(sorted(known))}")
+            raise UnknownField(f"override {path!r}: unknown field {leaf!r}; known: {', '.join(sorted(known))}")
+        if path.strip() == "model":  # model=<preset name> replaces the whole ModelConfig
+            setattr(node, leaf, _model_preset(text.strip()))
+            continue
         value = parse_value(text)
         setattr(node, leaf, tuple(value) if isinstance(value, list) else value)
     return cfg
+
+
+def _model_preset(name: str) -> fdl.Config:
+    """`model=NAME`: the whole ModelConfig of a preset (trainer/presets.py); later `model.x=...` overrides
+    still apply on top of it."""
+    try:
+        return to_fiddle(presets.get(name))
+    except ConfigError as e:
+        raise ConfigFileError(f"override 'model={name}': {e} (or set one field: model.seq_len=2048)") from None
 
 
 def build(cfg: fdl.Config) -> TrainConfig:

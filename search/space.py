@@ -27,8 +27,17 @@ A space file is a Python file (read by path, never imported by the library) that
     A predicate over the decisions (a dict name -> value); points where it returns False
     are left out of the space: never proposed, never counted in its size.
 
+Model presets (paxsearch.trainer.presets: llama3-8b, llama2-7b, gpt3-xl, ...) come in as
+``preset(name, **fields)``, a Fiddle ModelConfig; a ``pg.oneof`` of names makes the preset a
+decision, and fields still change per trial::
+
+        model = preset(pg.oneof(["llama2-7b", "llama3-8b"], name="model"), seq_len=2048,
+                       attention=pg.oneof(["dot_product", "flash"], name="attention"))
+
 Command-line ``--set name=value`` fixes a decision to one of its values (or, for a config
 field such as ``steps`` or ``model.d_model``, overrides it in every trial's config).
+``--set model=llama3-8b`` (when no decision is named ``model``) replaces every trial's whole
+ModelConfig by the preset; a later ``--set model.seq_len=1024`` changes a field of it.
 """
 from __future__ import annotations
 
@@ -60,6 +69,14 @@ def intv(low: int, high: int, *, name: str, log: bool = False):
         raise SpaceError(f"intv {name!r}: low {low} > high {high}")
     return pg.oneof(list(range(int(low), int(high) + 1)), name=name,
                     hints={"kind": INT_HINT, "log": bool(log)})
+
+
+def preset(name: str, **fields) -> fdl.Config:
+    """The ModelConfig of a model preset (paxsearch.trainer.presets) as a Fiddle config, with
+    `fields` changed; `name` may be a pg.oneof of preset names (a decision)."""
+    from ..trainer import presets
+
+    return configio.to_fiddle(presets.replace(name, **fields))
 
 
 @dataclass(frozen=True)
@@ -176,10 +193,12 @@ class Space:
             probe = self.first_config()
             try:
                 configio.apply_overrides(probe, [f"{name}={text}"])
-            except configio.ConfigFileError:
+            except configio.UnknownField:
                 raise SpaceError(f"unknown decision {name!r} in --set; decisions of {self.name}: "
                                  f"{', '.join(self._by_name)} (or a config field such as steps, "
-                                 "model.d_model)") from None
+                                 "model.d_model, or model=<preset>)") from None
+            except configio.ConfigFileError as e:  # a known field with a bad value (model=<unknown preset>)
+                raise SpaceError(str(e)) from None
             self.overrides.append(f"{name}={text}")
 
     # ----- points -----

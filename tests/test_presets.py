@@ -1,0 +1,148 @@
+"""Model presets: parameter counts of the real Flax model against the published figures, and
+`model=<preset>` on the command line and in space files."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import textwrap
+
+import jax
+import pytest
+
+from paxsearch.search import configio
+from paxsearch.search.space import SpaceError, load_space
+from paxsearch.trainer import presets
+from paxsearch.trainer.config import ModelConfig, TrainConfig
+from paxsearch.trainer.errors import ConfigError
+from paxsearch.trainer.step import init_state, make_model, make_optimizer
+
+from .search_util import REPO, cli
+
+MESH_SWEEP = os.path.join(REPO, "spaces", "mesh_sweep.py")
+
+
+def model_param_count(model: ModelConfig) -> int:
+    """Parameters of the trainer's own model, from jax.eval_shape of its init (shapes only)."""
+    cfg = TrainConfig(model=model)
+    state = jax.eval_shape(lambda: init_state(cfg, make_model(cfg), make_optimizer(cfg.optimizer, 10),
+                                              jax.random.key(0)))
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(state["params"]))
+
+
+def hand_count(m: ModelConfig) -> int:
+    """The same count by hand from the dimensions: pre-norm blocks (2 RMSNorm scales), Q/O with
+    n_heads and K/V with n_kv_heads, 2 or 3 MLP matrices, embeddings (and the unembedding unless
+    tied), learned positions, the final norm."""
+    kv = m.n_kv_heads or m.n_heads
+    attention = m.d_model * m.head_dim * (2 * m.n_heads + 2 * kv)
+    mlp = (3 if m.mlp == "gated" else 2) * m.d_model * m.d_ff
+    layer = attention + mlp + 2 * m.d_model
+    embeddings = m.vocab_size * m.d_model * (1 if m.tie_embeddings else 2)
+    positions = m.seq_len * m.d_model if m.position == "learned" else 0
+    return m.n_layers * layer + embeddings + positions + m.d_model
+
+
+@pytest.mark.parametrize("name", presets.names())
+def test_preset_parameter_count_matches_its_published_figure(name):
+    p = presets.source(name)
+    count = model_param_count(presets.get(name))
+    assert count == hand_count(p.model), (name, count, hand_count(p.model))
+    deviation = count / p.published_params - 1
+    if p.exact:  # an exact published count: within 1%
+        assert abs(deviation) <= 0.01, f"{name}: {count:,} vs published {p.published_params:,} ({deviation:+.2%})"
+    else:  # a nominal label only ("16B"): the stated deviation is the true one, and the note says why
+        assert abs(deviation - p.deviation) < 0.001, f"{name}: {deviation:+.2%}, the preset states {p.deviation:+.1%}"
+        assert f"{p.deviation:+.1%}" in p.note and "no exact count" in p.note, p.note
+
+
+def test_llama_presets_are_exact_to_the_parameter():
+    """Where the published count is exact and the architecture is the same, the count is too."""
+    for name in ("llama2-7b", "llama3-8b", "llama2-70b"):
+        assert model_param_count(presets.get(name)) == presets.source(name).published_params, name
+
+
+def test_presets_have_sources_and_the_listed_names():
+    assert {"llama2-7b", "llama3-8b", "llama2-70b", "gpt3-xl", "paxml-c4-1b", "paxml-c4-16b",
+            "maxtext-v5e-16b", "maxtext-v5e-32b"} <= set(presets.names())
+    table = presets.table()
+    for name in presets.names():
+        p = presets.source(name)
+        assert p.source and p.published_source and p.published_params > 0
+        assert p.model.dtype == "bfloat16" and p.model.param_dtype == "float32"
+        assert f"| {name} |" in table
+
+
+def test_unknown_preset_is_one_line_listing_the_names():
+    with pytest.raises(ConfigError) as e:
+        presets.get("llama9-1t")
+    message = str(e.value)
+    assert "\n" not in message and "llama9-1t" in message
+    assert all(name in message for name in presets.names())
+    with pytest.raises(ConfigError, match="unknown ModelConfig field"):
+        presets.replace("llama3-8b", layers=2)
+
+
+def test_set_model_preset_replaces_the_model_and_later_fields_override_it():
+    """The `paxsearch train FILE --set` path (configio.apply_overrides)."""
+    base = configio.to_fiddle(TrainConfig())
+    cfg = configio.build(configio.apply_overrides(base, ["model=llama3-8b", "model.seq_len=256", "steps=3"]))
+    assert cfg.model == dataclasses.replace(presets.get("llama3-8b"), seq_len=256)
+    assert cfg.steps == 3
+    # a field set before the preset is replaced with the rest of the model
+    cfg = configio.build(configio.apply_overrides(base, ["model.seq_len=256", "model=gpt3-xl"]))
+    assert cfg.model == presets.get("gpt3-xl")
+    with pytest.raises(configio.ConfigFileError, match="unknown model preset 'gpt5'"):
+        configio.apply_overrides(base, ["model=gpt5"])
+
+
+def test_set_model_preset_in_a_space_applies_to_every_trial():
+    space = load_space(MESH_SWEEP)
+    space.apply_sets(["model=llama2-7b", "model.n_layers=2"])
+    expected = dataclasses.replace(presets.get("llama2-7b"), n_layers=2)
+    points = list(space.points())
+    for point in (points[0], points[-1]):
+        assert configio.build(space.config(point)).model == expected
+    with pytest.raises(SpaceError, match="unknown model preset 'llama2-7'"):
+        load_space(MESH_SWEEP).apply_sets(["model=llama2-7"])
+
+
+def test_preset_as_a_decision_in_a_space_file(tmp_path):
+    path = tmp_path / "presets_space.py"
+    path.write_text(textwrap.dedent("""
+        import fiddle as fdl
+        import pyglove as pg
+        from paxsearch.search.space import preset
+        from paxsearch.trainer.config import TrainConfig
+
+        def space():
+            return fdl.Config(TrainConfig, model=preset(pg.oneof(["gpt3-xl", "llama3-8b"], name="model"),
+                                                        seq_len=512))
+    """))
+    space = load_space(str(path))
+    assert [d.describe() for d in space.decisions] == ["model: one of gpt3-xl, llama3-8b"]
+    for name in ("gpt3-xl", "llama3-8b"):
+        model = configio.build(space.config({"model": name})).model
+        assert model == dataclasses.replace(presets.get(name), seq_len=512)
+    space.apply_sets(["model=llama3-8b"])  # --set fixes the decision
+    assert space.fixed == {"model": "llama3-8b"} and space.size() == 1
+
+
+def test_cli_run_dry_run_with_a_model_preset():
+    proc = cli("run", MESH_SWEEP, "--dry-run", "--set", "model=llama3-8b", "--set", "model.seq_len=256",
+               timeout=300)
+    assert "config overrides: model=llama3-8b, model.seq_len=256" in proc.stdout
+    assert "pass the static checks" in proc.stdout
+
+
+def test_cli_unknown_preset_is_one_line_and_a_nonzero_exit(tmp_path):
+    proc = cli("run", MESH_SWEEP, "--dry-run", "--set", "model=llama5", check=False, timeout=300)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown model preset 'llama5'" in lines[0] and "llama3-8b" in lines[0], proc.stderr
+    config = tmp_path / "config.py"
+    config.write_text("from paxsearch.trainer.config import TrainConfig\n\ndef config():\n    return TrainConfig()\n")
+    proc = cli("train", config, "--set", "model=llama5", "--run-dir", tmp_path / "run", check=False, timeout=300)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown model preset 'llama5'" in lines[0], proc.stderr

@@ -1,0 +1,231 @@
+"""Named ModelConfigs of models people train, each with where its dimensions and its
+published parameter count come from.
+
+    from paxsearch.trainer import presets
+    cfg = presets.get("llama3-8b")           # a ModelConfig
+    presets.names()                          # ('gpt3-xl', 'llama2-70b', ...)
+    presets.source("llama3-8b")              # a Preset: dims source, published count, notes
+    print(presets.table())                   # the Markdown table of all of them
+
+Every preset trains in bfloat16 activations with float32 parameters (`dtype="bfloat16"`,
+`param_dtype="float32"`), as MaxText's defaults (`dtype: bfloat16`, float32 weights) and
+Paxml's C4 configs (`FPROP_DTYPE = jnp.bfloat16`, float32 variables) do, and leaves
+`attention="auto"` (the fused kernel where the platform has one). Layers are scanned.
+
+The model here is pre-norm with RMSNorm (a scale per norm, no biases anywhere), so a
+source model with LayerNorm biases, linear biases or a parallel attention/MLP block differs
+by a few vectors per layer; each note says how, and by how many parameters when it matters.
+
+Published figures are of two kinds. `exact=True`: an exact published count (Hugging Face /
+keras-hub metadata, the GPT-3 paper's Table D.1 in millions); the preset's count is within
+1% of it (tests/test_presets.py counts the real Flax model with jax.eval_shape). `exact=False`:
+only a nominal label exists ("16B" in a class or file name, never an exact count); the
+preset keeps the published dimensions unchanged, and `deviation` states how far its count
+is from the label (also checked by the test), with the reason in the note.
+
+Use in a space file: `paxsearch.search.space.preset(name, **fields)` (a Fiddle config, so a
+`pg.oneof` of preset names is a decision); on the command line: `--set model=llama3-8b`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .config import ModelConfig
+from .errors import ConfigError
+
+_TRAINING = dict(dtype="bfloat16", param_dtype="float32", scan_layers=True, attention="auto")
+
+_LLAMA = dict(mlp="gated", activation="silu", position="rope", tie_embeddings=False, **_TRAINING)
+_PAXML_C4 = dict(mlp="dense", activation="gelu_exact", position="learned", tie_embeddings=True, **_TRAINING)
+_MAXTEXT_2023 = dict(mlp="dense", activation="relu", position="rope", rope_theta=10_000.0, tie_embeddings=True,
+                     n_kv_heads=None, **_TRAINING)
+
+_MAXTEXT_COMMIT = "google/maxtext@632f65147607dff421c108f1592b7eb416ea7d6a (2023-12-15)"
+_MAXTEXT_SCALE = (
+    "MaxText/configs/base.yml base_emb_dim 2560, base_num_heads 8, base_mlp_dim 8192, base_num_decoder_layers 16, "
+    "head_dim 256, mlp_activations [relu], logits_via_embedding True, vocab_size 32768; MaxText/pyconfig.py "
+    "get_individual_scales: scale 16 -> emb x2, heads x4, mlp x4, layers x2; scale 32 -> emb x4, heads x4, mlp x4, "
+    "layers x2. RoPE (layers/attentions.py LLaMARotaryEmbedding, max_timescale 10000), MHA.")
+_MAXTEXT_NOTE = (
+    "{label}: no exact count is published (README 'TPU v5e' table and the script's comment '{label} parameter "
+    "model'); MaxText's own doc says each global_parameter_scale step 'is not a perfect doubling', and these dims "
+    "give {deviation:+.1%} over the label. MaxText's 2023 decoder is a parallel block (attention and MLP read one "
+    "RMSNorm, layers/models.py DecoderLayer); this sequential block has one more norm scale per layer "
+    "(+{extra:,} parameters, same FLOPs).")
+_PAXML_NOTE = (
+    "{label}: Paxml names it '{label} params' (class docstring) but publishes no exact count; the dims in c4.py give "
+    "{deviation:+.1%}. Paxml uses sinusoidal absolute positions (no parameters; TRAINABLE_POSITION_EMB False) and "
+    "LayerNorm with biases and FFN biases; this preset uses learned absolute positions (+seq_len x d_model = "
+    "{pos:,} parameters) and RMSNorm.")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named model and where it comes from."""
+
+    name: str
+    model: ModelConfig
+    source: str  # repository, file and commit (or URL) of the dimensions
+    published_params: int  # the published parameter count (or the nominal label's value)
+    published_source: str  # where that figure is published, quoted
+    exact: bool  # True: an exact published count; False: a nominal label ("16B")
+    deviation: float = 0.0  # nominal labels: (count - label) / label of this preset's dims
+    note: str = ""
+
+
+def _llama(**dims) -> ModelConfig:
+    return ModelConfig(**_LLAMA, **dims)
+
+
+_PRESETS = (
+    Preset(
+        name="llama2-7b",
+        model=_llama(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=None, head_dim=128,
+                     d_ff=11008, seq_len=4096, rope_theta=10_000.0),
+        source="https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json (hidden_size 4096, "
+               "num_hidden_layers 32, num_attention_heads 32, intermediate_size 11008, vocab_size 32000, "
+               "max_position_embeddings 4096, rope_theta 10000, tie_word_embeddings false)",
+        published_params=6_738_415_616,
+        published_source="keras-team/keras-hub keras_hub/src/models/llama/llama_presets.py@5d163cac782502025a639d48"
+                         "27c8f3cfea8ab532: llama2_7b_en 'params': 6738415616",
+        exact=True,
+        note="Architecture as published: RMSNorm pre-norm, SwiGLU, RoPE, MHA, untied embeddings, no biases."),
+    Preset(
+        name="llama3-8b",
+        model=_llama(vocab_size=128256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                     d_ff=14336, seq_len=8192, rope_theta=500_000.0),
+        source="https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json (hidden_size 4096, "
+               "num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8, intermediate_size 14336, "
+               "vocab_size 128256, max_position_embeddings 8192, rope_theta 500000)",
+        published_params=8_030_261_248,
+        published_source="keras-team/keras-hub keras_hub/src/models/llama3/llama3_presets.py@2f5dce1e346369fb08cac9"
+                         "3a59cad55707159d1e: llama3_8b_en 'params': 8030261248",
+        exact=True,
+        note="Architecture as published: GQA with 8 K/V heads, SwiGLU, RoPE theta 500000, untied embeddings."),
+    Preset(
+        name="llama2-70b",
+        model=_llama(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128,
+                     d_ff=28672, seq_len=4096, rope_theta=10_000.0),
+        source="https://huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json (hidden_size 8192, "
+               "num_hidden_layers 80, num_attention_heads 64, num_key_value_heads 8, intermediate_size 28672, "
+               "vocab_size 32000, max_position_embeddings 4096)",
+        published_params=68_976_648_192,
+        published_source="https://huggingface.co/api/models/meta-llama/Llama-2-70b-hf safetensors.total "
+                         "68,976,653,312, of which 5,120 are the stored rotary inv_freq buffers (64 x 80 layers), "
+                         "not parameters",
+        exact=True,
+        note="Architecture as published: GQA with 8 K/V heads, SwiGLU, RoPE, untied embeddings. The Llama 2 "
+             "paper's label is '70B' (-1.5% for the exact count)."),
+    Preset(
+        name="gpt3-xl",
+        model=ModelConfig(vocab_size=50257, d_model=2048, n_layers=24, n_heads=16, head_dim=128, d_ff=8192,
+                          seq_len=2048, mlp="dense", activation="gelu", position="learned", tie_embeddings=True,
+                          **_TRAINING),
+        source="Brown et al. 2020, Language Models are Few-Shot Learners, https://arxiv.org/abs/2005.14165, "
+               "Table 2.1 (GPT-3 XL: n_layers 24, d_model 2048, d_head 128, n_ctx 2048) and GPT-2's vocabulary "
+               "(50257), learned positions, tied embeddings, d_ff = 4 d_model",
+        published_params=1_320_000_000,
+        published_source="arXiv 2005.14165 Table D.1: GPT-3 XL, Params (M) 1,320 (Table 2.1 rounds it to 1.3B)",
+        exact=True,
+        note="Table 2.1 lists n_heads 24 with d_head 128, which does not multiply to d_model 2048; 16 heads of "
+             "128 keep the attention at d_model (as the 1,320M count requires; 24 x 128 would give ~1.52B). "
+             "Paxml's C4SpmdPipelineGpt3SmallAdam64Replicas, which its README calls GPT3-XL, is a different "
+             "model (d_model 3072). No biases and RMSNorm here: GPT-3's biases and LayerNorm offsets add ~0.5M."),
+    Preset(
+        name="paxml-c4-1b",
+        model=ModelConfig(vocab_size=32000, d_model=2560, n_layers=13, n_heads=20, head_dim=128, d_ff=10240,
+                          seq_len=1024, **_PAXML_C4),
+        source="google/paxml paxml/tasks/lm/params/c4.py@6348af57621a0a88524176756d033b837ad0f4c1 "
+               "C4Spmd1BAdam4Replicas (NUM_LAYERS 13, MODEL_DIMS 2560, HIDDEN_DIMS 4 x MODEL_DIMS, NUM_HEADS 20, "
+               "DIMS_PER_HEAD 128, MAX_SEQ_LEN 1024, VOCAB_SIZE 32000; C4SpmdAdam: GELU, not gated; "
+               "paxml/tasks/lm/model_params.py: SEPARATE_EMBEDDING False, i.e. tied)",
+        published_params=1_000_000_000,
+        published_source="c4.py C4Spmd1BAdam4Replicas docstring 'GPT-3 config with 1B params'; README '1B model "
+                         "on c4 dataset'",
+        exact=False,
+        deviation=0.107,
+        note=_PAXML_NOTE.format(label="1B", deviation=0.107, pos=1024 * 2560)),
+    Preset(
+        name="paxml-c4-16b",
+        model=ModelConfig(vocab_size=32000, d_model=6144, n_layers=36, n_heads=48, head_dim=128, d_ff=24576,
+                          seq_len=1024, **_PAXML_C4),
+        source="google/paxml paxml/tasks/lm/params/c4.py@6348af57621a0a88524176756d033b837ad0f4c1 "
+               "C4Spmd16BAdam32Replicas (NUM_LAYERS 36, MODEL_DIMS 6144, HIDDEN_DIMS 4 x MODEL_DIMS, NUM_HEADS 48, "
+               "DIMS_PER_HEAD 128, MAX_SEQ_LEN 1024, VOCAB_SIZE 32000; GELU, not gated, tied)",
+        published_params=16_000_000_000,
+        published_source="c4.py C4Spmd16BAdam32Replicas docstring 'GPT-3 config with 16B params'; README '16B "
+                         "model on c4 dataset'",
+        exact=False,
+        deviation=0.032,
+        note=_PAXML_NOTE.format(label="16B", deviation=0.032, pos=1024 * 6144)),
+    Preset(
+        name="maxtext-v5e-16b",
+        model=ModelConfig(vocab_size=32768, d_model=5120, n_layers=32, n_heads=32, head_dim=256, d_ff=32768,
+                          seq_len=2048, **_MAXTEXT_2023),
+        source=f"{_MAXTEXT_COMMIT} MaxText/configs/v5e/16b.sh (global_parameter_scale=16, max_target_length=2048, "
+               f"attention='flash', remat_policy=full, per_device_batch_size=6). {_MAXTEXT_SCALE}",
+        published_params=16_000_000_000,
+        published_source="MaxText/configs/v5e/16b.sh '# 16B parameter model.'; README 'TPU v5e' table (16B)",
+        exact=False,
+        deviation=0.017,
+        note=_MAXTEXT_NOTE.format(label="16B", deviation=0.017, extra=32 * 5120)),
+    Preset(
+        name="maxtext-v5e-32b",
+        model=ModelConfig(vocab_size=32768, d_model=10240, n_layers=32, n_heads=32, head_dim=256, d_ff=32768,
+                          seq_len=2048, **_MAXTEXT_2023),
+        source=f"{_MAXTEXT_COMMIT} MaxText/configs/v5e/32b.sh (global_parameter_scale=32, max_target_length=2048, "
+               f"attention='flash', remat_policy=full, per_device_batch_size=4). {_MAXTEXT_SCALE}",
+        published_params=32_000_000_000,
+        published_source="MaxText/configs/v5e/32b.sh '# 32B parameter model.'; README 'TPU v5e' table (32B)",
+        exact=False,
+        deviation=0.017,
+        note=_MAXTEXT_NOTE.format(label="32B", deviation=0.017, extra=32 * 10240)),
+)
+
+_BY_NAME = {p.name: p for p in _PRESETS}
+
+
+def names() -> tuple[str, ...]:
+    """The preset names, in the order of the table."""
+    return tuple(_BY_NAME)
+
+
+def source(name: str) -> Preset:
+    """The preset with its sources and published count (ConfigError for an unknown name)."""
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown model preset {name!r}; presets: {', '.join(_BY_NAME)}") from None
+
+
+def get(name: str) -> ModelConfig:
+    """The ModelConfig of a preset (ConfigError, one line listing the names, for an unknown one)."""
+    return source(name).model
+
+
+def replace(name: str, **fields) -> ModelConfig:
+    """A preset with some fields changed, e.g. replace("llama3-8b", seq_len=2048, n_layers=4)."""
+    cfg = get(name)
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ConfigError(f"model preset {name!r}: unknown ModelConfig field(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}")
+    return dataclasses.replace(cfg, **fields)
+
+
+def table() -> str:
+    """A Markdown table of the presets: dims, published count and kind, and the dims' source."""
+    rows = ["| preset | d_model | layers | heads (kv) x head_dim | d_ff | vocab | seq | mlp | position | tied "
+            "| published | source |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in _PRESETS:
+        m = p.model
+        heads = f"{m.n_heads} ({m.n_kv_heads or m.n_heads}) x {m.head_dim}"
+        mlp = f"{m.mlp} {m.activation}"
+        published = f"{p.published_params:,}" if p.exact else f"~{p.published_params / 1e9:g}B (label)"
+        rows.append(f"| {p.name} | {m.d_model} | {m.n_layers} | {heads} | {m.d_ff} | {m.vocab_size} | {m.seq_len} "
+                    f"| {mlp} | {m.position} | {'yes' if m.tie_embeddings else 'no'} | {published} "
+                    f"| {p.source.split(' ')[0]} |")
+    return "\n".join(rows)
