@@ -1,4 +1,5 @@
-"""The training loop: compiled step, donated state, logging-interval syncs only."""
+"""The training loop: compiled step, donated state, logging-interval syncs only; the next
+batches are read and placed on the devices in a background thread (trainer/prefetch.py)."""
 from __future__ import annotations
 
 import math
@@ -15,18 +16,21 @@ from .checkpoint import Checkpointer
 from .config import TrainConfig
 from .errors import ConfigError, NonFiniteLoss
 from .plan import Program, build_program
+from .prefetch import Prefetcher
 from .results import StepMetrics, TrainResult
 from .step import make_eval_step
 from .tb import ScalarWriter
 
 Report = Callable[[StepMetrics], object]
 DIVERGENCE_FACTOR = 2.0  # loss above this multiple of the first step's loss counts as diverged
+PREFETCH_DEPTH = 2  # batches read and placed on the devices ahead of the running step
 
 
 def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | None = None,
-          resume: bool = True) -> TrainResult:
+          resume: bool = True, prefetch: int = PREFETCH_DEPTH) -> TrainResult:
     """Train `cfg`; `report(metrics)` is called at each logging interval and stops the run
-    when it returns a true value. Resumes from the latest checkpoint when there is one."""
+    when it returns a true value. Resumes from the latest checkpoint when there is one.
+    `prefetch`: batches prepared and transferred ahead in a background thread (0: none)."""
     distributed.maybe_initialize(cfg.distributed)
     program = program or build_program(cfg)
     plan = program.plan
@@ -48,14 +52,16 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
 
     local_devices = jax.local_device_count()
     peak, _ = flops_lib.peak_flops_per_device(plan.device_kind, plan.platform, local_devices, cfg.model.dtype)
-    batches = data_lib.train_batches(cfg.data, cfg.model.seq_len, plan.global_batch, pidx, pcount, start_step=start)
+    local_batches = data_lib.train_batches(cfg.data, cfg.model.seq_len, plan.global_batch, pidx, pcount,
+                                           start_step=start)
     loop = _Loop(cfg, program, peak, writer, report, start)
+    batches = Prefetcher(local_batches, lambda b: _to_global(b, program.batch_sharding, plan.global_batch),
+                         depth=prefetch)
     stopped = False
     step = start
     try:
         for step in range(start + 1, cfg.steps + 1):
-            batch = _to_global(next(batches), program.batch_sharding, plan.global_batch)
-            state, metrics = program.compiled_step(state, batch)
+            state, metrics = program.compiled_step(state, next(batches))
             if ckpt:
                 ckpt.maybe_save(step, state)
             if loop.should_log(step, start):
@@ -65,6 +71,7 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
         if ckpt:
             ckpt.maybe_save(step, state, force=True)
     finally:
+        batches.close()
         if ckpt:
             ckpt.close()
         writer.close()
