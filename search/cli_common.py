@@ -23,6 +23,10 @@ def add_study_options(p, *, for_new: bool) -> None:
                        help="processes per trial (jax.distributed, devices split between them)")
         p.add_argument("--target", default=None, help="devices of one trial, e.g. cpu:8")
         p.add_argument("--seed", type=int, default=None, help="seed of the tuner")
+    else:
+        p.add_argument("--trust-stored-space", action="store_true",
+                       help="when the study's space file is not on this machine, run the copy stored in the "
+                            "study (Python code: trust everyone who can write the database)")
 
 
 def cli_settings(args, *, for_new: bool) -> dict:

@@ -34,5 +34,6 @@ def main(args) -> int:
     if "***" in url:
         raise UserError(f"{args.run_dir} uses storage {url}; pass --storage with the password")
     with user_errors():
-        ctx = reopen(url, meta.get("study_name"), args.run_dir, cli_settings(args, for_new=False))
+        ctx = reopen(url, meta.get("study_name"), args.run_dir, cli_settings(args, for_new=False),
+                     trust_stored_space=args.trust_stored_space)
     return run_driver(ctx, progress=not args.no_progress)

@@ -1,7 +1,7 @@
 """`paxsearch worker --storage URL --study NAME`: one more driver for a shared study.
 
-It runs the study's own space file (from its path, or the copy kept in the study) with the
-study's settings; any number of workers on any number of machines share the budget, and
+It runs the study's own space file (from its path; the copy kept in the study only with
+--trust-stored-space) with the study's settings; any number of workers on any number of machines share the budget, and
 the study lock keeps them from running a config twice.
 """
 from __future__ import annotations
@@ -26,7 +26,8 @@ def main(args) -> int:
     from .study_setup import reopen
 
     with user_errors():
-        stub = reopen(args.storage, args.study, args.run_dir, cli_settings(args, for_new=False))
+        stub = reopen(args.storage, args.study, args.run_dir, cli_settings(args, for_new=False),
+                      trust_stored_space=args.trust_stored_space)
         # distinct seeds, so that several workers do not propose the same points
         stub.seed = stub.settings.seed + os.getpid()
     return run_driver(stub, progress=not args.no_progress)

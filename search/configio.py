@@ -41,12 +41,36 @@ def normalize(cfg) -> fdl.Config:
     return to_fiddle(built)
 
 
+CONFIG_MODULE = "paxsearch.trainer.config"  # the only classes a serialized config may build
+_FIDDLE_SYMBOLS = {("fiddle._src.config", "Config"), ("fiddle._src.config", "BuildableTraverserMetadata"),
+                   ("builtins", "tuple"), ("builtins", "list"), ("builtins", "dict")}
+
+
+class ConfigOnlyPolicy(serialization.PyrefPolicy):
+    """Fiddle JSON may name paxsearch's config dataclasses (and Fiddle's own containers), nothing
+    else: a config read from a file or a shared database never imports nor calls other code."""
+
+    def allows_import(self, module: str, symbol: str) -> bool:
+        return (module == CONFIG_MODULE and "." not in symbol) or (module, symbol) in _FIDDLE_SYMBOLS
+
+    def allows_value(self, value) -> bool:
+        if getattr(value, "__module__", None) == CONFIG_MODULE:
+            return isinstance(value, type) and dataclasses.is_dataclass(value)
+        return True  # one of _FIDDLE_SYMBOLS (checked before the import)
+
+
 def dumps(cfg: fdl.Config) -> str:
     return serialization.dump_json(cfg, indent=2)
 
 
 def loads(text: str) -> fdl.Config:
-    return normalize(serialization.load_json(text))
+    """A Fiddle JSON TrainConfig; anything naming other code is refused before it is imported."""
+    try:
+        return normalize(serialization.load_json(text, pyref_policy=ConfigOnlyPolicy()))
+    except serialization.PyrefPolicyError as e:
+        ref = f"{getattr(e, 'module', '?')}.{getattr(e, 'symbol', '?')}"
+        raise ConfigFileError(f"the config names {ref}, which is not a paxsearch config class "
+                              f"({CONFIG_MODULE}); refusing to load it (configs may not run code)") from None
 
 
 def load(path: str, function: str | None = None) -> fdl.Config:
@@ -56,7 +80,9 @@ def load(path: str, function: str | None = None) -> fdl.Config:
     if path.endswith(".json"):
         try:
             return loads(open(path).read())
-        except (ValueError, KeyError, TypeError) as e:
+        except ConfigFileError as e:
+            raise ConfigFileError(f"{path}: {e}") from None
+        except (ValueError, KeyError, TypeError, AttributeError, ImportError) as e:
             raise ConfigFileError(f"{path}: not a Fiddle-serialized TrainConfig ({type(e).__name__}: {e})") from None
     module = load_python_file(path)
     name = function or "config"

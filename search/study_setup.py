@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import optuna
 
+from ..trainer import flagsets
+from ..trainer.errors import ConfigError
 from ..trainer.flops import MFU_CONVENTION
 from ..trainer.topology import LibtpuMissing
 from . import storage as storage_lib
@@ -73,6 +75,62 @@ def check_settings(settings: StudySettings, space: Space) -> Target:
     return target
 
 
+def flag_sets_of(space: Space) -> list[str]:
+    """The compiler flag sets the space's configs name, found by moving one decision at a
+    time away from the first point (the driver checks every trial's set again)."""
+    from . import configio
+
+    base = space.full({d.name: (d.low if d.kind == "float" else d.values[0]) for d in space.decisions})
+    points = [base] + [{**base, d.name: v} for d in space.decisions
+                       for v in ((d.low, d.high) if d.kind == "float" else d.values[1:])]
+    found: dict[str, None] = {}
+    for point in points:
+        try:
+            found[configio.build(space.config(point)).flags] = None
+        except (SpaceError, configio.ConfigFileError, TypeError, ValueError):
+            continue  # a point space() cannot build is the driver's to report
+    return list(found)
+
+
+def check_configs(space: Space, settings: StudySettings, target: Target) -> None:
+    """Before any worker starts: every compiler flag set the space names exists, and the
+    installed XLA / libtpu knows its flags (one probe process per non-default set); with
+    STUDY tokens=, the configs evaluate (loss is then the held-out eval loss)."""
+    try:
+        for name in flag_sets_of(space):
+            flagsets.check(name)
+            if name != "default":
+                flagsets.validate(name, target.platform, tpu_slice=target.slice_name if target.plan_only else None)
+    except ConfigError as e:
+        raise SetupError(str(e)) from None
+    if settings.tokens and not target.plan_only:
+        from . import configio
+
+        first = configio.build(space.first_config())
+        if not first.eval.enabled:
+            raise SetupError(f"STUDY tokens={settings.tokens} scores loss as the held-out eval loss, and the space's "
+                             "config has eval.enabled=False; enable eval in space() (eval=EvalConfig(enabled=True))")
+
+
+def loss_objective(space: Space, settings: StudySettings, target: Target) -> str | None:
+    """What the objective `loss` is in this study, for reports (None when nothing is trained)."""
+    from . import configio
+
+    if target.plan_only:
+        return None
+    if settings.tokens:
+        return (f"loss = held-out eval loss after {settings.tokens:,} tokens per trial (steps = tokens / "
+                "(global batch x seq_len), to the nearest step)")
+    try:
+        evaluates = configio.build(space.first_config()).eval.enabled
+    except (SpaceError, configio.ConfigFileError, TypeError, ValueError):
+        return None
+    if evaluates:
+        return ("loss = held-out eval loss after each config's own steps (no token budget: trials may see "
+                "different numbers of tokens; set STUDY tokens=)")
+    return "loss = last training batch's loss after each config's own steps (eval disabled, no token budget)"
+
+
 def study_attrs(space: Space, settings: StudySettings, target: Target) -> dict:
     try:
         source = open(space.path).read()
@@ -85,6 +143,7 @@ def study_attrs(space: Space, settings: StudySettings, target: Target) -> dict:
         "target": settings.target,
         "mfu_convention": MFU_CONVENTION,
         "plan_only": target.plan_only,
+        "loss_objective": loss_objective(space, settings, target),
         "settings": settings.to_dict(),
         "fixed": dict(space.fixed),
         "overrides": list(space.overrides),
@@ -104,6 +163,7 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
                        study_name: str | None, seed: int | None = None) -> StudyContext:
     """`paxsearch run`: a new study, or the one already in this run folder / storage."""
     target = check_settings(settings, space)
+    check_configs(space, settings, target)
     meta = storage_lib.read_study_json(run_dir) or {}
     if url is None and meta.get("storage") and "***" in meta["storage"]:
         raise SetupError(f"{run_dir} uses storage {meta['storage']}; pass --storage with the password")
@@ -137,8 +197,9 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
 
 
 def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dict,
-           seed: int | None = None) -> StudyContext:
-    """`paxsearch worker` / `resume`: continue a stored study with its own space and settings."""
+           seed: int | None = None, trust_stored_space: bool = False) -> StudyContext:
+    """`paxsearch worker` / `resume`: continue a stored study with its own space and settings.
+    The study's stored space source (code) runs only when `trust_stored_space`."""
     storage = _open(url)
     try:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
@@ -157,7 +218,7 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
     if "settings" not in attrs:
         raise SetupError(f"study {study_name!r} was not created by paxsearch run (no settings stored)")
     run_dir = run_dir or os.path.join("runs", study_name)
-    space = _stored_space(attrs, run_dir)
+    space = _stored_space(attrs, run_dir, trust_stored_space)
     try:
         stored = dict(attrs["settings"])
         stored["objectives"] = tuple(stored["objectives"])
@@ -168,18 +229,25 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
     except (SettingsError, SpaceError) as e:
         raise SetupError(str(e)) from None
     target = check_settings(settings, space)
+    check_configs(space, settings, target)
     if storage_lib.read_study_json(run_dir) is None:
         storage_lib.write_study_json(run_dir, study_name, url, space.path)
     return StudyContext(study, storage, url, run_dir, space, settings, target,
                         storage_lib.StudyLock(url, study_name), settings.seed if seed is None else seed)
 
 
-def _stored_space(attrs: dict, run_dir: str) -> Space:
+def _stored_space(attrs: dict, run_dir: str, trust_stored_space: bool = False) -> Space:
     path = attrs.get("space_file")
     if not path or not os.path.exists(path):
         source = attrs.get("space_source")
         if not source:
             raise SetupError(f"the study's space file {path} is not on this machine and the study holds no copy")
+        if not trust_stored_space:  # whoever can write the database could put any code there
+            raise SetupError(f"the study's space file {path} is not on this machine; copy it here, or pass "
+                             "--trust-stored-space to run the copy stored in the study (it is Python code: "
+                             "trust everyone who can write that database)")
+        print(f"running the space source stored in the study (--trust-stored-space), as "
+              f"{os.path.join(run_dir, os.path.basename(path or 'space.py'))}", flush=True)
         os.makedirs(run_dir, exist_ok=True)
         path = os.path.join(run_dir, os.path.basename(path or "space.py"))
         with open(path, "w") as f:
