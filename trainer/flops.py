@@ -3,10 +3,12 @@
 The MFU convention (written into every report):
   MFU = model FLOPs per second / (devices x peak FLOP/s per device).
   Model FLOPs of a training step = 3 x forward FLOPs (backward = 2 x forward), where the
-  forward counts 2 x (multiply-adds) of every weight matmul, the unembedding included,
-  plus causal self-attention (QK^T and AV) counted at half of full attention; the
-  embedding lookup, norms, softmax and activations are not counted. Per token:
-      forward = n_layers x (2*d*3*H*Dh + 2*H*Dh*d + 2*2*d*d_ff + 2*S*H*Dh) + 2*d*V
+  forward counts 2 x (multiply-adds) of every weight matmul, the unembedding included (also
+  when it is the tied embedding table), plus causal self-attention (QK^T and AV) counted at
+  half of full attention; the embedding lookup, norms, softmax, activations, the gating
+  product and RoPE are not counted. K/V projections have n_kv_heads heads (Hkv); a gated
+  MLP (SwiGLU, GeGLU) has 3 matrices, a dense one 2 (n_mlp). Per token:
+      forward = n_layers x (2*d*H*Dh + 2*2*d*Hkv*Dh + 2*H*Dh*d + n_mlp*2*d*d_ff + 2*S*H*Dh) + 2*d*V
   HFU uses XLA's executed FLOPs (rematerialization included) instead of model FLOPs.
 """
 from __future__ import annotations
@@ -21,16 +23,26 @@ from .config import ModelConfig
 
 MFU_CONVENTION = (
     "MFU = model FLOPs/s / (devices x peak FLOP/s per device); model FLOPs = 3 x forward; "
-    "forward = 2 x multiply-adds of every weight matmul incl. unembedding + causal attention "
-    "(QK^T, AV) at half; embedding lookup, norms and softmax not counted. HFU uses XLA's "
-    "executed FLOPs (remat included).")
+    "forward = 2 x multiply-adds of every weight matmul (K/V projections with n_kv_heads heads, "
+    "3 matrices in a gated MLP) incl. the unembedding (tied or not) + causal attention "
+    "(QK^T, AV) at half; embedding lookup, norms, softmax, activations and RoPE not counted. "
+    "HFU uses XLA's executed FLOPs (remat included).")
+
+
+def _kv_heads(m: ModelConfig) -> int:
+    return m.n_heads if m.n_kv_heads is None else m.n_kv_heads
+
+
+def _mlp_matrices(m: ModelConfig) -> int:
+    return 3 if m.mlp == "gated" else 2
 
 
 def forward_flops_per_token(m: ModelConfig) -> int:
-    attn_proj = 2 * m.d_model * 3 * m.n_heads * m.head_dim + 2 * m.n_heads * m.head_dim * m.d_model
-    mlp = 2 * 2 * m.d_model * m.d_ff
+    q_and_out = 2 * 2 * m.d_model * m.n_heads * m.head_dim
+    kv = 2 * 2 * m.d_model * _kv_heads(m) * m.head_dim
+    mlp = _mlp_matrices(m) * 2 * m.d_model * m.d_ff
     causal_attn = 2 * m.seq_len * m.n_heads * m.head_dim  # (2+2)*S*H*Dh, halved for causality
-    return m.n_layers * (attn_proj + mlp + causal_attn) + 2 * m.d_model * m.vocab_size
+    return m.n_layers * (q_and_out + kv + mlp + causal_attn) + 2 * m.d_model * m.vocab_size
 
 
 def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
@@ -39,8 +51,12 @@ def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
 
 
 def param_count(m: ModelConfig) -> int:
-    per_layer = 4 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.d_ff + 2 * m.d_model
-    return m.n_layers * per_layer + 2 * m.vocab_size * m.d_model + m.seq_len * m.d_model + m.d_model
+    """Parameters of the model that model.TransformerLM builds for `m`."""
+    attn = 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * _kv_heads(m) * m.head_dim
+    per_layer = attn + _mlp_matrices(m) * m.d_model * m.d_ff + 2 * m.d_model  # + 2 norms
+    embed = m.vocab_size * m.d_model * (1 if m.tie_embeddings else 2)
+    positions = m.seq_len * m.d_model if m.position == "learned" else 0
+    return m.n_layers * per_layer + embed + positions + m.d_model  # + final norm
 
 
 # Dense bf16 peak FLOP/s per chip (per JAX device).

@@ -10,6 +10,7 @@ from jax.sharding import Mesh
 
 from .config import MESH_AXES, MeshConfig, TrainConfig
 from .errors import ConfigError
+from .sharding import RULE_SETS
 
 BATCH_AXES = ("data", "fsdp")
 
@@ -82,8 +83,33 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
         raise ConfigError(f"dtypes must be float32 or bfloat16, got dtype={m.dtype} param_dtype={m.param_dtype}")
     if m.activation not in ("gelu", "gelu_exact", "silu", "relu"):
         raise ConfigError(f"unknown activation {m.activation!r}; choose gelu, gelu_exact, silu or relu")
+    _check_family(m, t)
+    if cfg.mesh.rules not in RULE_SETS:
+        raise ConfigError(f"unknown sharding rules {cfg.mesh.rules!r}; choose one of {', '.join(RULE_SETS)}")
+    if dict(RULE_SETS[cfg.mesh.rules]).get("act_embed") == "tensor" and m.d_model % t:
+        raise ConfigError(f"rules={cfg.mesh.rules!r} shards d_model={m.d_model} over tensor={t}, which does not "
+                          f"divide it; use a tensor size dividing {m.d_model} or rules='default'")
     if cfg.steps < 1:
         raise ConfigError(f"steps must be >= 1, got {cfg.steps}")
+
+
+def _check_family(m, tensor: int) -> None:
+    """The model-family fields: names known, K/V heads grouping the query heads, RoPE pairs.
+    K/V heads that do not divide over tensor are replicated over it (sharding.rules_for)."""
+    for field, allowed in (("mlp", ("dense", "gated")), ("position", ("learned", "rope")),
+                           ("attention", ("dot_product", "flash", "auto"))):
+        if getattr(m, field) not in allowed:
+            raise ConfigError(f"unknown model.{field} {getattr(m, field)!r}; choose one of {', '.join(allowed)}")
+    kv = m.n_heads if m.n_kv_heads is None else m.n_kv_heads
+    if not isinstance(kv, int) or kv < 1 or m.n_heads % kv:
+        raise ConfigError(f"n_kv_heads={m.n_kv_heads} must divide n_heads={m.n_heads} (1 is multi-query, "
+                          f"None or {m.n_heads} multi-head); pick a divisor of {m.n_heads}")
+    if m.position == "rope" and m.head_dim % 2:
+        raise ConfigError(f"position='rope' rotates pairs of dims and needs an even head_dim, got {m.head_dim}")
+    if m.position == "rope" and not m.rope_theta > 0:
+        raise ConfigError(f"rope_theta must be > 0, got {m.rope_theta}")
+    if m.attention_block < 1:
+        raise ConfigError(f"attention_block must be >= 1, got {m.attention_block}")
 
 
 def build_mesh(mesh_cfg: MeshConfig, devices: Sequence) -> Mesh:

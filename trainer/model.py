@@ -1,5 +1,10 @@
 """Decoder-only Transformer LM in Flax Linen, with logical axis names on every parameter
-and on the main activations (see sharding.LOGICAL_RULES for their mesh axes)."""
+and on the main activations (see sharding.RULE_SETS for their mesh axes).
+
+The family (ModelConfig): learned or rotary positions, multi-head / grouped-query /
+multi-query attention (n_kv_heads), dense or gated MLPs (SwiGLU, GeGLU), tied or separate
+unembedding, and one of the attention implementations of attention.py.
+"""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -7,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from . import attention as attention_lib
 from . import remat as remat_lib
 from .config import ModelConfig
 
@@ -19,10 +25,27 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
     "relu": jax.nn.relu,
 }
+MLPS = ("dense", "gated")
+POSITIONS = ("learned", "rope")
+
+
+def n_kv_heads(m: ModelConfig) -> int:
+    return m.n_heads if m.n_kv_heads is None else m.n_kv_heads
 
 
 def _init(names, scale=1.0):
     return nn.with_logical_partitioning(nn.initializers.variance_scaling(scale, "fan_in", "truncated_normal"), names)
+
+
+def rope(x_BSHD, positions_BS, theta: float):
+    """Rotary position embedding (the rotate-half form of GPT-NeoX / Llama): the pairs
+    (x[i], x[i + D/2]) turn by the angle position x theta^(-2i/D)."""
+    half = x_BSHD.shape[-1] // 2
+    inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) * 2.0 / x_BSHD.shape[-1])
+    angle_BSF = positions_BS.astype(jnp.float32)[..., None] * inv_freq
+    sin, cos = jnp.sin(angle_BSF)[:, :, None, :], jnp.cos(angle_BSF)[:, :, None, :]
+    x1, x2 = x_BSHD[..., :half].astype(jnp.float32), x_BSHD[..., half:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x_BSHD.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -61,38 +84,46 @@ class Block(nn.Module):
     """Pre-norm attention + MLP. Carry-style signature for nn.scan."""
 
     cfg: ModelConfig
+    attention_impl: str = "dot_product"  # a concrete attention.IMPLEMENTATIONS name
 
     @nn.compact
-    def __call__(self, x_BSE, segment_ids_BS):
+    def __call__(self, x_BSE, segment_ids_BS, positions_BS):
         c = self.cfg
-        # Causal attention within each packed segment (segment id 0 is padding).
-        q_idx, k_idx = jnp.arange(c.seq_len)[:, None], jnp.arange(c.seq_len)[None, :]
-        mask_BQK = (q_idx >= k_idx)[None] & (segment_ids_BS[:, :, None] == segment_ids_BS[:, None, :])
         dt, pdt = DTYPES[c.dtype], DTYPES[c.param_dtype]
-        dense = lambda feats, axis, names, name: nn.DenseGeneral(
-            feats, axis=axis, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
+        kv = n_kv_heads(c)
+        dense = lambda feats, names, name: nn.DenseGeneral(
+            feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 
         h = RMSNorm(c, name="attn_norm")(x_BSE)
-        qkv = lambda name: Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name=name)(h)
-        q_BSHD = checkpoint_name(qkv("query"), remat_lib.QUERY)
-        k_BSHD = checkpoint_name(qkv("key"), remat_lib.KEY)
-        v_BSHD = checkpoint_name(qkv("value"), remat_lib.VALUE)
-        act = ("batch", "length", "act_heads", "act_kv")
-        q_BSHD, k_BSHD, v_BSHD = (nn.with_logical_constraint(t, act) for t in (q_BSHD, k_BSHD, v_BSHD))
+        q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
+        kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
+        q_BSHD = checkpoint_name(q_BSHD, remat_lib.QUERY)
+        k_BSKD = checkpoint_name(kv_proj("key"), remat_lib.KEY)
+        v_BSKD = checkpoint_name(kv_proj("value"), remat_lib.VALUE)
+        if c.position == "rope":
+            q_BSHD = rope(q_BSHD, positions_BS, c.rope_theta)
+            k_BSKD = rope(k_BSKD, positions_BS, c.rope_theta)
+        q_act, kv_act = ("batch", "length", "act_heads", "act_kv"), ("batch", "length", "act_kv_heads", "act_kv")
+        q_BSHD = nn.with_logical_constraint(q_BSHD, q_act)
+        k_BSKD, v_BSKD = (nn.with_logical_constraint(t, kv_act) for t in (k_BSKD, v_BSKD))
 
-        logits_BHQK = jnp.einsum("bqhd,bkhd->bhqk", q_BSHD, k_BSHD).astype(jnp.float32) * (c.head_dim ** -0.5)
-        logits_BHQK = jnp.where(mask_BQK[:, None], logits_BHQK, jnp.finfo(jnp.float32).min)
-        probs_BHQK = jax.nn.softmax(logits_BHQK, axis=-1).astype(dt)
-        attn_BSHD = jnp.einsum("bhqk,bkhd->bqhd", probs_BHQK, v_BSHD)
-        attn_BSHD = checkpoint_name(nn.with_logical_constraint(attn_BSHD, act), remat_lib.CONTEXT)
+        attn_BSHD = attention_lib.attend(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, self.attention_impl,
+                                         c.attention_block)
+        attn_BSHD = checkpoint_name(nn.with_logical_constraint(attn_BSHD, q_act), remat_lib.CONTEXT)
         out_BSE = checkpoint_name(Proj((c.n_heads, c.head_dim), (c.d_model,), ("heads", "kv", "embed"), c,
                                        name="out")(attn_BSHD), remat_lib.OUT)
         x_BSE = nn.with_logical_constraint(x_BSE + out_BSE, ("batch", "length", "act_embed"))
 
         h = RMSNorm(c, name="mlp_norm")(x_BSE)
-        ff_BSF = checkpoint_name(dense(c.d_ff, -1, ("embed", "mlp"), "mlp_in")(h), remat_lib.MLP1)
-        ff_BSF = nn.with_logical_constraint(ACTIVATIONS[c.activation](ff_BSF), ("batch", "length", "act_mlp"))
-        ff_BSE = checkpoint_name(dense(c.d_model, -1, ("mlp", "embed"), "mlp_out")(ff_BSF), remat_lib.MLP2)
+        act = ACTIVATIONS[c.activation]
+        if c.mlp == "gated":  # (act(x W_gate) * x W_up) W_out; both input matmuls are tagged MLP1
+            gate_BSF = checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_gate")(h), remat_lib.MLP1)
+            up_BSF = checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_up")(h), remat_lib.MLP1)
+            ff_BSF = act(gate_BSF) * up_BSF
+        else:
+            ff_BSF = act(checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_in")(h), remat_lib.MLP1))
+        ff_BSF = nn.with_logical_constraint(ff_BSF, ("batch", "length", "act_mlp"))
+        ff_BSE = checkpoint_name(dense(c.d_model, ("mlp", "embed"), "mlp_out")(ff_BSF), remat_lib.MLP2)
         x_BSE = nn.with_logical_constraint(x_BSE + ff_BSE, ("batch", "length", "act_embed"))
         return x_BSE, None
 
@@ -100,16 +131,24 @@ class Block(nn.Module):
 class TransformerLM(nn.Module):
     cfg: ModelConfig
     remat: str = "none"
+    # a concrete attention.IMPLEMENTATIONS name; None: attention.implementation(cfg, default backend)
+    attention_impl: str | None = None
 
     @nn.compact
     def __call__(self, tokens_BS, positions_BS, segment_ids_BS):
         c = self.cfg
         dt, pdt = DTYPES[c.dtype], DTYPES[c.param_dtype]
+        impl = self.attention_impl or attention_lib.implementation(c, jax.default_backend())
+        # a tied table is also the unembedding: init it like one (logits of unit scale)
+        embed_init = nn.initializers.normal(c.d_model ** -0.5 if c.tie_embeddings else 1.0)
         embed = nn.Embed(c.vocab_size, c.d_model, dtype=dt, param_dtype=pdt, name="embed",
-                         embedding_init=nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")))
-        pos_embed = nn.Embed(c.seq_len, c.d_model, dtype=dt, param_dtype=pdt, name="pos_embed",
-                             embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")))
-        x_BSE = embed(tokens_BS) + pos_embed(positions_BS)
+                         embedding_init=nn.with_logical_partitioning(embed_init, ("vocab", "embed")))
+        x_BSE = embed(tokens_BS)
+        if c.position == "learned":
+            pos_embed = nn.Embed(c.seq_len, c.d_model, dtype=dt, param_dtype=pdt, name="pos_embed",
+                                 embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02),
+                                                                             (None, "embed")))
+            x_BSE = x_BSE + pos_embed(positions_BS)
         x_BSE = nn.with_logical_constraint(x_BSE.astype(dt), ("batch", "length", "act_embed"))
 
         block = Block
@@ -118,14 +157,17 @@ class TransformerLM(nn.Module):
             block = nn.remat(Block, policy=pol, prevent_cse=not c.scan_layers)
         if c.scan_layers:
             stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
-                            in_axes=nn.broadcast, length=c.n_layers,
-                            metadata_params={nn.PARTITION_NAME: "layers"})(c, name="layers")
-            x_BSE, _ = stack(x_BSE, segment_ids_BS)
+                            in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
+                            metadata_params={nn.PARTITION_NAME: "layers"})(c, impl, name="layers")
+            x_BSE, _ = stack(x_BSE, segment_ids_BS, positions_BS)
         else:
             for i in range(c.n_layers):
-                x_BSE, _ = block(c, name=f"layer_{i}")(x_BSE, segment_ids_BS)
+                x_BSE, _ = block(c, impl, name=f"layer_{i}")(x_BSE, segment_ids_BS, positions_BS)
 
         x_BSE = RMSNorm(c, name="final_norm")(x_BSE)
-        logits_BSV = nn.DenseGeneral(c.vocab_size, use_bias=False, dtype=dt, param_dtype=pdt, name="unembed",
-                                     kernel_init=_init(("embed", "vocab")))(x_BSE)
+        if c.tie_embeddings:
+            logits_BSV = embed.attend(x_BSE)
+        else:
+            logits_BSV = nn.DenseGeneral(c.vocab_size, use_bias=False, dtype=dt, param_dtype=pdt, name="unembed",
+                                         kernel_init=_init(("embed", "vocab")))(x_BSE)
         return nn.with_logical_constraint(logits_BSV, ("batch", "length", "act_vocab"))

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from . import attention as attention_lib
 from . import flops as flops_lib
 from . import mesh as mesh_lib
 from . import remat as remat_lib
@@ -43,6 +44,7 @@ class Program:
     abstract_batch: dict
     compiled_step: Any
     plan: PlanResult
+    rules: tuple = sharding.LOGICAL_RULES  # the resolved logical-axis rules table (sharding.rules_for)
 
     def init_state(self, rng):
         # Initialization does not depend on the remat policy, the batch or the learning rate:
@@ -50,22 +52,32 @@ class Program:
         # that shares a model and a mesh.
         cfg = dataclasses.replace(self.cfg, remat="none", per_device_batch=None, global_batch=1,
                                   optimizer=type(self.cfg.optimizer)(), steps=1)
-        model, tx = step_lib.make_model(cfg), step_lib.make_optimizer(cfg.optimizer, cfg.steps)
+        model, tx = self.model.clone(remat="none"), step_lib.make_optimizer(cfg.optimizer, cfg.steps)
         with self.context():
             fn = jax.jit(lambda r: step_lib.unbox(step_lib.init_state(cfg, model, tx, r)),
                          out_shardings=self.state_shardings)
             return fn(rng)
 
     def context(self):
-        return mesh_context(self.mesh)
+        return mesh_context(self.mesh, self.rules)
 
 
 @contextlib.contextmanager
-def mesh_context(mesh):
+def mesh_context(mesh, rules=sharding.LOGICAL_RULES):
     # jax.set_mesh (not the legacy `with mesh:`) sets the abstract mesh that Flax's logical
     # constraints look for; without it nn.with_logical_constraint is silently a no-op.
-    with jax.set_mesh(mesh), sharding.with_rules():
+    with jax.set_mesh(mesh), sharding.with_rules(rules):
         yield
+
+
+def resolved_rules(cfg: TrainConfig, mesh) -> tuple:
+    """cfg.mesh.rules resolved for this model and mesh (sharding.rules_for)."""
+    return sharding.rules_for(cfg.mesh.rules, cfg.model, dict(mesh.shape))
+
+
+def make_model(cfg: TrainConfig, platform: str):
+    """The model with cfg.model.attention resolved for `platform` (attention.implementation)."""
+    return step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform))
 
 
 def _abstract(shape_tree, sharding_tree):
@@ -96,15 +108,15 @@ def _memory(compiled) -> MemoryEstimate:
         host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0))
 
 
-def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int):
-    model = step_lib.make_model(cfg)
+def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str):
+    model = make_model(cfg, platform)
     schedule = step_lib.learning_rate_schedule(cfg.optimizer, cfg.steps)
     tx = step_lib.make_optimizer(cfg.optimizer, cfg.steps)
-    with mesh_context(mesh):
+    with mesh_context(mesh, rules):
         # the key is made inside the trace: under jax.set_mesh an eager op would run on the
         # mesh's devices, which for a TPU topology compiled on a CPU machine cannot execute
         boxed = jax.eval_shape(lambda: step_lib.init_state(cfg, model, tx, jax.random.key(0)))
-        state_shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh)
+        state_shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
         abstract_state = _abstract(step_lib.unbox(boxed), state_shardings)
         batch_sh = sharding.batch_sharding(mesh)
         batch = abstract_batch(cfg, global_batch, batch_sh)
@@ -125,14 +137,17 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     mesh_lib.check_config(cfg, len(devices), process_count)
     remat_lib.check_policy(cfg.remat, platform)
     global_batch = mesh_lib.global_batch_size(cfg, len(devices))
+    attention_lib.implementation(cfg.model, platform)  # a ConfigError before compiling
     mesh = mesh_lib.build_mesh(cfg.mesh, devices)
+    rules = resolved_rules(cfg, mesh)
 
     t0 = time.perf_counter()
-    model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled = _lower_and_compile(cfg, mesh, global_batch)
+    model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled = _lower_and_compile(
+        cfg, mesh, global_batch, rules, platform)
     compile_seconds = time.perf_counter() - t0
     xla_flops, xla_bytes = _cost(compiled)
     if count_flops and cfg.model.scan_layers and cfg.model.n_layers > 1:
-        xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch)
+        xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
     memory = _memory(compiled)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
     plan = PlanResult(
@@ -143,16 +158,16 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
         device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
         mesh_shape=dict(mesh.shape), hlo_text=compiled.as_text() if keep_hlo else None)
-    return Program(cfg, mesh, model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled, plan)
+    return Program(cfg, mesh, model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled, plan, rules)
 
 
-def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int) -> tuple[float, float]:
+def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str) -> tuple[float, float]:
     """XLA's cost_analysis() counts a scan body once. Compile unrolled 1- and 2-layer probes
     of the same step and extrapolate: cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
     costs = []
     for n in (1, 2):
         probe = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=n, scan_layers=False))
-        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch)[-1]))
+        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch, rules, platform)[-1]))
     (f1, b1), (f2, b2) = costs
     n = cfg.model.n_layers
     return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)

@@ -1,22 +1,40 @@
-"""The one rules table from logical axis names (used by model code) to mesh axes."""
+"""Named rules tables from logical axis names (used by model code) to mesh axes.
+
+| rules             | activations' embed dim (the residual stream)                        |
+|-------------------|----------------------------------------------------------------------|
+| default           | replicated over tensor: every tensor shard holds the whole stream    |
+| sequence_parallel | sharded over tensor, as MaxText's `activation_embed` rule: the       |
+|                   | residual stream, norms and the MLP/attention inputs are split over    |
+|                   | tensor, and XLA all-gathers / reduce-scatters around the projections |
+
+`rules_for(name, model, axis_sizes)` resolves a table for one model and mesh: K/V heads
+that do not divide over tensor (e.g. multi-query attention with tensor=2) are replicated
+over tensor instead of sharded.
+"""
 from __future__ import annotations
 
 import flax.linen as nn
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from .errors import ConfigError
+
+Rules = tuple[tuple[str, object], ...]
+
 # Parameters: sharded over fsdp on their embed dim, over tensor on heads / mlp / vocab.
 # Activations: batch over data+fsdp, heads and mlp hidden over tensor.
-LOGICAL_RULES: tuple[tuple[str, object], ...] = (
+LOGICAL_RULES: Rules = (
     ("batch", ("data", "fsdp")),
     ("length", None),
     ("act_embed", None),
     ("act_heads", "tensor"),
+    ("act_kv_heads", "tensor"),
     ("act_mlp", "tensor"),
     ("act_vocab", "tensor"),
     ("act_kv", None),
     ("embed", "fsdp"),
     ("heads", "tensor"),
+    ("kv_heads", "tensor"),
     ("kv", None),
     ("mlp", "tensor"),
     ("vocab", "tensor"),
@@ -25,9 +43,35 @@ LOGICAL_RULES: tuple[tuple[str, object], ...] = (
 )
 
 
-def logical_to_sharding(logical_tree, mesh) -> object:
+def _replace(rules: Rules, **updates) -> Rules:
+    return tuple((name, updates.get(name, axes)) for name, axes in rules)
+
+
+RULE_SETS: dict[str, Rules] = {
+    "default": LOGICAL_RULES,
+    "sequence_parallel": _replace(LOGICAL_RULES, act_embed="tensor"),
+}
+
+
+def get_rules(name: str) -> Rules:
+    if name not in RULE_SETS:
+        raise ConfigError(f"unknown sharding rules {name!r}; choose one of {', '.join(RULE_SETS)}")
+    return RULE_SETS[name]
+
+
+def rules_for(name: str, model=None, axis_sizes: dict[str, int] | None = None) -> Rules:
+    """The named table, with K/V heads replicated over tensor where they do not divide over it."""
+    rules = get_rules(name)
+    if model is not None and axis_sizes is not None:
+        kv = model.n_heads if model.n_kv_heads is None else model.n_kv_heads
+        if kv % axis_sizes.get("tensor", 1):
+            rules = _replace(rules, kv_heads=None, act_kv_heads=None)
+    return rules
+
+
+def logical_to_sharding(logical_tree, mesh, rules: Rules = LOGICAL_RULES) -> object:
     """NamedShardings for a tree of logical PartitionSpecs (from nn.get_partition_spec)."""
-    return nn.logical_to_mesh_sharding(logical_tree, mesh, LOGICAL_RULES)
+    return nn.logical_to_mesh_sharding(logical_tree, mesh, rules)
 
 
 def batch_sharding(mesh) -> NamedSharding:
@@ -38,9 +82,9 @@ def replicated(mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def with_rules():
-    """Context that makes nn.with_logical_constraint resolve against LOGICAL_RULES."""
-    return nn.logical_axis_rules(LOGICAL_RULES)
+def with_rules(rules: Rules = LOGICAL_RULES):
+    """Context that makes nn.with_logical_constraint resolve against `rules`."""
+    return nn.logical_axis_rules(rules)
 
 
 def constrain(x: jax.Array, names: tuple) -> jax.Array:
