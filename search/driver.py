@@ -56,24 +56,28 @@ def is_stale(t: optuna.trial.FrozenTrial, now: float | None = None) -> bool:
     return (now or time.time()) - beat > STALE_AFTER_S
 
 
-def abandon(ctx: StudyContext, number: int, message: str) -> bool:
-    """Mark a RUNNING trial FAIL ("crash", superseded) and queue its config again."""
+def abandon(ctx: StudyContext, number: int, message: str, kind: str = failures.CRASH) -> bool:
+    """Queue a RUNNING trial's config again, then mark it FAIL (`kind`, superseded).
+
+    The copy comes first and only once (a trial with requeued_from == number): a kill between
+    the two steps leaves the trial RUNNING beside its copy, and the next recovery only fails it."""
     storage = ctx.storage
     study_id = storage.get_study_id_from_name(ctx.name)
     trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
     t = storage.get_trial(trial_id)
     if t.state != TrialState.RUNNING:
         return False
+    d = trial_decisions(ctx.space, t)
+    copied = any(o.user_attrs.get("requeued_from") == number for o in ctx.study.get_trials(deepcopy=False))
+    if d is not None and not copied:
+        ctx.study.enqueue_trial(d, user_attrs={"requeued_from": number})
     try:
-        storage.set_trial_user_attr(trial_id, "failure_kind", failures.CRASH)
+        storage.set_trial_user_attr(trial_id, "failure_kind", kind)
         storage.set_trial_user_attr(trial_id, "failure_message", message)
         storage.set_trial_user_attr(trial_id, "superseded", True)
         ctx.study.tell(number, state=TrialState.FAIL)
     except UpdateFinishedTrialError:
         return False
-    d = trial_decisions(ctx.space, t)
-    if d is not None:
-        ctx.study.enqueue_trial(d, user_attrs={"requeued_from": number})
     return True
 
 
@@ -115,6 +119,7 @@ class Driver:
         self.progress_enabled = progress
         self._inflight: dict[int, optuna.Trial] = {}
         self._stop = threading.Event()
+        self._interrupted = threading.Event()  # Ctrl-C: in-flight trials are requeued, not recorded
         self._error: BaseException | None = None
         self._start_failures = 0
         self.finished = 0
@@ -147,11 +152,12 @@ class Driver:
                 for th in threads:
                     th.join(timeout=0.5)
         except KeyboardInterrupt:
+            self._interrupted.set()
             self._stop.set()
             for g in gangs:
-                g.kill()
+                g.kill("interrupt")
             for number in list(self._inflight):
-                abandon(ctx, number, "driver interrupted")
+                abandon(ctx, number, "driver interrupted (Ctrl-C); queued again", failures.INTERRUPTED)
             raise
         finally:
             for g in gangs:
@@ -242,6 +248,8 @@ class Driver:
                     result = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
                 except WorkerStartError as e:
                     result = {"failure_kind": failures.CRASH, "failure_message": f"worker could not start: {e}"}
+        if self._interrupted.is_set():  # killed by our own Ctrl-C: the main thread requeues it
+            return
         self._record(trial, decisions, result, time.perf_counter() - t0, gang.env)
         self._inflight.pop(number, None)
 

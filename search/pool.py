@@ -56,10 +56,13 @@ class WorkerGang:
         self.dist: dict | None = None  # jax.distributed settings shared by the gang (no process_id)
         self.starts = 0
         self.trials_served = 0
+        self.killed_by: str | None = None  # why paxsearch itself killed the gang, if it did
+        self.watch: failures.MemoryWatch | None = None  # OOM-kill evidence of the current trial
 
     # ----- life cycle -----
     def start(self) -> None:
         self.kill()
+        self.killed_by = None
         per_proc = self.target.devices_per_process(self.processes)
         dist_base = None
         if self.processes > 1:
@@ -117,8 +120,11 @@ class WorkerGang:
         self.env = envs[0]
         return self.env
 
-    def kill(self) -> None:
-        """SIGKILL every process group of the gang."""
+    def kill(self, reason: str | None = None) -> None:
+        """SIGKILL every process group of the gang; `reason` ("interrupt", "shutdown") is kept so
+        that a trial it cuts short is typed as killed by paxsearch, not as a crash or an OOM."""
+        if reason:
+            self.killed_by = reason
         for p in self.procs:
             try:
                 os.killpg(p.popen.pid, signal.SIGKILL)
@@ -153,6 +159,7 @@ class WorkerGang:
         """Run `job` on every process; the result of process 0, or a typed failure."""
         self.ensure_ready()
         self.trials_served += 1
+        self.watch = failures.MemoryWatch([p.popen.pid for p in self.procs])
         for p in self.procs:
             pjob = dict(job)
             if self.dist:
@@ -166,6 +173,7 @@ class WorkerGang:
         stops: dict[int, bool] = {}
         waiting: dict[int, list[int]] = {p.index: [] for p in self.procs}
         while len(results) < len(self.procs):
+            self.watch.sample()  # the worker's memory cgroup and high-water mark
             if time.monotonic() >= deadline:
                 self.kill()
                 return {"type": "result", "failure_kind": failures.TIMEOUT,
@@ -195,8 +203,10 @@ class WorkerGang:
             code = proc.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
             code = None
+        killed_by = self.killed_by
         self.kill()
-        kind, message = failures.from_exit_status(code)
+        evidence = self.watch.oom_evidence() if self.watch and code == -signal.SIGKILL else None
+        kind, message = failures.from_exit_status(code, killed_by, evidence)
         if self.processes > 1:
             message = f"process {proc.index}: {message}"
         return {"type": "result", "failure_kind": kind, "failure_message": message}
