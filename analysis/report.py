@@ -70,6 +70,7 @@ def write_report(run_dir_or_storage: Source, out_dir: str | os.PathLike | None =
         paths[f"effect_png:{decision[2:]}"].write_bytes(png)
 
     header = header_items(info, objectives, rtol)
+    loss_line = opened.study.user_attrs.get("loss_objective")  # e.g. the token budget of the loss
     best_rows = tables.best_table(frame, best, knee)
     front_rows = tables.pareto_table(frame, on_front)
     comparison = tables.predicted_vs_measured(frame)
@@ -78,13 +79,13 @@ def write_report(run_dir_or_storage: Source, out_dir: str | os.PathLike | None =
     paths["html"] = out / "report.html"
     paths["html"].write_text(report_html.render(
         header, predicted, pareto_png, effect_pngs, best_rows, front_rows, comparison,
-        tables.trial_table(frame, on_front), failures), encoding="utf-8")
+        tables.trial_table(frame, on_front), failures, loss_line), encoding="utf-8")
     relative = {name: os.path.relpath(paths[f"effect_png:{name}"], out)
                 for name in effect_pngs}
     paths["markdown"] = out / "report.md"
     paths["markdown"].write_text(report_md.render(
         header, predicted, os.path.relpath(paths["pareto_png"], out), relative, best_rows,
-        front_rows, comparison, failures), encoding="utf-8")
+        front_rows, comparison, failures, loss_line), encoding="utf-8")
 
     exported = frame.assign(on_front=on_front, is_knee=frame["number"] == knee)
     paths["csv"] = out / "trials.csv"

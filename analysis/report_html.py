@@ -73,7 +73,7 @@ def table(frame: pd.DataFrame, predicted: bool, sortable: bool = False,
 def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
            effect_pngs: dict[str, bytes], best: pd.DataFrame, front: pd.DataFrame,
            comparison: pd.DataFrame, trials: pd.DataFrame,
-           failures: dict[str, pd.DataFrame]) -> str:
+           failures: dict[str, pd.DataFrame], loss_line: str | None = None) -> str:
     title = dict(header)["study"]
     kind = "predicted" if predicted else "measured"
     front_numbers = set(front["number"].tolist()) if len(front) else set()
@@ -88,6 +88,8 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
                      "not run: MFU, memory and every other score below are predictions.</p>")
     parts.append('<dl class="header">' + "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in header) + "</dl>")
+    if loss_line:  # what the objective loss is: the study's token budget
+        parts.append(f'<p class="loss-objective">{html.escape(loss_line)}</p>')
     parts += [f"<h2>Pareto front ({kind})</h2>",
               _image(pareto_png, f"MFU against memory per device ({kind})", "pareto-plot"),
               f"<h3>Best per objective and knee ({kind})</h3>", table(best, predicted),

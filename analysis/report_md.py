@@ -23,14 +23,17 @@ def table(frame: pd.DataFrame, predicted: bool) -> str:
 
 def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
            effect_pngs: dict[str, str], best: pd.DataFrame, front: pd.DataFrame,
-           comparison: pd.DataFrame, failures: dict[str, pd.DataFrame]) -> str:
-    """Markdown text; figure arguments are paths relative to the Markdown file."""
+           comparison: pd.DataFrame, failures: dict[str, pd.DataFrame], loss_line: str | None = None) -> str:
+    """Markdown text; figure arguments are paths relative to the Markdown file. loss_line:
+    what the objective loss is (the study's "loss_objective", e.g. its token budget)."""
     kind = "predicted" if predicted else "measured"
     parts = [f"# paxsearch report: {dict(header)['study']}\n"]
     if predicted:
         parts.append("> **Predicted figures.** Trials were compiled, not run: every score "
                      "below is a prediction.\n")
     parts.append("\n".join(f"- **{label}**: {_cell(text)}" for label, text in header) + "\n")
+    if loss_line:
+        parts.append(f"{_cell(loss_line)}\n")
     parts += [f"## Pareto front ({kind})\n", f"![Pareto front ({kind})]({pareto_png})\n",
               table(front, predicted),
               f"## Best per objective and knee ({kind})\n", table(best, predicted)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 
@@ -39,14 +40,56 @@ def resolve_config(args):
         raise UserError(str(e)) from None
 
 
+def _platform() -> str:
+    """The platform JAX will start here: JAX_PLATFORMS when set, else the accelerator found."""
+    first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip().lower()
+    if first:
+        return {"cuda": "gpu", "rocm": "gpu"}.get(first, first)
+    if os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0"):
+        return "tpu"
+    return "gpu" if os.path.exists("/dev/nvidia0") else "cpu"
+
+
+def apply_flag_set(name: str) -> None:
+    """Run with the config's compiler flag set (trainer/flagsets.py): its flags go into this
+    process's environment before JAX starts its backend. Should JAX already be imported here
+    (a Python config file that imports it), the command starts again with them set."""
+    from ..trainer import flagsets
+    from ..trainer.errors import ConfigError
+
+    platform = _platform()
+    try:
+        flagsets.check(name)
+        if flagsets.applied(name, os.environ, platform):  # "default" always is
+            os.environ[flagsets.SET_ENV] = name
+            return
+        if name != "default":
+            flagsets.validate(name, platform)  # one line instead of XLA's abort on an unknown flag
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+    env = flagsets.env_for(name, platform)
+    if "jax" not in sys.modules:
+        os.environ.update(env)
+        return
+    if os.environ.get("PAXSEARCH_TRAIN_RESTARTED"):  # started again and still not applied
+        raise UserError(f"compiler flag set {name!r} is not applied in this process; set XLA_FLAGS / "
+                        f"LIBTPU_INIT_ARGS as `{flagsets.describe(name)}` says")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv, {**os.environ, **env, "PAXSEARCH_TRAIN_RESTARTED": "1"})
+
+
 def main(args) -> int:
     configure_jax_env(cpu_devices=args.cpu_devices)
     fcfg = resolve_config(args)
     from . import configio
-    from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
-    from ..trainer.train import train
 
     cfg = configio.build(fcfg)
+    apply_flag_set(cfg.flags)  # before JAX starts
+    from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
+    from ..trainer.train import train
+    from .trial_exec import environment
+
     name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
     run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
     ckpt = dataclasses.replace(cfg.checkpoint, enabled=True,
@@ -59,6 +102,8 @@ def main(args) -> int:
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         f.write(configio.dumps(configio.to_fiddle(cfg)))
+    with open(os.path.join(run_dir, "env.json"), "w") as f:  # versions, devices, compiler flags
+        json.dump(environment(), f, indent=2)
     try:
         result = train(cfg)
     except (ConfigError, DataError) as e:
@@ -83,5 +128,5 @@ def _summary(result, run_dir: str) -> None:
         lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
         lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, "
                      f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB")
-    lines.append(f"run folder {run_dir} (checkpoints/, tb/, config.json)")
+    lines.append(f"run folder {run_dir} (checkpoints/, tb/, config.json, env.json)")
     print("\n".join(lines))

@@ -19,9 +19,11 @@ import psutil
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
+from ..trainer import flagsets
 from . import configio, failures, plan_screen, records
-from .pool import WorkerGang, WorkerStartError
+from .pool import WorkerSlot, WorkerStartError
 from .progress import Progress
+from .settings import SettingsError, steps_for_tokens
 from .space import SpaceError, config_dict
 from .study_setup import StudyContext
 from .tuners import (SpaceExhausted, is_superseded, make_proposer, make_pruner, make_sampler, seen_keys,
@@ -101,6 +103,23 @@ def parse_faults(text: str | None) -> dict[int, str]:
     return out
 
 
+def token_budget(cfg, tokens: int, num_devices: int) -> dict:
+    """The steps that give `cfg` a budget of `tokens` training tokens on `num_devices`
+    (settings.steps_for_tokens), with the figures stored on the trial. Loss is then scored on
+    held-out data, so a config that does not evaluate cannot be scored (ConfigError)."""
+    from ..trainer import mesh as mesh_lib
+    from ..trainer.errors import ConfigError
+
+    if not cfg.eval.enabled:
+        raise ConfigError("STUDY tokens= scores loss as the held-out eval loss, and this config has "
+                          "eval.enabled=False; enable eval in space() (eval=EvalConfig(enabled=True))")
+    batch = mesh_lib.global_batch_size(cfg, num_devices)
+    steps = steps_for_tokens(tokens, batch, cfg.model.seq_len)
+    per_step = batch * cfg.model.seq_len
+    return {"tokens": int(tokens), "global_batch": int(batch), "seq_len": int(cfg.model.seq_len),
+            "tokens_per_step": int(per_step), "steps": int(steps), "tokens_trained": int(steps * per_step)}
+
+
 class Driver:
     def __init__(self, ctx: StudyContext, progress: bool = True):
         self.ctx = ctx
@@ -109,6 +128,7 @@ class Driver:
         ctx.study.sampler = make_sampler(s, ctx.space, ctx.seed)
         first_cfg = configio.build(ctx.space.first_config())
         ctx.study.pruner = make_pruner(s, first_cfg.steps)
+        self.first_flags = first_cfg.flags if first_cfg.flags in flagsets.FLAG_SETS else "default"
         self.relay = s.pruner != "none" and len(self.objectives) == 1 and self.objectives[0] != "memory"
         self.proposer = make_proposer(s, ctx.space, ctx.seed)
         self.space_size = ctx.space.size() if ctx.space.finite else None
@@ -141,10 +161,10 @@ class Driver:
         if abandoned:
             self.progress.note(f"resumed: trial(s) {', '.join(map(str, abandoned))} left running by a dead driver "
                                "marked failed (crash) and queued again")
-        gangs = [WorkerGang(ctx.target, ctx.settings.processes, ctx.run_dir, i) for i in range(ctx.settings.workers)]
+        gangs = [WorkerSlot(ctx.target, ctx.settings.processes, ctx.run_dir, i) for i in range(ctx.settings.workers)]
         try:
             for g in gangs:
-                g.start()  # workers import JAX while the first trial is proposed
+                g.gang(self.first_flags).start()  # workers import JAX while the first trial is proposed
             threads = [threading.Thread(target=self._loop, args=(g,), daemon=True) for g in gangs]
             for th in threads:
                 th.start()
@@ -167,11 +187,11 @@ class Driver:
             raise self._error
         return {"elapsed_s": time.perf_counter() - t0, "finished": self.finished}
 
-    def _loop(self, gang: WorkerGang) -> None:
+    def _loop(self, slot: WorkerSlot) -> None:
         try:
             while not self._stop.is_set():
                 try:
-                    gang.ensure_ready()
+                    slot.last.ensure_ready()
                     self._start_failures = 0
                 except WorkerStartError as e:
                     self._start_failures += 1
@@ -181,7 +201,7 @@ class Driver:
                 item = self._next()
                 if item is None:
                     return
-                self._run(gang, *item)
+                self._run(slot, *item)
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self._error = self._error or e
             self._stop.set()
@@ -229,15 +249,17 @@ class Driver:
         return trial, decisions
 
     # ----- one trial -----
-    def _run(self, gang: WorkerGang, trial: optuna.Trial, decisions: dict) -> None:
+    def _run(self, slot: WorkerSlot, trial: optuna.Trial, decisions: dict) -> None:
         ctx = self.ctx
         t0 = time.perf_counter()
         number = trial.number
         trial_dir = os.path.abspath(os.path.join(ctx.run_dir, "trials", str(number)))
         os.makedirs(trial_dir, exist_ok=True)
         trial.set_user_attr("trial_dir", trial_dir)
-        result, config_json = self._prepare(trial, decisions, trial_dir)
+        result, config_json, flags = self._prepare(trial, decisions, trial_dir)
+        gang = slot.gangs.get(flags) or slot.last  # settled in the driver: no worker is started for it
         if result is None:
+            gang = slot.gang(flags)  # started with the trial's compiler flag set
             job = {"number": number, "trial_dir": trial_dir, "config": config_json,
                    "log_path": os.path.join(trial_dir, "log.txt"), "memory_budget": ctx.settings.memory_budget,
                    "count_flops": ctx.settings.count_flops, "relay_reports": self.relay,
@@ -253,18 +275,30 @@ class Driver:
         self._record(trial, decisions, result, time.perf_counter() - t0, gang.env)
         self._inflight.pop(number, None)
 
-    def _prepare(self, trial: optuna.Trial, decisions: dict, trial_dir: str) -> tuple[dict | None, str | None]:
-        """Config and static checks in the driver: (a result when the trial ends here, config JSON)."""
+    def _prepare(self, trial: optuna.Trial, decisions: dict,
+                 trial_dir: str) -> tuple[dict | None, str | None, str]:
+        """Config and static checks in the driver: (a result when the trial ends here, config
+        JSON, compiler flag set). With STUDY tokens=, the config's steps are the token budget's."""
         from ..trainer import mesh as mesh_lib, remat as remat_lib
         from ..trainer.errors import ConfigError
 
         ctx = self.ctx
         try:
             cfg = ctx.space.config(decisions)
-            config_json = configio.dumps(cfg)
             built = configio.build(cfg)
         except (SpaceError, configio.ConfigFileError, TypeError, ValueError) as e:
-            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, None
+            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, None, "default"
+        flags = built.flags if built.flags in flagsets.FLAG_SETS else "default"
+        budget = None
+        if ctx.settings.tokens and not ctx.target.plan_only:
+            try:
+                budget = token_budget(built, ctx.settings.tokens, ctx.target.num_devices)
+            except (ConfigError, SettingsError) as e:
+                return {"failure_kind": failures.INVALID, "failure_message": str(e)}, None, flags
+            cfg.steps = budget["steps"]
+            built = configio.build(cfg)
+            trial.set_user_attr("token_budget", budget)
+        config_json = configio.dumps(cfg)
         trial.set_user_attr("config", config_json)
         trial.set_user_attr("config_dict", config_dict(cfg))
         with open(os.path.join(trial_dir, "config.json"), "w") as f:
@@ -272,15 +306,20 @@ class Driver:
         try:
             mesh_lib.check_config(built, ctx.target.num_devices, ctx.settings.processes)
             remat_lib.check_policy(built.remat, ctx.target.platform)
+            flagsets.check(built.flags)
+            if built.flags != "default":  # XLA aborts on a flag it does not know: one probe per set
+                flagsets.validate(built.flags, ctx.target.platform,
+                                  tpu_slice=ctx.target.slice_name if ctx.target.plan_only else None)
         except ConfigError as e:
-            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, config_json
+            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, config_json, flags
         if ctx.target.plan_only:  # settled here when the study already knows the answer
             keys = plan_screen.keys_attrs(built, ctx.target)
             for key, value in keys.items():
                 trial.set_user_attr(key, value)
             trials = ctx.study.get_trials(deepcopy=False)
-            return plan_screen.screen(built, ctx.target, keys, trials, ctx.settings.memory_budget), config_json
-        return None, config_json
+            return (plan_screen.screen(built, ctx.target, keys, trials, ctx.settings.memory_budget), config_json,
+                    flags)
+        return None, config_json, flags
 
     def _on_report(self, trial: optuna.Trial):
         metric = self.objectives[0]

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Callable
 
+from ..trainer import flagsets
 from . import failures
 from .targets import Target, target_env
 
@@ -48,9 +49,44 @@ class _Proc:
             return False
 
 
-class WorkerGang:
+MAX_FLAG_SETS_PER_SLOT = 2  # gangs kept started per worker slot, one per compiler flag set
+
+
+class WorkerSlot:
+    """One trial at a time, on a gang started with the trial's compiler flag set (flags are
+    read when the backend starts, so each set needs its own processes). The gangs of the
+    sets used last stay started; the least recently used beyond MAX_FLAG_SETS_PER_SLOT is
+    closed."""
+
     def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0):
         self.target, self.processes, self.run_dir, self.index = target, processes, run_dir, index
+        self.gangs: dict[str, WorkerGang] = {}  # flag set -> gang, most recently used last
+
+    def gang(self, flags: str = "default") -> "WorkerGang":
+        """The gang for `flags` (created, not started, when there is none)."""
+        g = self.gangs.pop(flags, None) or WorkerGang(self.target, self.processes, self.run_dir, self.index, flags)
+        self.gangs[flags] = g
+        while len(self.gangs) > MAX_FLAG_SETS_PER_SLOT:
+            self.gangs.pop(next(iter(self.gangs))).close()
+        return g
+
+    @property
+    def last(self) -> "WorkerGang":
+        return next(reversed(self.gangs.values())) if self.gangs else self.gang()
+
+    def kill(self, reason: str | None = None) -> None:
+        for g in self.gangs.values():
+            g.kill(reason)
+
+    def close(self) -> None:
+        for g in self.gangs.values():
+            g.close()
+
+
+class WorkerGang:
+    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, flags: str = "default"):
+        self.target, self.processes, self.run_dir, self.index = target, processes, run_dir, index
+        self.flags = flags  # the compiler flag set (trainer/flagsets.py) its processes start with
         self.procs: list[_Proc] = []
         self.env: dict | None = None
         self.dist: dict | None = None  # jax.distributed settings shared by the gang (no process_id)
@@ -80,11 +116,12 @@ class WorkerGang:
             env["XLA_FLAGS"] = " ".join(flags)
             if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
                 env.update(target_env(self.target))
+            env.update(flagsets.env_for(self.flags, self.target.platform, env))  # before the backend starts
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
             dist = dict(dist_base, process_id=i) if dist_base else None
             env["PAXSEARCH_WORKER"] = json.dumps({"distributed": dist,
                                                   "cache_dir": os.path.join(self.run_dir, "xla_cache")})
-            log = open(os.path.join(log_dir, f"worker-{self.index}-p{i}.log"), "ab")
+            log = open(self.log_path(i), "ab")
             popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.worker_proc"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      start_new_session=True, env=env)
@@ -94,6 +131,10 @@ class WorkerGang:
         self.env = None
         self.starts += 1
         self.trials_served = 0
+
+    def log_path(self, process: int) -> str:
+        tag = "" if self.flags == "default" else f"-{self.flags}"
+        return os.path.join(self.run_dir, "logs", f"worker-{self.index}{tag}-p{process}.log")
 
     def ensure_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
         """Start the gang if needed and wait for every process's "ready"; returns process 0's env."""
@@ -111,7 +152,7 @@ class WorkerGang:
                     self.kill()
                     raise WorkerStartError(
                         f"worker process exited with status {code} before it was ready; see "
-                        f"{os.path.join(self.run_dir, 'logs', f'worker-{self.index}-p{proc.index}.log')}")
+                        f"{self.log_path(proc.index)}")
                 if msg.get("type") == "ready":
                     envs[proc.index] = msg["env"]
             if time.monotonic() > deadline and len(envs) < len(self.procs):

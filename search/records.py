@@ -31,6 +31,9 @@ def objective_values(objectives, plan: dict | None, measured: dict | None, predi
             v = math.inf if name == "loss" else 0.0
         elif predicted:
             v = (plan or {}).get(f"predicted_{name}")
+        elif name == "loss":  # held-out eval loss when the trial evaluated, else its last training loss
+            m = measured or {}
+            v = m.get("eval_loss") if m.get("eval_loss") is not None else m.get("loss")
         else:
             v = (measured or {}).get(name)
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -81,7 +84,8 @@ def trial_attrs(result: dict, worker_env: dict | None, timings: dict) -> dict:
     if worker_env is not None:
         peak = result.get("peak_flops") or {}
         attrs["env"] = {k: worker_env.get(k) for k in ("jax", "jaxlib", "libtpu", "device_kind", "platform",
-                                                       "num_devices", "xla_flags", "process_count")}
+                                                       "num_devices", "xla_flags", "process_count",
+                                                       "flag_set", "libtpu_init_args")}
         attrs["env"]["peak_flops_per_device"] = peak.get("value")
         attrs["env"]["peak_flops_source"] = peak.get("source")
         attrs["env"].update(result.get("device") or {})  # plan-only: the target's devices, not the worker's

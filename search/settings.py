@@ -27,6 +27,9 @@ class StudySettings:
     pruner: for single-objective studies, an Optuna pruner on intermediate loss.
     workers: trials run at once by one driver (one worker process each).
     seed: seed of the tuner. count_flops: compile loop-corrected FLOP probes (HFU), ~2x compile.
+    tokens: a training-token budget per trial ("2M", 65536): every trial trains
+    round(tokens / (global batch x seq_len)) steps (steps_for_tokens), and the objective loss
+    is its held-out eval loss. None: each config's own steps.
     """
 
     objectives: tuple[str, ...] = ("loss", "mfu", "memory")
@@ -40,6 +43,7 @@ class StudySettings:
     workers: int = 1
     seed: int = 0
     count_flops: bool = True
+    tokens: int | None = None
     extra: dict = field(default_factory=dict)  # hidden settings (e.g. fault injection in tests)
 
     @classmethod
@@ -69,7 +73,8 @@ class StudySettings:
         if float(self.timeout) <= 0:
             raise SettingsError(f"timeout must be > 0 seconds, got {self.timeout}")
         budget = None if self.memory_budget in (None, "", "device") else parse_bytes(self.memory_budget)
-        return dataclasses.replace(self, objectives=objectives, trials=int(self.trials),
+        tokens = None if self.tokens is None else parse_count(self.tokens, "tokens")
+        return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
                                    processes=int(self.processes), workers=int(self.workers),
                                    timeout=float(self.timeout), memory_budget=budget, seed=int(self.seed),
                                    count_flops=bool(self.count_flops), extra=dict(self.extra or {}))
@@ -97,6 +102,38 @@ def parse_bytes(value) -> int:
     if n <= 0:
         raise SettingsError(f"memory budget must be > 0, got {value!r}")
     return n
+
+
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+                "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_count(value, what: str) -> int:
+    """65536, 1e6, '2M', '64Ki' (k/M/G/T decimal, Ki/Mi/Gi binary) -> a positive int."""
+    if isinstance(value, bool):
+        raise SettingsError(f"{what} {value!r} is not a count")
+    if isinstance(value, (int, float)):
+        n = int(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else ""
+        if not m or unit not in _COUNT_UNITS:
+            raise SettingsError(f"{what} {value!r} is not a count like 65536, 2M or 64Ki")
+        n = int(float(m.group(1)) * _COUNT_UNITS[unit])
+    if n < 1:
+        raise SettingsError(f"{what} must be >= 1, got {value!r}")
+    return n
+
+
+def steps_for_tokens(tokens: int, global_batch: int, seq_len: int) -> int:
+    """Training steps that see `tokens` tokens at global_batch x seq_len tokens a step: the
+    nearest whole number of steps (halves round up), so a trial sees the budget to within half
+    a step. SettingsError when the budget is less than one step."""
+    per_step = int(global_batch) * int(seq_len)
+    if tokens < per_step:
+        raise SettingsError(f"tokens={tokens:,} is less than one step of global batch {global_batch} x seq_len "
+                            f"{seq_len} = {per_step:,} tokens; raise STUDY tokens= or use a smaller batch")
+    return int(tokens // per_step + (1 if 2 * (tokens % per_step) >= per_step else 0))
 
 
 def format_bytes(n: float | None) -> str:

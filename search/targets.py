@@ -352,7 +352,7 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
 
 def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     """(plan key, shape key, global batch). Points with the same plan key compile to the same
-    step: model, resolved mesh, global batch and remat on the same target (optimizer numbers,
+    step: model, resolved mesh, global batch, remat and flag set on the same target (optimizer numbers,
     steps, data and logging do not change the compiled program's memory or FLOPs). Points
     with the same shape key differ at most in their global batch, and a step's memory does
     not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
@@ -362,6 +362,8 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     batch = mesh_lib.global_batch_size(cfg, target.num_devices)
     key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),
            "remat": cfg.remat}
+    if cfg.flags != "default":  # a compiler flag set changes the compiled step
+        key["flags"] = cfg.flags
 
     def digest(d: dict) -> str:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -14,7 +14,7 @@ from typing import Callable
 
 import jax
 
-from ..trainer import distributed, flops as flops_lib, mesh as mesh_lib, remat as remat_lib, topology
+from ..trainer import distributed, flagsets, flops as flops_lib, mesh as mesh_lib, remat as remat_lib, topology
 from ..trainer.config import DistributedConfig, TrainConfig
 from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
 from ..trainer.plan import build_program
@@ -53,6 +53,11 @@ def default_memory_budget() -> tuple[int, str]:
 
 def trial_config(job: dict) -> TrainConfig:
     cfg = configio.build(configio.loads(job["config"]))
+    started = os.environ.get(flagsets.SET_ENV, "default")
+    platform = "tpu" if job.get("plan_target") else jax.devices()[0].platform
+    if cfg.flags != started or not flagsets.applied(cfg.flags, os.environ, platform):
+        raise ConfigError(f"the trial needs compiler flag set {cfg.flags!r} and this worker was started with "
+                          f"{started!r}; flags apply only before the backend starts")
     dist = job.get("distributed") or {}
     cfg = dataclasses.replace(cfg, run_dir=job["trial_dir"],
                               log=dataclasses.replace(cfg.log, progress=False),
@@ -253,7 +258,8 @@ def environment() -> dict:
     return {"jax": jax.__version__, "jaxlib": version("jaxlib"), "libtpu": version("libtpu"),
             "device_kind": dev.device_kind, "platform": dev.platform, "num_devices": jax.device_count(),
             "local_devices": jax.local_device_count(), "process_count": jax.process_count(),
-            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+            "xla_flags": os.environ.get("XLA_FLAGS", ""), "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", ""),
+            "flag_set": os.environ.get(flagsets.SET_ENV, "default")}
 
 
 def initialize(dist: dict | None, cache_dir: str | None) -> None:
