@@ -79,6 +79,39 @@ def apply_flag_set(name: str) -> None:
     os.execve(sys.executable, sys.orig_argv, {**os.environ, **env, "PAXSEARCH_TRAIN_RESTARTED": "1"})
 
 
+RESUME_MAY_CHANGE = ("steps", "log", "checkpoint", "run_dir")  # what --resume may change in the config
+
+
+def _differences(old, new, prefix: str = "") -> list[tuple[str, object, object]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new))
+                for d in _differences(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [(prefix.rstrip("."), old, new)]
+
+
+def check_resume(cfg, run_dir: str, ckpt_dir: str) -> None:
+    """--resume continues the run folder's own training: it needs a checkpoint there and the
+    same config (only steps, logging and checkpointing may change); one line otherwise."""
+    from . import configio
+
+    if not (os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir))):
+        raise UserError(f"--resume: {ckpt_dir} holds no checkpoint; drop --resume to start at step 0")
+    path = os.path.join(run_dir, "config.json")
+    try:
+        with open(path) as f:
+            stored = configio.to_json_dict(configio.build(configio.loads(f.read())))
+    except OSError:
+        raise UserError(f"--resume: {path} is missing, so the checkpoint's config is unknown; use a new --run-dir") from None
+    except (configio.ConfigFileError, ValueError, TypeError) as e:
+        raise UserError(f"--resume: {path} is unreadable ({e}); use a new --run-dir") from None
+    diffs = [(k, a, b) for k, a, b in _differences(stored, configio.to_json_dict(cfg))
+             if k.split(".")[0] not in RESUME_MAY_CHANGE]
+    if diffs:
+        shown = ", ".join(f"{k} ({a!r} -> {b!r})" for k, a, b in diffs[:4]) + (", ..." if len(diffs) > 4 else "")
+        raise UserError(f"--resume: the config differs from the checkpoint's ({path}) in {shown}; resume with "
+                        "the same config (only steps, log and checkpoint may change), or use a new --run-dir")
+
+
 def main(args) -> int:
     configure_jax_env(cpu_devices=args.cpu_devices)
     fcfg = resolve_config(args)
@@ -87,7 +120,6 @@ def main(args) -> int:
     cfg = configio.build(fcfg)
     apply_flag_set(cfg.flags)  # before JAX starts
     from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
-    from ..trainer.train import train
     from .trial_exec import environment
 
     name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
@@ -99,11 +131,15 @@ def main(args) -> int:
     ckpt_dir = os.path.join(run_dir, "checkpoints") if not ckpt.directory else ckpt.directory
     if not args.resume and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
         raise UserError(f"{ckpt_dir} already holds checkpoints; pass --resume to continue, or a new --run-dir")
+    if args.resume:  # before anything is written: a refused resume leaves the run folder as it was
+        check_resume(cfg, run_dir, ckpt_dir)
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         f.write(configio.dumps(configio.to_fiddle(cfg)))
     with open(os.path.join(run_dir, "env.json"), "w") as f:  # versions, devices, compiler flags
         json.dump(environment(), f, indent=2)
+    from ..trainer.train import train  # imported once the run is settled: refusals stay quick and quiet
+
     try:
         result = train(cfg)
     except (ConfigError, DataError) as e:

@@ -8,6 +8,8 @@ import dataclasses
 import importlib.util
 import json
 import os
+import types
+import typing
 
 import fiddle as fdl
 from fiddle.experimental import serialization
@@ -33,12 +35,58 @@ def to_fiddle(obj) -> fdl.Config:
 
 
 def normalize(cfg) -> fdl.Config:
-    """Any fdl.Config / TrainConfig -> a complete fdl.Config(TrainConfig, ...)."""
+    """Any fdl.Config / TrainConfig -> a complete fdl.Config(TrainConfig, ...), every field of
+    the type its dataclass declares (ConfigFileError naming the field otherwise)."""
     built = fdl.build(cfg) if isinstance(cfg, fdl.Buildable) else cfg
     if not isinstance(built, TrainConfig):
         raise ConfigFileError(f"the config builds a {type(built).__name__}, not a TrainConfig; "
                               "return fdl.Config(TrainConfig, ...) or a TrainConfig")
+    check_types(built)
     return to_fiddle(built)
+
+
+def _type_ok(value, hint) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_type_ok(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_type_ok(v, a) for v, a in zip(value, args))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # a hint this check does not know (Literal, Any): the trainer checks it
+
+
+def _hint_text(hint) -> str:
+    return getattr(hint, "__name__", None) if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
+def check_field(cls, name: str, value, where: str) -> None:
+    """ConfigFileError unless `value` fits the declared type of field `name` of dataclass `cls`."""
+    hint = typing.get_type_hints(cls).get(name)
+    if hint is not None and not _type_ok(value, hint):
+        raise ConfigFileError(f"{where}: {value!r} is a {type(value).__name__}, but {name} must be "
+                              f"{_hint_text(hint)}")
+
+
+def check_types(obj, prefix: str = "") -> None:
+    """Every field of a (nested) config dataclass has its declared type."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        path = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_types(value, path + ".")
+        else:
+            check_field(type(obj), f.name, value, f"config field {path}")
 
 
 CONFIG_MODULE = "paxsearch.trainer.config"  # the only classes a serialized config may build
@@ -129,7 +177,10 @@ def apply_overrides(cfg: fdl.Config, overrides: list[str]) -> fdl.Config:
             setattr(node, leaf, _model_preset(text.strip()))
             continue
         value = parse_value(text)
-        setattr(node, leaf, tuple(value) if isinstance(value, list) else value)
+        value = tuple(value) if isinstance(value, list) else value
+        if not isinstance(getattr(node, leaf, None), fdl.Buildable):
+            check_field(fdl.get_callable(node), leaf, value, f"override {item.strip()!r}")
+        setattr(node, leaf, value)
     return cfg
 
 
