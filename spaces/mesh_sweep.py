@@ -1,18 +1,27 @@
-"""mesh_sweep: which parallel layout trains a small LM fastest on 8 devices, and at what memory?
+"""mesh_sweep: which parallel layout trains a small Llama-style LM fastest on 8 devices, and at what memory?
+
+The models are Llama-shaped (RoPE, SwiGLU MLP with 3 matrices, grouped-query attention with 2
+K/V heads, untied embeddings, RMSNorm), only tiny, so that a trial trains in seconds on CPU.
 
 Decisions (each a named PyGlove choice; the names are the Optuna parameters and report columns):
   mesh              every ordered factorization of 8 devices over (data, fsdp, tensor): "DxFxT"
+  model_size        two small Llama-style LMs (4 or 8 query heads, 2 K/V heads)
   per_device_batch  rows per device on the batch axes (data x fsdp)
   remat             rematerialization policy (trainer/remat.py)
-  model_size        two small decoder-only LMs
+  attention         "dot_product" (S x S scores in memory) or "flash" (on CPU the blockwise
+                    online-softmax kernel, 32-token blocks; splash on TPU, cuDNN on GPU)
+  rules             activation sharding: "default", or "sequence_parallel" (the residual
+                    stream's embed dim sharded over tensor, as MaxText does)
 Objectives: loss (final train loss, lower), MFU (higher), compiled per-device memory (lower).
 
-The constraint leaves out meshes whose tensor axis does not divide the model's heads, so every
-point can run. On simulated CPU devices, fsdp-heavy meshes (1x8x1) step ~5x slower than data
-parallelism: collectives between simulated devices are host memory copies. That is a real
-finding of the sweep on this platform, not a bug.
+The constraint leaves out meshes whose tensor axis does not divide the model's query heads
+(K/V heads that do not divide are replicated over tensor), and "sequence_parallel" where the
+tensor axis is 1 (it is then the same layout as "default"), so every point can run and no
+two points are one config. On simulated CPU devices, fsdp-heavy meshes (1x8x1) step ~5x
+slower than data parallelism: collectives between simulated devices are host memory copies.
+That is a real finding of the sweep on this platform, not a bug.
 
-Run:  paxsearch run spaces/mesh_sweep.py            (TPE, 16 trials, ~10 minutes on 2 cores)
+Run:  paxsearch run spaces/mesh_sweep.py            (TPE, 16 trials, ~2-3 minutes on 2 cores)
       paxsearch run spaces/mesh_sweep.py --dry-run  (the space, its size, static feasibility)
 """
 import fiddle as fdl
@@ -23,9 +32,10 @@ from paxsearch.trainer.config import (DataConfig, EvalConfig, LogConfig, MeshCon
 
 DEVICES = 8
 MESHES = [f"{d}x{f}x{t}" for d in (1, 2, 4, 8) for f in (1, 2, 4, 8) for t in (1, 2, 4, 8) if d * f * t == DEVICES]
+LLAMA_STYLE = dict(mlp="gated", activation="silu", position="rope", n_kv_heads=2, tie_embeddings=False)
 MODELS = {
-    "tiny": dict(d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=256),
-    "small": dict(d_model=128, n_layers=2, n_heads=8, head_dim=16, d_ff=512),
+    "tiny": dict(d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=192),
+    "small": dict(d_model=128, n_layers=2, n_heads=8, head_dim=16, d_ff=384),
 }
 
 STUDY = dict(
@@ -44,8 +54,9 @@ def mesh_shape(text: str) -> tuple[int, int, int]:
 
 
 def constraint(d: dict) -> bool:
-    """The tensor axis must divide the model's attention heads."""
-    return MODELS[d["model_size"]]["n_heads"] % mesh_shape(d["mesh"])[2] == 0
+    """The tensor axis divides the query heads; sequence_parallel only where tensor > 1."""
+    tensor = mesh_shape(d["mesh"])[2]
+    return MODELS[d["model_size"]]["n_heads"] % tensor == 0 and (d["rules"] == "default" or tensor > 1)
 
 
 def space():
@@ -53,8 +64,10 @@ def space():
     size = pg.oneof(list(MODELS), name="model_size")
     return fdl.Config(
         TrainConfig,
-        model=fdl.Config(ModelConfig, seq_len=64, scan_layers=False, **MODELS[size]),
-        mesh=fdl.Config(MeshConfig, ici=mesh_shape(mesh)),
+        model=fdl.Config(ModelConfig, seq_len=64, scan_layers=False, **LLAMA_STYLE, **MODELS[size],
+                         attention=pg.oneof(["dot_product", "flash"], name="attention"), attention_block=32),
+        mesh=fdl.Config(MeshConfig, ici=mesh_shape(mesh), rules=pg.oneof(["default", "sequence_parallel"],
+                                                                        name="rules")),
         per_device_batch=pg.oneof([1, 2, 4], name="per_device_batch"),
         remat=pg.oneof(["none", "full", "minimal"], name="remat"),
         optimizer=fdl.Config(OptimizerConfig, peak_lr=3e-3, warmup_steps=5),

@@ -17,7 +17,7 @@ from paxsearch.trainer.config import ModelConfig, TrainConfig
 from paxsearch.trainer.errors import ConfigError
 from paxsearch.trainer.step import init_state, make_model, make_optimizer
 
-from .search_util import REPO, cli
+from .search_util import REPO, cli, load, needs_libtpu
 
 MESH_SWEEP = os.path.join(REPO, "spaces", "mesh_sweep.py")
 
@@ -146,3 +146,34 @@ def test_cli_unknown_preset_is_one_line_and_a_nonzero_exit(tmp_path):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown model preset 'llama5'" in lines[0], proc.stderr
+
+
+LLAMA_PLAN = os.path.join(REPO, "spaces", "llama_plan.py")
+
+
+def test_llama_plan_space_is_the_llama3_preset_over_layouts():
+    space = load_space(LLAMA_PLAN)
+    assert [d.name for d in space.decisions] == ["mesh", "attention", "rules", "per_device_batch", "remat"]
+    assert space.settings.target.startswith("tpu:") and space.size() == 48
+    point = {"mesh": "1x8x8", "attention": "dot_product", "rules": "sequence_parallel", "per_device_batch": 2,
+             "remat": "minimal"}
+    cfg = configio.build(space.config(point))
+    assert cfg.model == dataclasses.replace(presets.get("llama3-8b"), attention="dot_product")
+    assert cfg.mesh.ici == (1, 8, 8) and cfg.mesh.rules == "sequence_parallel"
+    assert cfg.per_device_batch == 2 and cfg.remat == "minimal"
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_llama_plan_compiles_one_point_for_the_tpu_slice(tmp_path):
+    """One real compile of Llama 3 8B with the splash kernel for v5e-64 (~6 minutes on 2 cores)."""
+    run = tmp_path / "llama_plan"
+    cli("run", LLAMA_PLAN, "--trials", "1", "--run-dir", run, "--no-progress", "--set", "mesh=1x64x1",
+        "--set", "attention=flash", "--set", "rules=default", "--set", "per_device_batch=1", "--set", "remat=full",
+        timeout=1800)
+    study = load(run, "llama_plan")
+    (trial,) = study.trials
+    plan = trial.user_attrs["plan"]
+    assert trial.user_attrs.get("failure_kind") is None, trial.user_attrs.get("failure_message")
+    assert plan["plan_only"] and plan["fits"] and plan["param_count"] == presets.source("llama3-8b").published_params
+    assert 0 < plan["peak_bytes"] <= plan["hbm_bytes"]

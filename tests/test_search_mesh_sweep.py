@@ -1,4 +1,4 @@
-"""The flagship: `paxsearch run spaces/mesh_sweep.py` as shipped (~5-10 minutes on 2 cores)."""
+"""The flagship: `paxsearch run spaces/mesh_sweep.py` as shipped (~2-5 minutes on 2 cores)."""
 import os
 import time
 
@@ -21,6 +21,7 @@ def test_mesh_sweep_finishes_with_every_trial_complete_or_typed(tmp_path):
     trials = study.trials
     assert len(trials) >= 12
     assert len(set(decision_keys(trials))) == len(trials)
+    assert all({"attention", "rules"} <= set(t.params) for t in trials)  # the Llama-style model's choices
     for t in trials:
         assert t.state == TrialState.COMPLETE or t.user_attrs.get("failure_kind") in KINDS, (t.number, t.state)
     trained = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind")]
