@@ -41,7 +41,7 @@ _PAXML_C4 = dict(mlp="dense", activation="gelu_exact", position="learned", tie_e
 _MAXTEXT_2023 = dict(mlp="dense", activation="relu", position="rope", rope_theta=10_000.0, tie_embeddings=True,
                      n_kv_heads=None, **_TRAINING)
 
-_MAXTEXT_COMMIT = "google/maxtext@632f65147607dff421c108f1592b7eb416ea7d6a (2023-12-15)"
+_MAXTEXT_COMMIT = "google/maxtext@632f65147607dff421c108f1592b7eb416ea7d6a, 2023-12-15,"
 _MAXTEXT_SCALE = (
     "MaxText/configs/base.yml base_emb_dim 2560, base_num_heads 8, base_mlp_dim 8192, base_num_decoder_layers 16, "
     "head_dim 256, mlp_activations [relu], logits_via_embedding True, vocab_size 32768; MaxText/pyconfig.py "
@@ -227,5 +227,5 @@ def table() -> str:
         published = f"{p.published_params:,}" if p.exact else f"~{p.published_params / 1e9:g}B (label)"
         rows.append(f"| {p.name} | {m.d_model} | {m.n_layers} | {heads} | {m.d_ff} | {m.vocab_size} | {m.seq_len} "
                     f"| {mlp} | {m.position} | {'yes' if m.tie_embeddings else 'no'} | {published} "
-                    f"| {p.source.split(' ')[0]} |")
+                    f"| {p.source.split(' (')[0]} |")
     return "\n".join(rows)
