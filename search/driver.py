@@ -93,14 +93,10 @@ def recover_stale(ctx: StudyContext) -> list[int]:
     return done
 
 
-def parse_faults(text: str | None) -> dict[int, str]:
-    """PAXSEARCH_FAULTS="3:hang,5:nan" -> {3: "hang", 5: "nan"} (tests only)."""
-    out = {}
-    for item in (text or "").split(","):
-        if ":" in item:
-            n, kind = item.split(":", 1)
-            out[int(n)] = kind.strip()
-    return out
+# Trial number -> fault the worker injects (hang, nan, segfault, oom_kill). Only tests set it,
+# in the driver's own process (tests/fault_driver.py): no environment variable, nothing stored
+# in the study, so no stale setting can sabotage a real study.
+FAULTS: dict[int, str] = {}
 
 
 def token_budget(cfg, tokens: int, num_devices: int) -> dict:
@@ -133,8 +129,6 @@ class Driver:
         self.proposer = make_proposer(s, ctx.space, ctx.seed)
         self.space_size = ctx.space.size() if ctx.space.finite else None
         self.budget = s.trials if self.space_size is None else min(s.trials, self.space_size)
-        self.faults = {**{int(k): v for k, v in (s.extra.get("faults") or {}).items()},
-                       **parse_faults(os.environ.get("PAXSEARCH_FAULTS"))}
         self.owner = owner_info()
         self.progress_enabled = progress
         self._inflight: dict[int, optuna.Trial] = {}
@@ -263,7 +257,7 @@ class Driver:
             job = {"number": number, "trial_dir": trial_dir, "config": config_json,
                    "log_path": os.path.join(trial_dir, "log.txt"), "memory_budget": ctx.settings.memory_budget,
                    "count_flops": ctx.settings.count_flops, "relay_reports": self.relay,
-                   "fault": self.faults.get(number),
+                   "fault": FAULTS.get(number),
                    "plan_target": ctx.target.text if ctx.target.plan_only else None}
             with self._heartbeat(trial):
                 try:

@@ -44,7 +44,7 @@ class StudySettings:
     seed: int = 0
     count_flops: bool = True
     tokens: int | None = None
-    extra: dict = field(default_factory=dict)  # hidden settings (e.g. fault injection in tests)
+    extra: dict = field(default_factory=dict)  # kept empty, so that studies stored with it still load
 
     @classmethod
     def from_dict(cls, d: dict) -> "StudySettings":
@@ -52,6 +52,8 @@ class StudySettings:
         unknown = sorted(set(d) - known)
         if unknown:
             raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'extra'}))}")
+        if d.get("extra"):  # once fault injection; faults are now a test-only seam (tests/fault_driver.py)
+            raise SettingsError(f"setting extra={d['extra']!r} is not supported; remove it from STUDY")
         return cls().replace(**d)
 
     def replace(self, **changes) -> "StudySettings":

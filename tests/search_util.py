@@ -22,10 +22,12 @@ def needs_libtpu(test):
     return pytest.mark.tpu(skip(test))
 
 
-def cli(*args, env=None, timeout=600, check=True) -> subprocess.CompletedProcess:
-    """`paxsearch ARGS` in a subprocess (its own driver, as a user would run it)."""
+def cli(*args, env=None, timeout=600, check=True, faults: str | None = None) -> subprocess.CompletedProcess:
+    """`paxsearch ARGS` in a subprocess (its own driver, as a user would run it); `faults`
+    ("1:hang,2:nan") injects faults into those trials through the test-only entry point."""
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "paxsearch.search.cli", *map(str, args)], cwd=REPO,
+    entry = ["paxsearch.tests.fault_driver", faults] if faults else ["paxsearch.search.cli"]
+    proc = subprocess.run([sys.executable, "-m", *entry, *map(str, args)], cwd=REPO,
                           env=full_env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"paxsearch {' '.join(map(str, args))} exited {proc.returncode}\n"

@@ -74,7 +74,7 @@ def test_rejected_trial_runs_no_training_step(tmp_path):
 def test_forced_faults_are_typed_and_the_study_goes_on(tmp_path):
     run = tmp_path / "faults"
     out = cli("run", TINY, "--run-dir", run, "--trials", 5, "--timeout", 40, "--no-progress",
-              env={"PAXSEARCH_FAULTS": "1:hang,2:nan,3:segfault"})
+              faults="1:hang,2:nan,3:segfault")
     trials = {t.number: t for t in load(run).get_trials()}
     assert len(trials) == 5, out.stdout
     kinds = {n: t.user_attrs.get("failure_kind") for n, t in trials.items()}
