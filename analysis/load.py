@@ -107,7 +107,10 @@ def open_study(source: Source, study_name: str | None = None) -> OpenedStudy:
         raise StudyReadError(f"{run_dir} uses storage {storage}; pass that storage URL (with its password, "
                              "or env:NAME) instead of the run folder")
     display = mask_url(storage)
-    study = _load(storage, display, study_name or meta.get("study_name"))
+    try:
+        study = _load(storage, display, study_name or meta.get("study_name"))
+    except StudyReadError as e:
+        raise StudyReadError(f"run folder {run_dir}: {e}") from None
     return OpenedStudy(study, run_dir, display)
 
 

@@ -71,10 +71,39 @@ def run_driver(ctx, progress: bool) -> int:
     print(f"study {ctx.name}: {ctx.settings.tuner}, budget {ctx.settings.trials} trial(s), "
           f"objectives {', '.join(ctx.settings.objectives)}, target {ctx.target.text}; "
           f"storage {mask_url(ctx.url)}; run folder {ctx.run_dir}", flush=True)
-    with user_errors():
-        summary = Driver(ctx, progress=progress).run()
+    try:
+        with user_errors():
+            summary = Driver(ctx, progress=progress).run()
+    except BaseException:
+        if ctx.created:
+            remove_if_empty(ctx)
+        raise
     print(summarize(ctx.study, summary["elapsed_s"], ctx.run_dir))
     return 0
+
+
+def remove_if_empty(ctx) -> None:
+    """A study this `run` created and that failed before any trial is not left behind: the
+    study, its study.json and (when nothing else is in it) the run folder's study.db go; the
+    worker logs stay, for the error line may point to them."""
+    import optuna
+
+    from .storage import default_url
+
+    try:
+        if ctx.study.get_trials(deepcopy=False):
+            return
+        optuna.delete_study(study_name=ctx.name, storage=ctx.storage)
+        paths = [os.path.join(ctx.run_dir, "study.json")]
+        if ctx.url == default_url(ctx.run_dir) and not optuna.get_all_study_names(ctx.storage):
+            ctx.storage.engine.dispose()
+            db = os.path.join(ctx.run_dir, "study.db")
+            paths += [db, db + ".lock"]
+        for path in paths:
+            if os.path.exists(path):
+                os.remove(path)
+    except Exception:  # the storage is what failed: the error the user sees says so
+        pass
 
 
 def summarize(study, elapsed_s: float, run_dir: str) -> str:

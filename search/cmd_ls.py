@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from .errors import UserError
 from .cli_common import state_counts, user_errors
@@ -38,7 +39,7 @@ def _line(where: str, study) -> str:
 def main(args) -> int:
     import optuna
 
-    from .storage import default_url, mask_url, open_storage, read_study_json
+    from .storage import default_url, mask_url, open_storage, read_study_json, scrub
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
@@ -48,17 +49,26 @@ def main(args) -> int:
                 print(_line(mask_url(args.storage), optuna.load_study(study_name=s.study_name, storage=storage)))
             return 0
         folders = _run_folders(args.path)
-        if not folders:
-            print(f"no run folders under {args.path}")
-        for folder in folders:
-            meta = read_study_json(folder) or {}
-            url = meta.get("storage") or default_url(folder)
-            if "***" in url:
-                print(f"{folder:32s} {meta.get('study_name', '?'):20s} on {url} (pass --storage to count)")
-                continue
+    if not folders:
+        print(f"no run folders under {args.path}")
+    unreadable = 0
+    for folder in folders:  # one unreadable folder is reported and the listing goes on
+        meta = read_study_json(folder) or {}
+        url = meta.get("storage") or default_url(folder)
+        if "***" in url:
+            print(f"{folder:32s} {meta.get('study_name', '?'):20s} on {url} (pass --storage to count)")
+            continue
+        try:
             storage = open_storage(url)
             names = [meta["study_name"]] if meta.get("study_name") else [
                 s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-            for name in names:
-                print(_line(folder, optuna.load_study(study_name=name, storage=storage)))
-    return 0
+            lines = [_line(folder, optuna.load_study(study_name=name, storage=storage)) for name in names]
+        except Exception as e:  # a corrupt or unreachable database, a study that is gone
+            unreadable += 1
+            text = str(e).strip().splitlines()
+            why = scrub(text[0] if text else type(e).__name__, url)[:300]
+            print(f"paxsearch: error: run folder {folder}: cannot read its study on {mask_url(url)}: {why}",
+                  file=sys.stderr, flush=True)
+            continue
+        print("\n".join(lines), flush=True)
+    return 1 if unreadable else 0

@@ -41,6 +41,7 @@ class StudyContext:
     target: Target
     lock: storage_lib.StudyLock
     seed: int
+    created: bool = False  # `run` created the study: removed again when the run fails before any trial
 
     @property
     def name(self) -> str:
@@ -179,6 +180,7 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
         raise SetupError(f"cannot use storage {storage_lib.mask_url(url)}: "
                          f"{storage_lib.scrub(str(e).splitlines()[0] if str(e) else type(e).__name__, url)}") from None
     attrs = study.user_attrs
+    created = not attrs.get("settings")
     if attrs.get("settings"):
         stored = [o["name"] for o in attrs.get("objectives", [])]
         if stored != list(settings.objectives):
@@ -193,7 +195,7 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
         study.set_user_attr(key, value)
     storage_lib.write_study_json(run_dir, name, url, space.path)
     return StudyContext(study, storage, url, run_dir, space, settings, target,
-                        storage_lib.StudyLock(url, name), settings.seed if seed is None else seed)
+                        storage_lib.StudyLock(url, name), settings.seed if seed is None else seed, created)
 
 
 def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dict,
