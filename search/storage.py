@@ -13,6 +13,7 @@ import json
 import os
 import re
 import threading
+import time
 import zlib
 from urllib.parse import quote, unquote
 
@@ -138,12 +139,35 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     if path:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
-        return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs)
+        return _create_schema_once(url, path, kwargs)
     except ImportError:
         raise StorageError(f"cannot open storage {mask_url(url)}: its database driver is not installed "
                            "(for PostgreSQL: pip install 'paxsearch[postgres]')") from None
     except Exception as e:
         raise StorageError(f"cannot open storage {mask_url(url)}: {scrub(_first_line(e), url)}") from None
+
+
+def _create_schema_once(url: str, path: str | None, kwargs: dict) -> optuna.storages.RDBStorage:
+    """RDBStorage creates the schema of a fresh database (tables, alembic version row). Drivers
+    started at once would race on it (IntegrityError on alembic_version): beside a SQLite file
+    they take turns under the file lock; on a server, a loser of the race tries again."""
+    if path:
+        with open(path + ".lock", "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs)
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    import sqlalchemy.exc
+
+    for attempt in range(4):
+        try:
+            return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == 3:
+                raise
+            time.sleep(0.5 * (attempt + 1))  # the winner is creating the schema: it is there next time
+    raise AssertionError("unreachable")
 
 
 def _first_line(e: BaseException) -> str:
