@@ -14,7 +14,9 @@ from paxsearch.search import configio
 from paxsearch.trainer import flagsets
 from paxsearch.trainer.errors import ConfigError
 
-from .search_util import REPO, TINY, cli
+from .search_util import HERE, REPO, TINY, cli, needs_libtpu
+
+PLAN_SPACE = os.path.join(HERE, "spaces", "tpu_tiny_plan.py")
 
 EIGEN = "cpu_eigen_dots"  # the set with an effect on CPU compiles
 EIGEN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
@@ -188,3 +190,41 @@ def test_unknown_set_in_a_config_for_train_is_one_line(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and re.search(r"unknown compiler flag set 'fast'; choose one of default", lines[0])
+
+
+# ----------------------------------------------------------------------------- plan mode (TPU topologies)
+
+def test_a_flag_set_is_its_own_plan():
+    """Plan-only trials reuse the plan of a finished trial with the same plan key: a different
+    flag set compiles a different step, so it must not count as a duplicate."""
+    import dataclasses
+
+    from paxsearch.search.targets import parse_target, plan_keys
+    from paxsearch.trainer.config import MeshConfig, TrainConfig
+
+    target = parse_target("tpu:v5e-16")
+    cfg = TrainConfig(mesh=MeshConfig(ici=(1, 16, 1)), per_device_batch=1)
+    keys = plan_keys(cfg, target)
+    assert plan_keys(dataclasses.replace(cfg, flags="latency_hiding"), target)[:2] != keys[:2]
+    assert plan_keys(dataclasses.replace(cfg, steps=7), target) == keys
+
+
+@needs_libtpu
+def test_plan_mode_compiles_with_the_sets_libtpu_args(tmp_path):
+    run = tmp_path / "plan"
+    cli("run", PLAN_SPACE, "--run-dir", run, "--no-progress", "--trials", 1, "--set", "flags=latency_hiding",
+        "--set", "model_size=small", "--set", "per_device_batch=1", "--set", "peak_lr=0.001")
+    (t,) = optuna.load_study(study_name="tpu_tiny_plan", storage=f"sqlite:///{run}/study.db").get_trials()
+    assert t.state == optuna.trial.TrialState.COMPLETE and "compile_seconds" in t.user_attrs["plan"]
+    env = t.user_attrs["env"]
+    assert env["flag_set"] == "latency_hiding"
+    assert set(flagsets.FLAG_SETS["latency_hiding"].libtpu_init_args) <= set(env["libtpu_init_args"].split())
+
+
+@needs_libtpu
+def test_a_libtpu_arg_libtpu_lacks_is_one_line(tmp_path):
+    run = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--no-progress", "--set", "flags=latency_hiding",
+              env={"LIBTPU_INIT_ARGS": "--xla_tpu_no_such_flag=1"}, check=False)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "xla_tpu_no_such_flag" in lines[0] and "LIBTPU_INIT_ARGS" in lines[0], run.stderr

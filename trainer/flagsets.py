@@ -160,7 +160,7 @@ def validate(name: str, platform: str, base_env=None, tpu_slice: str | None = No
     check(name)
     base = dict(os.environ if base_env is None else base_env)
     env = {**base, **env_for(name, platform, base)}
-    if platform == "cpu":
+    if platform == "cpu" or tpu_slice:  # compile-only TPU devices need no TPU backend
         env["JAX_PLATFORMS"] = "cpu"
     key = (name, platform, tpu_slice, env.get("XLA_FLAGS"), env.get("LIBTPU_INIT_ARGS"))
     if key in _VALID:
