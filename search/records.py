@@ -118,8 +118,9 @@ def trial_line(number: int, state: TrialState, decisions: dict, attrs: dict, tot
         parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
                      f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  "
                      f"mem {format_bytes(attrs.get('memory_bytes'))} (compiled)")
-    elif m.get("loss") is not None:
-        parts.append(f"loss {m['loss']:.3f}  mfu {100 * (m.get('mfu') or 0):.2f}%  "
+    elif m.get("loss") is not None:  # the loss the objective scores: held-out eval loss when there is one
+        loss = f"eval loss {m['eval_loss']:.3f}" if m.get("eval_loss") is not None else f"loss {m['loss']:.3f}"
+        parts.append(f"{loss}  mfu {100 * (m.get('mfu') or 0):.2f}%  "
                      f"mem {format_bytes(attrs.get('memory_bytes'))}  step {1e3 * (m.get('step_time') or 0):.0f} ms")
     elif kind:
         parts.append((attrs.get("failure_message") or "")[:100])
