@@ -1,7 +1,8 @@
 """model_size: width and depth against loss at a fixed token budget.
 
-Every trial sees the same tokens (global batch 16 x seq 64 x 30 steps on 8 data-parallel
-devices), so the loss compares model shapes at equal data. Single objective (loss), so the
+Every trial sees the same tokens (STUDY tokens=: global batch 16 x seq 64 x 30 steps on 8
+data-parallel devices), and loss is the held-out eval loss, so the loss compares model shapes
+at equal data. Single objective (loss), so the
 median pruner stops trials whose intermediate loss trails the others.
 
 Decisions: d_model (width), n_layers (depth, an integer range), peak_lr (log-uniform).
@@ -14,7 +15,7 @@ from paxsearch.search.space import intv
 from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, OptimizerConfig, TrainConfig
 
 STUDY = dict(objectives=["loss"], trials=10, tuner="tpe", target="cpu:8", pruner="median", timeout=300,
-             count_flops=False)
+             count_flops=False, tokens=16 * 64 * 30)
 
 
 def space():
@@ -28,7 +29,7 @@ def space():
         global_batch=16,  # fixed token budget: 16 x 64 tokens per step
         optimizer=fdl.Config(OptimizerConfig, peak_lr=pg.floatv(1e-3, 1e-2, scale="log", name="peak_lr"),
                              warmup_steps=5),
-        steps=30,
+        steps=30,  # STUDY tokens= sets it: 16 x 64 x 30 tokens / (16 x 64) a step
         eval=fdl.Config(EvalConfig, enabled=True, max_batches=1),
         log=fdl.Config(LogConfig, every_steps=5),
     )
