@@ -37,7 +37,8 @@ decision, and fields still change per trial::
 Command-line ``--set name=value`` fixes a decision to one of its values (or, for a config
 field such as ``steps`` or ``model.d_model``, overrides it in every trial's config).
 ``--set model=llama3-8b`` (when no decision is named ``model``) replaces every trial's whole
-ModelConfig by the preset; a later ``--set model.seq_len=1024`` changes a field of it.
+ModelConfig by the preset, model fields set by decisions included; a later
+``--set model.seq_len=1024`` changes a field of it.
 """
 from __future__ import annotations
 
