@@ -20,7 +20,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from ..trainer import flagsets
-from . import configio, failures, plan_screen, records
+from . import configio, failures, plan_screen, records, storage as storage_lib
 from .pool import WorkerSlot, WorkerStartError
 from .progress import Progress
 from .settings import SettingsError, steps_for_tokens
@@ -179,7 +179,17 @@ class Driver:
             self.progress.close()
         if self._error is not None:
             raise self._error
+        self._check_none_left_running()
         return {"elapsed_s": time.perf_counter() - t0, "finished": self.finished}
+
+    def _check_none_left_running(self) -> None:
+        """A driver never ends well while a trial it owns is still RUNNING in the study."""
+        mine = [t.number for t in storage_lib.retry(self.ctx.study.get_trials, deepcopy=False,
+                                                    states=(TrialState.RUNNING,))
+                if t.user_attrs.get("owner") == self.owner]
+        if mine:
+            raise DriverError(f"trial(s) {', '.join(map(str, mine))} of this driver are still RUNNING in the study; "
+                              "`paxsearch resume` (or `run` again) queues them again")
 
     def _loop(self, slot: WorkerSlot) -> None:
         try:
@@ -350,12 +360,16 @@ class Driver:
         state, values, extra = records.outcome(self.objectives, result)
         attrs = records.trial_attrs(result, env, records.timings(result, total_s))
         attrs.update(extra)
+        retry = storage_lib.retry  # a storage outage is ridden out; past its budget the trial stays RUNNING
         for key, value in attrs.items():
             if value is not None:
-                trial.set_user_attr(key, value)
+                retry(trial.set_user_attr, key, value)
         if attrs.get("constraint"):
-            trial.set_constraint("memory", attrs["constraint"][0])
-        self.ctx.study.tell(trial, values=values if state == TrialState.COMPLETE else None, state=state)
+            retry(trial.set_constraint, "memory", attrs["constraint"][0])
+        try:
+            retry(self.ctx.study.tell, trial, values=values if state == TrialState.COMPLETE else None, state=state)
+        except UpdateFinishedTrialError:  # an earlier try was stored before its connection dropped
+            pass
         self.finished += 1
         feasible = state == TrialState.COMPLETE and not attrs.get("failure_kind")
         self.progress.finished(records.trial_line(trial.number, state, decisions, attrs, total_s), values, feasible)

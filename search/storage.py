@@ -170,6 +170,35 @@ def _create_schema_once(url: str, path: str | None, kwargs: dict) -> optuna.stor
     raise AssertionError("unreachable")
 
 
+RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # ~60 s: a database restart, a failover, a network blip
+
+
+def is_transient(e: BaseException) -> bool:
+    """A storage error that may pass: a lost or refused connection (not bad data, not a bug)."""
+    import sqlalchemy.exc
+
+    cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) else e
+    if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+        return True
+    return isinstance(cause, sqlalchemy.exc.DBAPIError) and bool(cause.connection_invalidated)
+
+
+def retry(fn, *args, **kwargs):
+    """fn(*args, **kwargs), tried again after transient storage errors with growing delays
+    (RETRY_DELAYS_S); StorageError (one line) when the storage stays away."""
+    for delay in (*RETRY_DELAYS_S, None):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            if delay is None:
+                raise StorageError(f"the storage stayed unreachable for {sum(RETRY_DELAYS_S):.0f} s "
+                                   f"({_first_line(e.__cause__ or e)}); the trial left RUNNING is queued again "
+                                   "by the next `paxsearch resume` or `run`") from None
+            time.sleep(delay)
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]

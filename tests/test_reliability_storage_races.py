@@ -35,3 +35,57 @@ def test_drivers_started_at_once_on_a_fresh_run_folder_share_the_schema(tmp_path
             if p.returncode != 0:
                 failures.append(err.strip().splitlines()[-1])
     assert not failures, failures
+
+
+from .test_search_distributed import _pg_connect, pg_url  # noqa: E402,F401 - a fresh PostgreSQL database
+
+
+def _outage(dbname: str, until, seconds: float) -> None:
+    """A real outage of one database: no new connections, every open one cut, until `until()`
+    holds (at most 120 s), then `seconds` more."""
+    admin = _pg_connect()
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (dbname,))
+        deadline = time.time() + 120
+        while not until() and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(seconds)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+        admin.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_short_postgresql_outage_is_ridden_out(tmp_path, pg_url):  # noqa: F811
+    """Defect 6: the database goes away as a trial starts and comes back 5 s after the trial
+    ended; the driver retries, records the trial and exits 0 with nothing left RUNNING."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from paxsearch.search.storage import driver_url
+
+    from .search_util import TINY
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "paxsearch.search.cli", "run", TINY, "--storage", pg_url,
+                             "--run-dir", str(run), "--trials", "1", "--no-progress"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    config = run / "trials" / "0" / "config.json"  # written once the trial's attributes are stored
+    deadline = time.time() + 300
+    while not config.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.1)
+    log = run / "trials" / "0" / "log.txt"
+    _outage(pg_url.rsplit("/", 1)[1], lambda: log.exists() and log.read_text().count("== trial 0") == 2, 5.0)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trials = optuna.load_study(study_name="tiny_space", storage=driver_url(pg_url)).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE], [(t.state, t.user_attrs.get("failure_message"))
+                                                                 for t in trials]
