@@ -28,9 +28,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from .config import ModelConfig
 from .errors import ConfigError
+from .remat import CONTEXT
 
 USER_CHOICES = ("dot_product", "flash", "auto")
 IMPLEMENTATIONS = ("dot_product", "blockwise", "splash", "cudnn")
@@ -182,6 +184,8 @@ def _flash(qb, kb, vb, segb, scale):
 
 def _flash_fwd(qb, kb, vb, segb, scale):
     ob, lse = _flash_forward(qb, kb, vb, segb, scale)
+    # named like the attention output, so remat policies that keep the context keep these too
+    ob, lse = checkpoint_name(ob, CONTEXT), checkpoint_name(lse, CONTEXT)
     return ob, (qb, kb, vb, segb, ob, lse)
 
 
@@ -231,7 +235,8 @@ def _splash_local(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, interpret: bool = Fals
     sizes = sa.BlockSizes(block_q=blk, block_kv=blk, block_kv_compute=blk, block_q_dkv=blk,
                           block_kv_dkv=blk, block_kv_dkv_compute=blk, block_q_dq=blk, block_kv_dq=blk)
     mask = sa.MultiHeadMask([sa.CausalMask((s, s)) for _ in range(h)])
-    kernel = sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
+    kernel = sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret,
+                                residual_checkpoint_name=CONTEXT)
     q_BHSD = (q_BSHD * jnp.asarray(d ** -0.5, q_BSHD.dtype)).transpose(0, 2, 1, 3)
     k_BKSD, v_BKSD = k_BSKD.transpose(0, 2, 1, 3), v_BSKD.transpose(0, 2, 1, 3)
     seg = segment_ids_BS.astype(jnp.int32)
@@ -240,14 +245,29 @@ def _splash_local(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, interpret: bool = Fals
     return out.transpose(0, 2, 1, 3)
 
 
+def _dividing(spec, shape, mesh):
+    """`spec` with the entries whose mesh axes do not divide the dim replaced by None (e.g. the
+    batch of 1 row that initialization traces)."""
+    out = []
+    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        names = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
+        size = 1
+        for name in names:
+            size *= mesh.shape[name]
+        out.append(axes if dim % size == 0 else None)
+    return jax.sharding.PartitionSpec(*out)
+
+
 def splash(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, interpret: bool = False):
     """The splash kernel under shard_map over the batch and head mesh axes of the current rules."""
     mesh = jax.sharding.get_abstract_mesh()
     local = functools.partial(_splash_local, interpret=interpret)
     if mesh.empty:
         return local(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS)
-    q_spec = nn.logical_to_mesh_axes(("batch", "length", "act_heads", "act_kv"))
-    kv_spec = nn.logical_to_mesh_axes(("batch", "length", "act_kv_heads", "act_kv"))
+    q_spec = _dividing(nn.logical_to_mesh_axes(("batch", "length", "act_heads", "act_kv")), q_BSHD.shape, mesh)
+    kv_spec = _dividing(nn.logical_to_mesh_axes(("batch", "length", "act_kv_heads", "act_kv")), k_BSKD.shape, mesh)
+    if kv_spec[0] != q_spec[0]:
+        kv_spec = jax.sharding.PartitionSpec(q_spec[0], *kv_spec[1:])
     if q_spec[1] is not None:
         raise ConfigError("splash attention needs the sequence unsharded; use rules without a length axis")
     if q_spec[2] is not None and kv_spec[2] is None:

@@ -11,6 +11,13 @@
 |               | matmul; not the first MLP matmul nor the attention logits       |
 |               | (like Paxml's SAVE_DOT_EXCEPT_LOGITS_FFN1)                      |
 | offload       | the minimal set, offloaded to pinned host memory (TPU/GPU only) |
+
+Tags (model.py): q/k/v projections (before RoPE), attention context, output projection,
+MLP1 = the MLP's input matmul(s): a gated MLP's gate and up matmuls are both MLP1, so
+"minimal" recomputes both; MLP2 = the MLP's output matmul. The flash attentions (CPU blockwise, TPU splash) keep
+only q, k, v, their output and the row log-sum-exp for the backward pass (never S x S); the
+output and log-sum-exp carry the context tag, so "minimal" keeps them and "full" recomputes
+the attention forward.
 """
 from __future__ import annotations
 
