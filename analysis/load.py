@@ -5,6 +5,7 @@ One row per trial. Columns:
   d.<decision>             one per decision (lists/dicts as compact JSON text)
   loss, mfu, memory_bytes  the objectives (trial.values where they are objectives)
   eval_loss, hfu, tokens_per_sec, step_time, measured_peak_bytes, steps   measured figures
+  measured_peak_source     what measured_peak_bytes is (device peak, or process RSS on CPU)
   plan.<key>               the ahead-of-time plan figures
   failure_kind, failure_message
   timing.<key>             plan_s, train_s, total_s
@@ -41,6 +42,10 @@ MEASURED_COLUMNS = {
     "peak_bytes": "measured_peak_bytes",
     "steps": "steps",
 }
+# What measured_peak_bytes is: one device's peak where the platform reports it; on CPU the
+# worker process's peak RSS, which a reused worker carries over from its earlier trials.
+DEVICE_PEAK_SOURCE = "device peak (memory_stats)"
+CPU_PEAK_SOURCE = "process peak RSS of the worker (CPU; grows across the trials a worker runs)"
 SCORE_COLUMNS = ["loss", "mfu", "memory_bytes", "eval_loss", "hfu", "tokens_per_sec",
                  "step_time", "measured_peak_bytes", "steps"]
 
@@ -167,6 +172,9 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
 
     for key, value in (attrs.get("plan") or {}).items():
         row[f"plan.{key}"] = _scalar(value)  # nested figures (mesh_shape, roofline) as JSON text
+    platform = (attrs.get("env") or {}).get("platform")
+    if not math.isnan(row["measured_peak_bytes"]):  # what "measured peak" is on this platform
+        row["measured_peak_source"] = CPU_PEAK_SOURCE if platform == "cpu" else DEVICE_PEAK_SOURCE
     row["failure_kind"] = attrs.get("failure_kind")
     row["failure_message"] = attrs.get("failure_message")
     for key, value in (attrs.get("timings") or {}).items():

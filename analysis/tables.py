@@ -79,7 +79,9 @@ def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
     trial has the same decisions, its plan figures are used instead. Empty when no config
     has both.
     """
-    measured = frame[(frame["state"] == "COMPLETE") & ~frame["predicted"]].copy()
+    # trained trials only: a screened-out one (predicted_oom) is COMPLETE with MFU 0 but never ran
+    trained = pd.to_numeric(frame["steps"], errors="coerce").fillna(0) > 0 if "steps" in frame else True
+    measured = frame[(frame["state"] == "COMPLETE") & ~frame["predicted"] & trained].copy()
     predicted = frame[(frame["state"] == "COMPLETE") & frame["predicted"]]
     if measured.empty:
         return pd.DataFrame()

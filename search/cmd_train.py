@@ -163,6 +163,7 @@ def _summary(result, run_dir: str) -> None:
         lines.append(f"loss {f.loss:.4f}" + (f"  eval loss {result.eval_loss:.4f}" if result.eval_loss is not None else ""))
         lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
         lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, "
-                     f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB")
+                     + (f"process peak RSS {f.measured_peak_bytes / 2**20:.1f} MiB (CPU: the whole process)"
+                        if plan.platform == "cpu" else f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB"))
     lines.append(f"run folder {run_dir} (checkpoints/, tb/, config.json, env.json)")
     print("\n".join(lines))

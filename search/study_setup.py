@@ -189,6 +189,8 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
         if attrs.get("fixed", {}) != dict(space.fixed):
             raise SetupError(f"study {name!r} was created with --set {attrs.get('fixed')}; use the same --set or "
                              "a new --run-dir")
+    if created:  # optuna-dashboard and optuna.visualization label the objectives with these
+        study.set_metric_names(list(settings.objectives))
     for key, value in study_attrs(space, settings, target).items():
         if key in ("created_on", "created_at") and key in attrs:
             continue
