@@ -9,7 +9,7 @@ from .errors import UserError
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write report.html, report.md, trials.csv/parquet and a TensorBoard log dir",
                        description="Pareto front of loss / MFU / memory over a study, written into the run folder.")
-    p.add_argument("run", help="run folder, or a storage URL with --study")
+    p.add_argument("run", help="run folder, or a storage URL (or env:NAME) with --study")
     p.add_argument("--study", default=None, help="study name (with a storage URL)")
     p.add_argument("--out", default=None, help="output folder (default: the run folder)")
     p.add_argument("--tolerance", type=float, default=0.0,
@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
 
 def _check_source(run: str) -> None:
-    if "://" not in run and not os.path.exists(os.path.join(run, "study.db")) and not os.path.exists(
+    if "://" not in run and not run.startswith("env:") and not os.path.exists(os.path.join(run, "study.db")) and not os.path.exists(
             os.path.join(run, "study.json")):
         raise UserError(f"{run} is not a run folder (no study.db or study.json); pass the folder `paxsearch run` wrote")
 

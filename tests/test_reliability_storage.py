@@ -115,6 +115,8 @@ def test_storage_url_from_an_environment_variable(tmp_path, monkeypatch):
     assert list(load_trials(str(run))["number"]) == [0]
     out = cli("ls", run, env={"PAXSEARCH_TEST_DB": f"sqlite:///{db}"})
     assert "envstudy" in out.stdout and "1 trials" in out.stdout
+    out = cli("best", "env:PAXSEARCH_TEST_DB", "--objective", "loss")
+    assert "trial 0" in out.stdout
     monkeypatch.delenv("PAXSEARCH_TEST_DB")
     with pytest.raises(storage_lib.StorageError, match="PAXSEARCH_TEST_DB"):
         storage_lib.resolve_url("env:PAXSEARCH_TEST_DB")
