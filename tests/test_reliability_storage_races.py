@@ -89,3 +89,37 @@ def test_a_short_postgresql_outage_is_ridden_out(tmp_path, pg_url):  # noqa: F81
     trials = optuna.load_study(study_name="tiny_space", storage=driver_url(pg_url)).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE], [(t.state, t.user_attrs.get("failure_message"))
                                                                  for t in trials]
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_long_postgresql_outage_stops_the_driver_and_leaves_the_trial_to_requeue(tmp_path, pg_url):  # noqa: F811
+    """Defect 6: past the retry budget the driver exits non-zero with one line, and its trial
+    is left RUNNING with a dead owner, which the next `resume` / `run` queues again."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from paxsearch.search import storage as storage_lib
+    from paxsearch.search.driver import is_stale
+
+    from .search_util import TINY
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "paxsearch.search.cli", "run", TINY, "--storage", pg_url,
+                             "--run-dir", str(run), "--trials", "1", "--no-progress"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    config = run / "trials" / "0" / "config.json"
+    deadline = time.time() + 300
+    while not config.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    log = run / "trials" / "0" / "log.txt"
+    _outage(pg_url.rsplit("/", 1)[1], lambda: log.exists() and log.read_text().count("== trial 0") == 2,
+            sum(storage_lib.RETRY_DELAYS_S) + 10.0)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out[-2000:] + err[-3000:]
+    lines = [line for line in err.strip().splitlines() if line.startswith("paxsearch")]
+    assert len(lines) == 1 and "unreachable" in lines[0] and "Traceback" not in err, err[-3000:]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trials = optuna.load_study(study_name="tiny_space", storage=storage_lib.driver_url(pg_url)).get_trials()
+    assert [t.state for t in trials] == [TrialState.RUNNING] and is_stale(trials[0])
