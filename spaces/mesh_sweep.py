@@ -12,7 +12,11 @@ Decisions (each a named PyGlove choice; the names are the Optuna parameters and 
                     online-softmax kernel, 32-token blocks; splash on TPU, cuDNN on GPU)
   rules             activation sharding: "default", or "sequence_parallel" (the residual
                     stream's embed dim sharded over tensor, as MaxText does)
-Objectives: loss (final train loss, lower), MFU (higher), compiled per-device memory (lower).
+  flags             compiler flag set (trainer/flagsets.py): "default", or "cpu_eigen_dots"
+                    (XLA's own dot emitter instead of YNNPACK fusions); workers start per set
+Objectives: loss (held-out eval loss after the same 8,192 training tokens in every trial, so
+a small batch does not win by seeing less data; steps = tokens / (global batch x seq_len)),
+MFU (higher), compiled per-device memory (lower).
 
 The constraint leaves out meshes whose tensor axis does not divide the model's query heads
 (K/V heads that do not divide are replicated over tensor), and "sequence_parallel" where the
@@ -45,6 +49,7 @@ STUDY = dict(
     target=f"cpu:{DEVICES}",
     memory_budget="10MiB",  # per device: larger plans are rejected after compiling, before any step
     timeout=300,
+    tokens=8192,  # per trial: steps = 8192 / (global batch x 64), from 4 to 128 steps
     count_flops=False,  # layers are unrolled below, so XLA's FLOP count is exact without probes
 )
 
@@ -70,9 +75,10 @@ def space():
                                                                         name="rules")),
         per_device_batch=pg.oneof([1, 2, 4], name="per_device_batch"),
         remat=pg.oneof(["none", "full", "minimal"], name="remat"),
-        optimizer=fdl.Config(OptimizerConfig, peak_lr=3e-3, warmup_steps=5),
+        optimizer=fdl.Config(OptimizerConfig, peak_lr=3e-3, warmup_steps=2),
         data=fdl.Config(DataConfig),
-        steps=20,
+        steps=20,  # replaced by the token budget
         eval=fdl.Config(EvalConfig, enabled=True, max_batches=1),
         log=fdl.Config(LogConfig, every_steps=10),
+        flags=pg.oneof(["default", "cpu_eigen_dots"], name="flags"),
     )

@@ -21,7 +21,7 @@ def test_mesh_sweep_finishes_with_every_trial_complete_or_typed(tmp_path):
     trials = study.trials
     assert len(trials) >= 12
     assert len(set(decision_keys(trials))) == len(trials)
-    assert all({"attention", "rules"} <= set(t.params) for t in trials)  # the Llama-style model's choices
+    assert all({"attention", "rules", "flags"} <= set(t.params) for t in trials)  # the new choices
     for t in trials:
         assert t.state == TrialState.COMPLETE or t.user_attrs.get("failure_kind") in KINDS, (t.number, t.state)
     trained = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind")]

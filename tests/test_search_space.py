@@ -96,10 +96,10 @@ def test_missing_space_file(tmp_path):
 def test_shipped_spaces_trace_without_devices():
     sweep = load_space(MESH_SWEEP)
     assert [d.name for d in sweep.decisions] == ["mesh", "model_size", "attention", "rules", "per_device_batch",
-                                                 "remat"]
+                                                 "remat", "flags"]
     meshes = sweep.decision("mesh").values
     assert len(meshes) == 10 and all(math.prod(map(int, m.split("x"))) == 8 for m in meshes)
-    assert sweep.size() == 540 and sweep.settings.trials >= 12
+    assert sweep.size() == 1080 and sweep.settings.trials >= 12 and sweep.settings.tokens == 8192
     size = load_space(MODEL_SIZE)
     assert {d.kind for d in size.decisions} == {"choice", "int", "float"}
     assert load_space(TINY).size() == 6
