@@ -61,7 +61,6 @@ def parse_url(url: str):
     scheme, rest = url.split("://", 1)
     userinfo, hostpart = rest.rsplit("@", 1)
     user, _, password = userinfo.partition(":")
-
     return make_url(f"{scheme}://{hostpart}").set(username=unquote(user), password=unquote(password) or None)
 
 
@@ -103,7 +102,6 @@ def scrub(text: str, url: str | None) -> str:
     text = text.replace(url, mask_url(url))
     pw = _password(url)
     if pw:
-
         for form in {pw, quote(pw, safe=""), quote(pw)}:
             text = text.replace(form, "***")
     return text
