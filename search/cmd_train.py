@@ -112,6 +112,22 @@ def check_resume(cfg, run_dir: str, ckpt_dir: str) -> None:
                         "the same config (only steps, log and checkpoint may change), or use a new --run-dir")
 
 
+def check_shell_xla_flags() -> None:
+    """XLA aborts (a fatal log, no Python error) on a flag of XLA_FLAGS it does not know, after
+    the run folder is written: the shell's own flags are probed first, and refused in one line."""
+    from ..trainer import flagsets
+    from ..trainer.errors import ConfigError
+
+    own = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+    if not own or flagsets.SET_ENV in os.environ and os.environ[flagsets.SET_ENV] != "default":
+        return  # nothing of the user's own, or a flag set's flags (apply_flag_set probed them)
+    try:
+        flagsets.validate("default", _platform())
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+
+
 def main(args) -> int:
     configure_jax_env(cpu_devices=args.cpu_devices)
     fcfg = resolve_config(args)
@@ -120,7 +136,6 @@ def main(args) -> int:
     cfg = configio.build(fcfg)
     apply_flag_set(cfg.flags)  # before JAX starts
     from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
-    from .trial_exec import environment
 
     name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
     run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
@@ -133,9 +148,12 @@ def main(args) -> int:
         raise UserError(f"{ckpt_dir} already holds checkpoints; pass --resume to continue, or a new --run-dir")
     if args.resume:  # before anything is written: a refused resume leaves the run folder as it was
         check_resume(cfg, run_dir, ckpt_dir)
+    check_shell_xla_flags()
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         f.write(configio.dumps(configio.to_fiddle(cfg)))
+    from .trial_exec import environment  # imports JAX: after the refusals above
+
     with open(os.path.join(run_dir, "env.json"), "w") as f:  # versions, devices, compiler flags
         json.dump(environment(), f, indent=2)
     from ..trainer.train import train  # imported once the run is settled: refusals stay quick and quiet

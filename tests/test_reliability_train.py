@@ -66,3 +66,14 @@ def test_bad_override_values_are_one_line(tmp_path):
     proc = cli("train", path, "--run-dir", tmp_path / "x", "--set", "steps=ten", check=False, timeout=600)
     _one_line_error(proc, "steps", "ten")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_malformed_xla_flags_setting_is_one_line(tmp_path):
+    """An XLA flag XLA does not know aborts the process (a fatal log) after the run folder was
+    written; it is probed first and refused in one line, with nothing written."""
+    path = tmp_path / "tiny.py"
+    path.write_text(CONFIG)
+    proc = cli("train", path, "--run-dir", tmp_path / "x", check=False, timeout=600,
+               env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_no_such_flag_paxsearch=1"})
+    _one_line_error(proc, "XLA_FLAGS", "xla_no_such_flag_paxsearch")
+    assert not (tmp_path / "x").exists()
