@@ -33,6 +33,27 @@ def n_kv_heads(m: ModelConfig) -> int:
     return m.n_heads if m.n_kv_heads is None else m.n_kv_heads
 
 
+def grads_behind_barrier(fn):
+    """`fn` with the same values and gradients, but the gradients of its inputs pass through
+    an optimization barrier. On XLA:CPU the elementwise backward of an MLP activation is
+    otherwise fused into the transposing copy that feeds the weight-gradient matmul: the
+    derivative is then evaluated in transposed (strided) order, and once more in row order
+    for the input gradient, ~15% of a small model's step (benchmarks/RESULTS.md)."""
+
+    @jax.custom_vjp
+    def wrapped(*xs):
+        return fn(*xs)
+
+    def fwd(*xs):
+        return jax.vjp(fn, *xs)  # (value, the vjp closure as residual: autodiff's own residuals)
+
+    def bwd(vjp_fn, g):
+        return jax.lax.optimization_barrier(vjp_fn(g))
+
+    wrapped.defvjp(fwd, bwd)
+    return wrapped
+
+
 def _init(names, scale=1.0):
     return nn.with_logical_partitioning(nn.initializers.variance_scaling(scale, "fan_in", "truncated_normal"), names)
 
@@ -85,6 +106,7 @@ class Block(nn.Module):
 
     cfg: ModelConfig
     attention_impl: str = "dot_product"  # a concrete attention.IMPLEMENTATIONS name
+    mlp_grad_barrier: bool = False  # grads_behind_barrier on the MLP activation (XLA:CPU speed)
 
     @nn.compact
     def __call__(self, x_BSE, segment_ids_BS, positions_BS):
@@ -116,12 +138,13 @@ class Block(nn.Module):
 
         h = RMSNorm(c, name="mlp_norm")(x_BSE)
         act = ACTIVATIONS[c.activation]
+        barrier = grads_behind_barrier if self.mlp_grad_barrier else (lambda fn: fn)
         if c.mlp == "gated":  # (act(x W_gate) * x W_up) W_out; both input matmuls are tagged MLP1
             gate_BSF = checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_gate")(h), remat_lib.MLP1)
             up_BSF = checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_up")(h), remat_lib.MLP1)
-            ff_BSF = act(gate_BSF) * up_BSF
+            ff_BSF = barrier(lambda gate, up: act(gate) * up)(gate_BSF, up_BSF)
         else:
-            ff_BSF = act(checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_in")(h), remat_lib.MLP1))
+            ff_BSF = barrier(act)(checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_in")(h), remat_lib.MLP1))
         ff_BSF = nn.with_logical_constraint(ff_BSF, ("batch", "length", "act_mlp"))
         ff_BSE = checkpoint_name(dense(c.d_model, ("mlp", "embed"), "mlp_out")(ff_BSF), remat_lib.MLP2)
         x_BSE = nn.with_logical_constraint(x_BSE + ff_BSE, ("batch", "length", "act_embed"))
@@ -133,6 +156,7 @@ class TransformerLM(nn.Module):
     remat: str = "none"
     # a concrete attention.IMPLEMENTATIONS name; None: attention.implementation(cfg, default backend)
     attention_impl: str | None = None
+    mlp_grad_barrier: bool = False  # set for XLA:CPU by plan.make_model (Block.mlp_grad_barrier)
 
     @nn.compact
     def __call__(self, tokens_BS, positions_BS, segment_ids_BS):
@@ -158,11 +182,11 @@ class TransformerLM(nn.Module):
         if c.scan_layers:
             stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                             in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
-                            metadata_params={nn.PARTITION_NAME: "layers"})(c, impl, name="layers")
+                            metadata_params={nn.PARTITION_NAME: "layers"})(c, impl, self.mlp_grad_barrier, name="layers")
             x_BSE, _ = stack(x_BSE, segment_ids_BS, positions_BS)
         else:
             for i in range(c.n_layers):
-                x_BSE, _ = block(c, impl, name=f"layer_{i}")(x_BSE, segment_ids_BS, positions_BS)
+                x_BSE, _ = block(c, impl, self.mlp_grad_barrier, name=f"layer_{i}")(x_BSE, segment_ids_BS, positions_BS)
 
         x_BSE = RMSNorm(c, name="final_norm")(x_BSE)
         if c.tie_embeddings:

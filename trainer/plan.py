@@ -76,8 +76,10 @@ def resolved_rules(cfg: TrainConfig, mesh) -> tuple:
 
 
 def make_model(cfg: TrainConfig, platform: str):
-    """The model with cfg.model.attention resolved for `platform` (attention.implementation)."""
-    return step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform))
+    """The model with cfg.model.attention resolved for `platform` (attention.implementation),
+    and on CPU the MLP-gradient fusion barrier (model.grads_behind_barrier)."""
+    return step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
+                                          mlp_grad_barrier=platform == "cpu")
 
 
 def _abstract(shape_tree, sharding_tree):
