@@ -13,6 +13,9 @@ def add_study_options(p, *, for_new: bool) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit per trial, seconds")
     p.add_argument("--workers", type=int, default=None, help="trials run at once by this driver (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (trial lines only)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="a module the driver and every worker import first, e.g. one that registers the seqio "
+                        "task of --set data.task=NAME (repeatable; stored in the study by name)")
     if for_new:
         p.add_argument("--tuner", default=None, help="tpe | nsga2 | gp | random | grid | evolution")
         p.add_argument("--objective", default=None, help="one objective (loss | mfu | memory) instead of all three")
@@ -30,7 +33,8 @@ def add_study_options(p, *, for_new: bool) -> None:
 
 
 def cli_settings(args, *, for_new: bool) -> dict:
-    out = {"trials": args.trials, "timeout": args.timeout, "workers": args.workers}
+    out = {"trials": args.trials, "timeout": args.timeout, "workers": args.workers,
+           "imports": tuple(args.imports) or None}
     if for_new:
         out.update(tuner=args.tuner, objectives=(args.objective,) if args.objective else None,
                    memory_budget=args.memory_budget, pruner=args.pruner, processes=args.processes,

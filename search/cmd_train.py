@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run folder")
     p.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N steps")
     p.add_argument("--cpu-devices", type=int, default=8, help="simulated CPU devices when running on CPU (default 8)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="a module to import first, e.g. one that registers the seqio task of data.task (repeatable)")
     p.set_defaults(func=main)
 
 
@@ -112,6 +114,15 @@ def check_resume(cfg, run_dir: str, ckpt_dir: str) -> None:
                         "the same config (only steps, log and checkpoint may change), or use a new --run-dir")
 
 
+def import_user_modules(names) -> None:
+    from .user_imports import ImportFailed, import_modules
+
+    try:
+        import_modules(names)
+    except (ImportFailed, ValueError) as e:
+        raise UserError(str(e)) from None
+
+
 def check_shell_xla_flags() -> None:
     """XLA aborts (a fatal log, no Python error) on a flag of XLA_FLAGS it does not know, after
     the run folder is written: the shell's own flags are probed first, and refused in one line."""
@@ -130,6 +141,7 @@ def check_shell_xla_flags() -> None:
 
 def main(args) -> int:
     configure_jax_env(cpu_devices=args.cpu_devices)
+    import_user_modules(args.imports)
     fcfg = resolve_config(args)
     from . import configio
 

@@ -155,7 +155,8 @@ class Driver:
         if abandoned:
             self.progress.note(f"resumed: trial(s) {', '.join(map(str, abandoned))} left running by a dead driver "
                                "marked failed (crash) and queued again")
-        gangs = [WorkerSlot(ctx.target, ctx.settings.processes, ctx.run_dir, i) for i in range(ctx.settings.workers)]
+        gangs = [WorkerSlot(ctx.target, ctx.settings.processes, ctx.run_dir, i, ctx.settings.imports)
+                 for i in range(ctx.settings.workers)]
         try:
             for g in gangs:
                 g.gang(self.first_flags).start()  # workers import JAX while the first trial is proposed

@@ -58,13 +58,15 @@ class WorkerSlot:
     sets used last stay started; the least recently used beyond MAX_FLAG_SETS_PER_SLOT is
     closed."""
 
-    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0):
+    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, imports: tuple[str, ...] = ()):
         self.target, self.processes, self.run_dir, self.index = target, processes, run_dir, index
+        self.imports = tuple(imports)  # user modules its workers import (search/user_imports.py)
         self.gangs: dict[str, WorkerGang] = {}  # flag set -> gang, most recently used last
 
     def gang(self, flags: str = "default") -> "WorkerGang":
         """The gang for `flags` (created, not started, when there is none)."""
-        g = self.gangs.pop(flags, None) or WorkerGang(self.target, self.processes, self.run_dir, self.index, flags)
+        g = self.gangs.pop(flags, None) or WorkerGang(self.target, self.processes, self.run_dir, self.index, flags,
+                                                      self.imports)
         self.gangs[flags] = g
         while len(self.gangs) > MAX_FLAG_SETS_PER_SLOT:
             self.gangs.pop(next(iter(self.gangs))).close()
@@ -84,8 +86,10 @@ class WorkerSlot:
 
 
 class WorkerGang:
-    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, flags: str = "default"):
+    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, flags: str = "default",
+                 imports: tuple[str, ...] = ()):
         self.target, self.processes, self.run_dir, self.index = target, processes, run_dir, index
+        self.imports = tuple(imports)
         self.flags = flags  # the compiler flag set (trainer/flagsets.py) its processes start with
         self.procs: list[_Proc] = []
         self.env: dict | None = None
@@ -119,7 +123,7 @@ class WorkerGang:
             env.update(flagsets.env_for(self.flags, self.target.platform, env))  # before the backend starts
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
             dist = dict(dist_base, process_id=i) if dist_base else None
-            env["PAXSEARCH_WORKER"] = json.dumps({"distributed": dist,
+            env["PAXSEARCH_WORKER"] = json.dumps({"distributed": dist, "imports": list(self.imports),
                                                   "cache_dir": os.path.join(self.run_dir, "xla_cache")})
             log = open(self.log_path(i), "ab")
             popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.worker_proc"],

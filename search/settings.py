@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize"}
-TUNERS = ("tpe", "nsga2", "gp", "random", "grid", "evolution")
+TUNERS = ("tpe", "nsga2", "random", "grid", "evolution")
 PRUNERS = ("none", "median", "hyperband")
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -30,6 +30,9 @@ class StudySettings:
     tokens: a training-token budget per trial ("2M", 65536): every trial trains
     round(tokens / (global batch x seq_len)) steps (steps_for_tokens), and the objective loss
     is its held-out eval loss. None: each config's own steps.
+    imports: module names (dotted identifiers) the driver and every worker import before a
+    trial's config is built, e.g. one registering a seqio task; `replace(imports=...)` adds
+    to those already set (the command line's --import adds to STUDY's and the study's).
     """
 
     objectives: tuple[str, ...] = ("loss", "mfu", "memory")
@@ -44,6 +47,7 @@ class StudySettings:
     seed: int = 0
     count_flops: bool = True
     tokens: int | None = None
+    imports: tuple[str, ...] = ()  # user modules every process imports (search/user_imports.py)
     extra: dict = field(default_factory=dict)  # kept empty, so that studies stored with it still load
 
     @classmethod
@@ -58,6 +62,8 @@ class StudySettings:
 
     def replace(self, **changes) -> "StudySettings":
         changes = {k: v for k, v in changes.items() if v is not None}
+        if "imports" in changes:
+            changes["imports"] = tuple(self.imports) + tuple(_import_names(changes["imports"]))
         s = dataclasses.replace(self, **changes)
         return s._validated()
 
@@ -66,6 +72,9 @@ class StudySettings:
         bad = [o for o in objectives if o not in OBJECTIVES]
         if bad or not objectives or len(set(objectives)) != len(objectives):
             raise SettingsError(f"objectives {list(objectives)}: choose distinct names from {', '.join(OBJECTIVES)}")
+        if self.tuner == "gp":
+            raise SettingsError("tuner gp is not available (Optuna's GPSampler needs PyTorch, too heavy a "
+                                "dependency for paxsearch); use tpe, nsga2, random, grid or evolution")
         if self.tuner not in TUNERS:
             raise SettingsError(f"unknown tuner {self.tuner!r}; choose one of {', '.join(TUNERS)}")
         if self.pruner not in PRUNERS:
@@ -79,14 +88,24 @@ class StudySettings:
         return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
                                    processes=int(self.processes), workers=int(self.workers),
                                    timeout=float(self.timeout), memory_budget=budget, seed=int(self.seed),
-                                   count_flops=bool(self.count_flops), extra=dict(self.extra or {}))
+                                   count_flops=bool(self.count_flops), extra=dict(self.extra or {}),
+                                   imports=_import_names(self.imports))
 
     @property
     def directions(self) -> list[str]:
         return [OBJECTIVES[o] for o in self.objectives]
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self) | {"objectives": list(self.objectives)}
+        return dataclasses.asdict(self) | {"objectives": list(self.objectives), "imports": list(self.imports)}
+
+
+def _import_names(names) -> tuple[str, ...]:
+    from .user_imports import check_names
+
+    try:
+        return check_names(names)
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
 
 
 def parse_bytes(value) -> int:

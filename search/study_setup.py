@@ -21,6 +21,7 @@ from .targets import Target, TargetError, check_available, parse_target
 from .settings import OBJECTIVES, SettingsError, StudySettings
 from .space import Space, SpaceError, load_space
 from .tuners import TunerError, make_proposer
+from .user_imports import ImportFailed, import_modules
 
 
 PLAN_OBJECTIVES = ("mfu", "memory")  # what a plan-only trial scores: predicted MFU, compiled memory
@@ -68,10 +69,11 @@ def check_settings(settings: StudySettings, space: Space) -> Target:
         raise SetupError(f"pruner {settings.pruner} needs a single objective; pass --objective loss|mfu|memory")
     try:
         make_proposer(settings, space, 0)
-        if settings.tuner == "gp":
-            from .tuners import make_sampler
-            make_sampler(settings, space, 0)
     except TunerError as e:
+        raise SetupError(str(e)) from None
+    try:  # before anything is written: an unimportable module leaves no study behind
+        import_modules(settings.imports)
+    except ImportFailed as e:
         raise SetupError(str(e)) from None
     return target
 

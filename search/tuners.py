@@ -2,7 +2,7 @@
 and the proposers paxsearch drives itself (grid, PyGlove regularized evolution).
 
 Every tuner answers the same question under the study lock: which point runs next?
-- tpe, nsga2, gp, random: an Optuna sampler, wrapped by DedupeSampler, which asks the
+- tpe, nsga2, random: an Optuna sampler, wrapped by DedupeSampler, which asks the
   inner sampler for a whole point at once and swaps a point already in the study (or left
   out by the space's constraint) for an unseen one.
 - grid: every point of the (finite) space once, in a seeded shuffled order, then stop.
@@ -165,12 +165,6 @@ def make_sampler(settings: StudySettings, space: Space, seed: int) -> BaseSample
                                            n_startup_trials=max(3, min(10, n // 3)))
     elif name == "nsga2":
         inner = optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, n // 3)))
-    elif name == "gp":
-        try:
-            import torch  # noqa: F401  (GPSampler's dependency)
-        except ImportError:
-            raise TunerError("tuner gp needs PyTorch (pip install torch); use tpe, nsga2 or random here") from None
-        inner = optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(3, min(10, n // 3)))
     else:  # random, grid, evolution
         inner = optuna.samplers.RandomSampler(seed=seed)
     return DedupeSampler(inner, space, seed)

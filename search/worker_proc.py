@@ -2,7 +2,7 @@
 
 Started by the driver (search/pool.py) in its own session, with XLA_FLAGS / JAX_PLATFORMS
 already in its environment and PAXSEARCH_WORKER holding its JSON settings
-({"distributed": {...} or null, "cache_dir": ...}). Protocol: JSON lines; jobs arrive on
+({"distributed": {...} or null, "cache_dir": ..., "imports": [user modules]}). Protocol: JSON lines; jobs arrive on
 stdin, messages leave on the original stdout (anything libraries print goes to stderr, and
 during a trial to the trial's log.txt):
 
@@ -82,6 +82,9 @@ def main() -> int:
     from . import trial_exec  # imports JAX and the trainer: the slow part, once per worker
 
     trial_exec.initialize(settings.get("distributed"), settings.get("cache_dir"))
+    from .user_imports import import_modules
+
+    import_modules(settings.get("imports") or ())  # before any trial's config is built (the driver checked them)
     channel.send({"type": "ready", "env": trial_exec.environment(), "pid": os.getpid()})
     while True:
         msg = channel.recv()
