@@ -129,8 +129,7 @@ def check_shell_xla_flags() -> None:
     from ..trainer import flagsets
     from ..trainer.errors import ConfigError
 
-    own = [f for f in os.environ.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
+    own = flagsets.with_device_count(os.environ.get("XLA_FLAGS"), None)
     if not own or flagsets.SET_ENV in os.environ and os.environ[flagsets.SET_ENV] != "default":
         return  # nothing of the user's own, or a flag set's flags (apply_flag_set probed them)
     try:

@@ -7,10 +7,9 @@ import os
 def configure_jax_env(cpu_devices: int | None = None, platform: str | None = None) -> None:
     """Set XLA_FLAGS / JAX_PLATFORMS for this process. Call before importing jax."""
     if cpu_devices:
-        flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-                 if not f.startswith("--xla_force_host_platform_device_count")]
-        flags.append(f"--xla_force_host_platform_device_count={int(cpu_devices)}")
-        os.environ["XLA_FLAGS"] = " ".join(flags)
+        from ..trainer.flagsets import with_device_count
+
+        os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), cpu_devices)
     if platform:
         os.environ["JAX_PLATFORMS"] = platform
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

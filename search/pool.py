@@ -112,12 +112,10 @@ class WorkerGang:
         os.makedirs(log_dir, exist_ok=True)
         for i in range(self.processes):
             env = dict(os.environ)
-            flags = [f for f in env.get("XLA_FLAGS", "").split()
-                     if not f.startswith("--xla_force_host_platform_device_count")]
-            if self.target.platform == "cpu":
-                flags.append(f"--xla_force_host_platform_device_count={per_proc}")
+            cpu = self.target.platform == "cpu"
+            env["XLA_FLAGS"] = flagsets.with_device_count(env.get("XLA_FLAGS"), per_proc if cpu else None)
+            if cpu:
                 env["JAX_PLATFORMS"] = "cpu"
-            env["XLA_FLAGS"] = " ".join(flags)
             if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
                 env.update(target_env(self.target))
             env.update(flagsets.env_for(self.flags, self.target.platform, env))  # before the backend starts

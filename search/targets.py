@@ -108,10 +108,9 @@ def target_env(target: Target) -> dict[str, str]:
     """Environment variables a process needs for `target`, to set before JAX is imported."""
     env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
     if target.platform == "cpu":
-        flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-                 if not f.startswith("--xla_force_host_platform_device_count")]
-        flags.append(f"--xla_force_host_platform_device_count={target.num_devices}")
-        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))
+        from ..trainer.flagsets import with_device_count
+
+        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=with_device_count(os.environ.get("XLA_FLAGS"), target.num_devices))
     elif target.platform == "tpu" and target.plan_only:
         # compile-only TPU devices need no TPU backend: stay on CPU, and answer libtpu's
         # questions so it does not warn (trainer.topology._quiet_libtpu_env)

@@ -2,6 +2,7 @@
 import os
 
 os.environ["JAX_PLATFORMS"] = "cpu"
-_flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
-os.environ["XLA_FLAGS"] = " ".join(_flags + ["--xla_force_host_platform_device_count=8"])
+from paxsearch.trainer.flagsets import with_device_count  # noqa: E402  (imports no JAX)
+
+os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

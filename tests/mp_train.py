@@ -10,7 +10,9 @@ import sys
 def main() -> None:
     pid, nproc, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     os.environ["JAX_PLATFORMS"] = "cpu"
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={8 // nproc}"
+    from paxsearch.trainer.flagsets import with_device_count
+
+    os.environ["XLA_FLAGS"] = with_device_count("", 8 // nproc)
     from paxsearch.tests.trainer_util import tiny
     from paxsearch.trainer.config import DistributedConfig
     from paxsearch.trainer.train import train

@@ -2,9 +2,11 @@
 simulated CPU devices, and on the spellings of replica groups XLA prints."""
 import os
 
+from paxsearch.trainer.flagsets import DEVICE_COUNT_FLAG, with_device_count  # noqa: E402  (imports no JAX)
+
 os.environ["JAX_PLATFORMS"] = "cpu"
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
+    os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 
 import re
 

@@ -30,6 +30,16 @@ DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 SET_ENV = "PAXSEARCH_FLAG_SET"  # the name of the set a process was started with
 
 
+def with_device_count(xla_flags: str | None, n: int | None) -> str:
+    """`xla_flags` (an XLA_FLAGS value) with the host platform's device count set to `n`
+    simulated CPU devices: any count already there is replaced. n None: only removed (the
+    flags of one's own)."""
+    kept = [f for f in (xla_flags or "").split() if f.split("=", 1)[0] != DEVICE_COUNT_FLAG]
+    if n is not None:
+        kept.append(f"{DEVICE_COUNT_FLAG}={int(n)}")
+    return " ".join(kept)
+
+
 @dataclass(frozen=True)
 class FlagSet:
     xla_flags: tuple[str, ...]  # added to XLA_FLAGS (every platform)

@@ -1,0 +1,21 @@
+"""One helper sets the simulated CPU device count in XLA_FLAGS (trainer/flagsets.py), used by
+the worker pool, plan targets, `train` and the tests; the user's other flags are kept."""
+from paxsearch.trainer.flagsets import DEVICE_COUNT_FLAG, with_device_count
+
+
+def test_sets_replaces_and_removes_the_device_count():
+    assert with_device_count(None, 8) == f"{DEVICE_COUNT_FLAG}=8"
+    own = "--xla_cpu_enable_fast_math=false"
+    assert with_device_count(f"{DEVICE_COUNT_FLAG}=2 {own}", 4) == f"{own} {DEVICE_COUNT_FLAG}=4"
+    assert with_device_count(f"{own} {DEVICE_COUNT_FLAG}=2 {DEVICE_COUNT_FLAG}=3", None) == own
+    # a flag that merely starts with the same letters is someone else's
+    other = f"{DEVICE_COUNT_FLAG}_x=1"
+    assert with_device_count(other, 2) == f"{other} {DEVICE_COUNT_FLAG}=2"
+
+
+def test_the_pool_and_targets_use_it():
+    from paxsearch.search.targets import parse_target, target_env
+
+    env = target_env(parse_target("cpu:4"))
+    assert env["XLA_FLAGS"].split().count(f"{DEVICE_COUNT_FLAG}=4") == 1
+    assert DEVICE_COUNT_FLAG + "=8" not in env["XLA_FLAGS"]  # conftest's count replaced, not added to
