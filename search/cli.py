@@ -30,11 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ..trainer.errors import ConfigError, DataError, NonFiniteLoss  # imports nothing heavy
+
     try:
         return int(args.func(args) or 0)
-    except UserError as e:
+    except (UserError, ConfigError, DataError) as e:
         print(f"paxsearch: error: {e}", file=sys.stderr)
         return 2
+    except NonFiniteLoss as e:
+        print(f"paxsearch: training diverged: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("paxsearch: interrupted", file=sys.stderr)
         return 130

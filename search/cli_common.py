@@ -5,7 +5,6 @@ import collections
 import contextlib
 import os
 
-from .errors import UserError
 
 
 def add_study_options(p, *, for_new: bool) -> None:
@@ -44,18 +43,10 @@ def cli_settings(args, *, for_new: bool) -> dict:
 
 @contextlib.contextmanager
 def user_errors():
-    """Turn the search's own typed errors into one-line user errors (exit 2)."""
-    from .driver import DriverError
-    from .settings import SettingsError
-    from .space import SpaceError
-    from .storage import StorageError
-    from .study_setup import SetupError
-
+    """A command's block with Optuna kept quiet. The search's typed errors derive from
+    UserError (search/errors.py) and reach cli.main, which alone maps them to exit codes."""
     quiet_optuna()
-    try:
-        yield
-    except (SpaceError, SetupError, SettingsError, StorageError, DriverError) as e:
-        raise UserError(str(e)) from None
+    yield
 
 
 def quiet_optuna() -> None:

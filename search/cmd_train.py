@@ -31,15 +31,12 @@ def add_parser(sub) -> None:
 def resolve_config(args):
     from . import configio
 
-    try:
-        if args.trial is not None or os.path.isdir(args.config):
-            from .trial_config import trial_fiddle_config  # run folder or storage: the stored trial's config
-            cfg = trial_fiddle_config(args.config, args.trial or "best")
-        else:
-            cfg = configio.load(args.config, args.function)
-        return configio.apply_overrides(cfg, args.overrides)
-    except configio.ConfigFileError as e:
-        raise UserError(str(e)) from None
+    if args.trial is not None or os.path.isdir(args.config):
+        from .trial_config import trial_fiddle_config  # run folder or storage: the stored trial's config
+        cfg = trial_fiddle_config(args.config, args.trial or "best")
+    else:
+        cfg = configio.load(args.config, args.function)
+    return configio.apply_overrides(cfg, args.overrides)  # ConfigFileError: a UserError, one line
 
 
 def _platform() -> str:
@@ -57,18 +54,14 @@ def apply_flag_set(name: str) -> None:
     process's environment before JAX starts its backend. Should JAX already be imported here
     (a Python config file that imports it), the command starts again with them set."""
     from ..trainer import flagsets
-    from ..trainer.errors import ConfigError
 
     platform = _platform()
-    try:
-        flagsets.check(name)
-        if flagsets.applied(name, os.environ, platform):  # "default" always is
-            os.environ[flagsets.SET_ENV] = name
-            return
-        if name != "default":
-            flagsets.validate(name, platform)  # one line instead of XLA's abort on an unknown flag
-    except ConfigError as e:
-        raise UserError(str(e)) from None
+    flagsets.check(name)  # ConfigError: one line (cli.main)
+    if flagsets.applied(name, os.environ, platform):  # "default" always is
+        os.environ[flagsets.SET_ENV] = name
+        return
+    if name != "default":
+        flagsets.validate(name, platform)  # one line instead of XLA's abort on an unknown flag
     env = flagsets.env_for(name, platform)
     if "jax" not in sys.modules:
         os.environ.update(env)
@@ -114,40 +107,27 @@ def check_resume(cfg, run_dir: str, ckpt_dir: str) -> None:
                         "the same config (only steps, log and checkpoint may change), or use a new --run-dir")
 
 
-def import_user_modules(names) -> None:
-    from .user_imports import ImportFailed, import_modules
-
-    try:
-        import_modules(names)
-    except (ImportFailed, ValueError) as e:
-        raise UserError(str(e)) from None
-
-
 def check_shell_xla_flags() -> None:
     """XLA aborts (a fatal log, no Python error) on a flag of XLA_FLAGS it does not know, after
     the run folder is written: the shell's own flags are probed first, and refused in one line."""
     from ..trainer import flagsets
-    from ..trainer.errors import ConfigError
 
     own = flagsets.with_device_count(os.environ.get("XLA_FLAGS"), None)
     if not own or flagsets.SET_ENV in os.environ and os.environ[flagsets.SET_ENV] != "default":
         return  # nothing of the user's own, or a flag set's flags (apply_flag_set probed them)
-    try:
-        flagsets.validate("default", _platform())
-    except ConfigError as e:
-        raise UserError(str(e)) from None
+    flagsets.validate("default", _platform())  # ConfigError: one line (cli.main)
 
 
 def main(args) -> int:
     configure_jax_env(cpu_devices=args.cpu_devices)
-    import_user_modules(args.imports)
+    from .user_imports import import_modules
+
+    import_modules(args.imports)  # ImportFailed: one line, before anything is written
     fcfg = resolve_config(args)
     from . import configio
 
     cfg = configio.build(fcfg)
     apply_flag_set(cfg.flags)  # before JAX starts
-    from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
-
     name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
     run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
     ckpt = dataclasses.replace(cfg.checkpoint, enabled=True,
@@ -169,13 +149,7 @@ def main(args) -> int:
         json.dump(environment(), f, indent=2)
     from ..trainer.train import train  # imported once the run is settled: refusals stay quick and quiet
 
-    try:
-        result = train(cfg)
-    except (ConfigError, DataError) as e:
-        raise UserError(str(e)) from None
-    except NonFiniteLoss as e:
-        print(f"paxsearch: training diverged: {e}", file=sys.stderr)
-        return 3
+    result = train(cfg)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
     _summary(result, run_dir)
     return 0
 

@@ -17,9 +17,10 @@ from fiddle.experimental import serialization
 from ..trainer import presets
 from ..trainer.config import TrainConfig
 from ..trainer.errors import ConfigError
+from .errors import UserError
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(UserError, ValueError):
     """A config file or override cannot be used; the message says why and how to fix it."""
 
 

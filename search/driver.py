@@ -20,6 +20,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from ..trainer import flagsets
+from .errors import UserError
 from . import configio, failures, plan_screen, records, storage as storage_lib
 from .pool import WorkerSlot, WorkerStartError
 from .progress import Progress
@@ -33,7 +34,7 @@ STALE_AFTER_S = 120.0  # a RUNNING trial of another host whose heartbeat is olde
 HEARTBEAT_S = 15.0
 
 
-class DriverError(RuntimeError):
+class DriverError(UserError, RuntimeError):
     """The study cannot go on (e.g. no worker process can start)."""
 
 

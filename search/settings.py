@@ -5,6 +5,8 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from .errors import UserError
+
 OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize"}
 TUNERS = ("tpe", "nsga2", "random", "grid", "evolution")
 PRUNERS = ("none", "median", "hyperband")
@@ -12,7 +14,7 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-class SettingsError(ValueError):
+class SettingsError(UserError, ValueError):
     """A setting is not valid; the message names it and the allowed values."""
 
 

@@ -54,12 +54,13 @@ import fiddle as fdl
 import pyglove as pg
 
 from . import configio
+from .errors import UserError
 from .settings import SettingsError, StudySettings
 
 INT_HINT = "paxsearch:int"
 
 
-class SpaceError(ValueError):
+class SpaceError(UserError, ValueError):
     """The space file cannot be used; the message says why (one line)."""
 
 

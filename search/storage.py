@@ -19,8 +19,10 @@ from urllib.parse import quote, unquote
 
 import optuna
 
+from .errors import UserError
 
-class StorageError(RuntimeError):
+
+class StorageError(UserError, RuntimeError):
     """The storage cannot be opened or read; the message never holds a password."""
 
 

@@ -16,6 +16,7 @@ from ..trainer import flagsets
 from ..trainer.errors import ConfigError
 from ..trainer.flops import MFU_CONVENTION
 from ..trainer.topology import LibtpuMissing
+from .errors import UserError
 from . import storage as storage_lib
 from .targets import Target, TargetError, check_available, parse_target
 from .settings import OBJECTIVES, SettingsError, StudySettings
@@ -27,7 +28,7 @@ from .user_imports import ImportFailed, import_modules
 PLAN_OBJECTIVES = ("mfu", "memory")  # what a plan-only trial scores: predicted MFU, compiled memory
 
 
-class SetupError(ValueError):
+class SetupError(UserError, ValueError):
     """The study cannot be set up; one line for the user."""
 
 

@@ -35,11 +35,12 @@ from typing import Sequence
 
 from ..trainer import topology as topo
 from ..trainer.errors import ConfigError
+from .errors import UserError
 
 PLATFORMS = ("cpu", "tpu", "gpu")
 
 
-class TargetError(ValueError):
+class TargetError(UserError, ValueError):
     """The target text cannot be used (one line for the user)."""
 
 

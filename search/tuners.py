@@ -22,6 +22,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution, Flo
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from .errors import UserError
 from .settings import OBJECTIVES, StudySettings
 from .space import Decision, Space, decisions_key
 
@@ -32,7 +33,7 @@ class SpaceExhausted(RuntimeError):
     """Every point of the space is already in the study."""
 
 
-class TunerError(ValueError):
+class TunerError(UserError, ValueError):
     """The tuner cannot run this space (message says why)."""
 
 

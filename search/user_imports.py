@@ -11,21 +11,23 @@ import importlib
 import re
 import sys
 
+from .errors import UserError
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-class ImportFailed(ValueError):
+class ImportFailed(UserError, ValueError):
     """A user module is not importable here; the message names it and the fix."""
 
 
 def check_names(names) -> tuple[str, ...]:
-    """The module names as a tuple, each a dotted identifier; ValueError (one line) otherwise."""
+    """The module names as a tuple, each a dotted identifier; ImportFailed (one line) otherwise."""
     if isinstance(names, str):
         names = (names,)
     out: list[str] = []
     for name in names or ():
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise ValueError(f"import {name!r} is not a module name (dotted identifiers, e.g. mypkg.tasks)")
+            raise ImportFailed(f"import {name!r} is not a module name (dotted identifiers, e.g. mypkg.tasks)")
         if name not in out:
             out.append(name)
     return tuple(out)
