@@ -4,11 +4,14 @@ stored in the study by name only."""
 import os
 import re
 
+import pytest
+
 from .search_util import TINY, cli, load
 
 MODULE = "paxsearch.tests.user_task_module"
 
 
+@pytest.mark.slow
 def test_imported_user_task_trains_in_a_search_worker(tmp_path):
     marker = tmp_path / "reads.txt"
     run = tmp_path / "run"
@@ -20,6 +23,10 @@ def test_imported_user_task_trains_in_a_search_worker(tmp_path):
     readers = {line.split()[0] for line in marker.read_text().splitlines() if line.endswith(" train")}
     worker = re.search(r"== trial 0 on worker pid (\d+)", (run / "trials" / "0" / "log.txt").read_text()).group(1)
     assert worker in readers, (worker, readers)  # the worker that trained trial 0 read the user's task
+    # a later driver (resume, with no --import) imports the module the study names
+    cli("resume", run, "--trials", "2", "--no-progress")
+    second = load(run).get_trials(deepcopy=False)[1]
+    assert second.state.name == "COMPLETE" and not second.user_attrs.get("failure_kind"), second.user_attrs
 
 
 def test_without_the_import_the_task_is_unknown_to_the_worker(tmp_path):
