@@ -1,0 +1,157 @@
+"""The shared trainer against MaxText 0.2.5 (issue 9 part 3): tokens/s side by side, alternated.
+
+Both sides run in subprocesses of one Python with one jax (MaxText needs Python >= 3.12):
+
+    ~/.pyenv/versions/3.12.1/bin/python -m venv /work/mt312
+    /work/mt312/bin/pip install "maxtext[tpu]==0.2.5"
+    /work/mt312/bin/pip install -e .            # paxsearch (keeps MaxText's jax)
+    /work/mt312/bin/python benchmarks/bench_maxtext.py --repeats 3
+    /work/mt312/bin/python benchmarks/bench_maxtext.py --cases dense-f32-fsdp8,llama-bf16-1dev
+
+MaxText: `python -m maxtext.trainers.pre_train.train` with its synthetic dataset, on CPU
+(hardware=cpu: dot-product attention), checkpoints and TensorBoard off. paxsearch:
+trainer.train.train on its seqio synthetic task (prefetched). Same model, mesh, per-device
+batch, sequence, dtype (activations; float32 weights on both), remat policy, steps. The first
+`--warmup` steps are excluded on both sides: MaxText's per-step "seconds" (wall time between
+step dispatches) summed over the later steps; paxsearch's logging interval over the same steps.
+
+Cases: {dense, llama} x {f32, bf16} x {fsdp8: 8 simulated devices, fsdp 8, batch 1/device;
+1dev: 1 device, batch 8}. "dense" is the issue's non-gated model (gelu, tanh approximation);
+"llama" is MaxText's default block (SwiGLU, RoPE); both at d_model 256, 4 layers, 4 heads
+of 64, d_ff 1024, vocab 1024, seq 256, RoPE positions, untied unembedding.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+DIMS = dict(d_model=256, n_layers=4, n_heads=4, head_dim=64, d_ff=1024, vocab_size=1024, seq_len=256)
+MODELS = {"dense": dict(mlp="dense", activation="gelu"), "llama": dict(mlp="gated", activation="silu")}
+MESHES = {"fsdp8": (8, 1), "1dev": (1, 8)}  # (devices, per-device batch)
+DTYPES = {"f32": "float32", "bf16": "bfloat16"}
+CASES = [f"{m}-{d}-{mesh}" for m in MODELS for d in DTYPES for mesh in MESHES]
+MAXTEXT_ACTIVATIONS = {"dense": '["gelu"]', "llama": '["silu","linear"]'}
+STEP_LINE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
+
+
+def _parse(case: str):
+    model, dtype, mesh = case.split("-")
+    devices, per_device_batch = MESHES[mesh]
+    return model, DTYPES[dtype], devices, per_device_batch
+
+
+def _env(devices: int) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env.pop("PAXSEARCH_FLAG_SET", None)
+    return env
+
+
+def maxtext_cmd(case: str, steps: int, remat: str, out_dir: str) -> list[str]:
+    model, dtype, devices, pdb = _parse(case)
+    d = DIMS
+    return [sys.executable, "-m", "maxtext.trainers.pre_train.train",
+            f"run_name={case}", f"base_output_directory={out_dir}", "dataset_type=synthetic",
+            "hardware=cpu", "skip_jax_distributed_system=true", f"steps={steps}",
+            "enable_checkpointing=false", "enable_tensorboard=false",
+            f"base_emb_dim={d['d_model']}", f"base_num_query_heads={d['n_heads']}",
+            f"base_num_kv_heads={d['n_heads']}", f"head_dim={d['head_dim']}", f"base_mlp_dim={d['d_ff']}",
+            f"base_num_decoder_layers={d['n_layers']}", f"vocab_size={d['vocab_size']}",
+            f"max_target_length={d['seq_len']}", f"mlp_activations={MAXTEXT_ACTIVATIONS[model]}",
+            f"dtype={dtype}", "weight_dtype=float32", f"per_device_batch_size={pdb}",
+            f"ici_fsdp_parallelism={devices}", f"remat_policy={remat}"]
+
+
+def run_maxtext(case: str, steps: int, warmup: int, remat: str) -> dict:
+    _, _, devices, pdb = _parse(case)
+    out_dir = f"/tmp/bench_maxtext/{case}-{time.time_ns()}"
+    proc = subprocess.run(maxtext_cmd(case, steps, remat, out_dir), env=_env(devices), capture_output=True,
+                          text=True, timeout=1800)
+    seconds = {int(s): float(t) for s, t in STEP_LINE.findall(proc.stdout + proc.stderr)}
+    if proc.returncode or len(seconds) < steps:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"MaxText run {case} failed (rc {proc.returncode}, {len(seconds)} steps):\n{tail}")
+    timed = [seconds[s] for s in range(warmup, steps)]
+    return {"tokens_per_s": pdb * devices * DIMS["seq_len"] * len(timed) / sum(timed),
+            "step_s": sum(timed) / len(timed)}
+
+
+def paxsearch_side(case: str, steps: int, warmup: int, remat: str, prefetch: int) -> dict:
+    """Runs in its own process (device count set before JAX starts)."""
+    from paxsearch.trainer.config import (CheckpointConfig, EvalConfig, LogConfig, MeshConfig, ModelConfig,
+                                          TrainConfig)
+    from paxsearch.trainer.train import train
+
+    model, dtype, devices, pdb = _parse(case)
+    m = ModelConfig(**DIMS, **MODELS[model], position="rope", dtype=dtype, param_dtype="float32",
+                    attention="dot_product", tie_embeddings=False)
+    cfg = TrainConfig(model=m, mesh=MeshConfig(ici=(1, devices, 1)), per_device_batch=pdb, steps=steps,
+                      remat=remat, warmup_steps_for_timing=warmup, eval=EvalConfig(enabled=False),
+                      checkpoint=CheckpointConfig(enabled=False),
+                      log=LogConfig(every_steps=steps, tensorboard=False))
+    final = train(cfg, prefetch=prefetch).final
+    return {"tokens_per_s": final.tokens_per_sec, "step_s": final.step_time}
+
+
+def run_paxsearch(case: str, steps: int, warmup: int, remat: str, prefetch: int) -> dict:
+    _, _, devices, _ = _parse(case)
+    cmd = [sys.executable, __file__, "--side", "paxsearch", "--cases", case, "--steps", str(steps),
+           "--warmup", str(warmup), "--remat", remat, "--prefetch", str(prefetch)]
+    proc = subprocess.run(cmd, env=_env(devices), capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"paxsearch run {case} failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {CASES}")
+    p.add_argument("--repeats", type=int, default=3, help="alternated MaxText/paxsearch pairs per case")
+    p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--warmup", type=int, default=5, help="first steps excluded on both sides")
+    p.add_argument("--remat", default="full", help="remat policy on both sides (MaxText's default: full)")
+    p.add_argument("--prefetch", type=int, default=2, help="paxsearch input prefetch depth")
+    p.add_argument("--out", default="/tmp/bench_maxtext.jsonl", help="one JSON line per run, appended")
+    p.add_argument("--side", choices=("paxsearch",), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    cases = a.cases.split(",")
+    if a.side:
+        print(json.dumps(paxsearch_side(cases[0], a.steps, a.warmup, a.remat, a.prefetch)), flush=True)
+        return
+    import jax
+    print(f"jax {jax.__version__}, python {sys.version.split()[0]}, steps {a.steps} (first {a.warmup} excluded), "
+          f"remat {a.remat}, load {os.getloadavg()[0]:.1f}", flush=True)
+    summary = []
+    for case in cases:
+        mt, px = [], []
+        for r in range(a.repeats):
+            # alternate which side goes first, so a load trend does not favour one side
+            order = ("maxtext", "paxsearch") if r % 2 == 0 else ("paxsearch", "maxtext")
+            for side in order:
+                res = (run_maxtext(case, a.steps, a.warmup, a.remat) if side == "maxtext"
+                       else run_paxsearch(case, a.steps, a.warmup, a.remat, a.prefetch))
+                res.update(case=case, side=side, repeat=r, load=os.getloadavg()[0], remat=a.remat, jax=jax.__version__)
+                (mt if side == "maxtext" else px).append(res["tokens_per_s"])
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(res) + "\n")
+                print(json.dumps(res), flush=True)
+        ratios = [x / y for x, y in zip(px, mt)]
+        row = {"case": case, "maxtext_tok_s": statistics.median(mt), "paxsearch_tok_s": statistics.median(px),
+               "ratios": [round(r, 3) for r in ratios], "median_ratio": statistics.median(ratios)}
+        summary.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| case | MaxText tok/s | paxsearch tok/s | ratio (median of pairs) | pairs |\n|---|---|---|---|---|")
+    for row in summary:
+        print(f"| {row['case']} | {row['maxtext_tok_s']:,.0f} | {row['paxsearch_tok_s']:,.0f} | "
+              f"**{row['median_ratio']:.2f}** | {', '.join(f'{r:.2f}' for r in row['ratios'])} |")
+
+
+if __name__ == "__main__":
+    main()
