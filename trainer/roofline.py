@@ -18,7 +18,8 @@ What is counted, per device and per step
     input features per group x output features x batch x valid window positions, the way
     HloCostAnalysis counts it, so padded and dilated TPU "convolutions" are exact);
     elementwise arithmetic and reductions: one FLOP per element. Transcendentals are not
-    FLOPs (as in XLA).
+    FLOPs (as in XLA). The Pallas splash-attention custom calls (flash attention on TPU),
+    which XLA cannot see into, are counted from their operand shapes (`splash_flops`).
   * HBM bytes. For every instruction that runs on its own (a fusion, a copy, a custom call,
     a dot outside a fusion ...): bytes of its operands plus bytes of its result. An operand
     that is only read through dynamic-slice counts the slice, and an in-place
@@ -563,9 +564,35 @@ def _operand_shape(comp: Computation, name: str) -> str:
     return ins.shape if ins is not None else ""
 
 
+# Pallas splash-attention kernels (TPU custom calls, named by their kernel): XLA cannot see
+# into them, so their matmuls are counted here from the query-shaped operand (..., H, S, D):
+# forward QK^T and PV (2); dK/dV recomputes QK^T then P^T dO, dO V^T and dS^T Q (4); dQ
+# recomputes QK^T then dO V^T and dS K (3). Each matmul is 2 S^2 D FLOPs per head, over the
+# causal blocks splash computes: n (n + 1) / 2 of n^2 for n = S / block.
+SPLASH_MATMULS = (("splash_mha_fwd", 2), ("splash_mha_dkv", 4), ("splash_mha_dq", 3))
+
+
+def splash_flops(comp: Computation, ins: Instr) -> float:
+    """FLOPs of one splash-attention custom call (0 for any other custom call)."""
+    matmuls = next((k for name, k in SPLASH_MATMULS if name in ins.name), 0)
+    if not matmuls:
+        return 0.0
+    shapes = [shape_dims(_operand_shape(comp, o)) for o in ins.operands]
+    q = max((d for d in shapes if len(d) >= 3), key=_prod, default=None)
+    if q is None:
+        return 0.0
+    s, d = q[-2], q[-1]
+    from .attention import splash_block  # the block size the kernel was built with
+    n = s // splash_block(s) if s % 128 == 0 else 1
+    causal = (n + 1) / (2 * n)
+    return matmuls * 2.0 * s * s * d * _prod(q[:-2]) * causal
+
+
 def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0) -> float:
     """FLOPs of one instruction; a fusion's are those of its fused computation."""
     op = ins.opcode
+    if op == "custom-call":
+        return splash_flops(comp, ins)
     if op == "dot":
         lhs = shape_dims(_operand_shape(comp, ins.operands[0])) if ins.operands else []
         cdims = ins.attr("lhs_contracting_dims")
