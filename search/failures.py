@@ -120,7 +120,9 @@ class MemoryWatch:
                 limit = self.limits.get(path)
                 of = f" of the {limit / 2**20:.0f} MiB limit" if limit and limit < 2**60 else ""
                 return f"oom_kill in {path} rose from {before} to {after}; {hwm}{of}"
-        if not self.counters and self.vmstat is not None:  # no cgroup counter: the whole machine's
+        # No cgroup counter rose (none found, or the worker was moved to a cgroup it was killed
+        # in before a sample saw it): the whole machine's counter, said as such.
+        if self.vmstat is not None:
             after = _read_counter("/proc/vmstat", "oom_kill")
             if after is not None and after > self.vmstat:
                 return f"oom_kill in /proc/vmstat rose from {self.vmstat} to {after}; {hwm}"
