@@ -39,6 +39,11 @@ class ModelConfig:
     attention: str = "auto"
     attention_block: int = 128  # key/query block of the CPU blockwise (flash) attention
 
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads (n_kv_heads, or n_heads when it is None)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
 
 @dataclass(frozen=True)
 class MeshConfig:

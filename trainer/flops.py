@@ -29,17 +29,13 @@ MFU_CONVENTION = (
     "HFU uses XLA's executed FLOPs (remat included).")
 
 
-def _kv_heads(m: ModelConfig) -> int:
-    return m.n_heads if m.n_kv_heads is None else m.n_kv_heads
-
-
 def _mlp_matrices(m: ModelConfig) -> int:
     return 3 if m.mlp == "gated" else 2
 
 
 def forward_flops_per_token(m: ModelConfig) -> int:
     q_and_out = 2 * 2 * m.d_model * m.n_heads * m.head_dim
-    kv = 2 * 2 * m.d_model * _kv_heads(m) * m.head_dim
+    kv = 2 * 2 * m.d_model * m.kv_heads * m.head_dim
     mlp = _mlp_matrices(m) * 2 * m.d_model * m.d_ff
     causal_attn = 2 * m.seq_len * m.n_heads * m.head_dim  # (2+2)*S*H*Dh, halved for causality
     return m.n_layers * (q_and_out + kv + mlp + causal_attn) + 2 * m.d_model * m.vocab_size
@@ -52,7 +48,7 @@ def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
 
 def param_count(m: ModelConfig) -> int:
     """Parameters of the model that model.TransformerLM builds for `m`."""
-    attn = 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * _kv_heads(m) * m.head_dim
+    attn = 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.kv_heads * m.head_dim
     per_layer = attn + _mlp_matrices(m) * m.d_model * m.d_ff + 2 * m.d_model  # + 2 norms
     embed = m.vocab_size * m.d_model * (1 if m.tie_embeddings else 2)
     positions = m.seq_len * m.d_model if m.position == "learned" else 0

@@ -100,7 +100,7 @@ def _check_family(m, tensor: int) -> None:
                            ("attention", ("dot_product", "flash", "auto"))):
         if getattr(m, field) not in allowed:
             raise ConfigError(f"unknown model.{field} {getattr(m, field)!r}; choose one of {', '.join(allowed)}")
-    kv = m.n_heads if m.n_kv_heads is None else m.n_kv_heads
+    kv = m.kv_heads
     if not isinstance(kv, int) or kv < 1 or m.n_heads % kv:
         raise ConfigError(f"n_kv_heads={m.n_kv_heads} must divide n_heads={m.n_heads} (1 is multi-query, "
                           f"None or {m.n_heads} multi-head); pick a divisor of {m.n_heads}")

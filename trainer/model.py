@@ -29,10 +29,6 @@ MLPS = ("dense", "gated")
 POSITIONS = ("learned", "rope")
 
 
-def n_kv_heads(m: ModelConfig) -> int:
-    return m.n_heads if m.n_kv_heads is None else m.n_kv_heads
-
-
 def grads_behind_barrier(fn):
     """`fn` with the same values and gradients, but the gradients of its inputs pass through
     an optimization barrier. On XLA:CPU the elementwise backward of an MLP activation is
@@ -112,7 +108,7 @@ class Block(nn.Module):
     def __call__(self, x_BSE, segment_ids_BS, positions_BS):
         c = self.cfg
         dt, pdt = DTYPES[c.dtype], DTYPES[c.param_dtype]
-        kv = n_kv_heads(c)
+        kv = c.kv_heads
         dense = lambda feats, names, name: nn.DenseGeneral(
             feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 

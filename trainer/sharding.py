@@ -63,7 +63,7 @@ def rules_for(name: str, model=None, axis_sizes: dict[str, int] | None = None) -
     """The named table, with K/V heads replicated over tensor where they do not divide over it."""
     rules = get_rules(name)
     if model is not None and axis_sizes is not None:
-        kv = model.n_heads if model.n_kv_heads is None else model.n_kv_heads
+        kv = model.kv_heads
         if kv % axis_sizes.get("tensor", 1):
             rules = _replace(rules, kv_heads=None, act_kv_heads=None)
     return rules
