@@ -111,6 +111,10 @@ def measured_cpu_peak(dtype: str = "float32") -> float:
     if key in cached:
         return float(cached[key])
     peak = _measure_matmul(dtype)
+    if os.getloadavg()[0] > (os.cpu_count() or 1):
+        # measured on a busy machine: too low, and a cached low peak would inflate every later
+        # MFU (seen here: 38 GFLOP/s cached under load against ~255 idle); use it, don't keep it
+        return peak
     cached[key] = peak
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
