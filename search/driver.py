@@ -310,20 +310,22 @@ class Driver:
         with open(os.path.join(trial_dir, "config.json"), "w") as f:
             f.write(config_json)
         try:
-            mesh_lib.check_config(built, ctx.target.num_devices, ctx.settings.processes)
-            remat_lib.check_policy(built.remat, ctx.target.platform)
+            target = ctx.target.for_config(built)  # slices=auto: prod(mesh.dcn) slices for this trial
+            mesh_lib.check_config(built, target.num_devices, ctx.settings.processes)
+            remat_lib.check_policy(built.remat, target.platform)
             flagsets.check(built.flags)
             if built.flags != "default":  # XLA aborts on a flag it does not know: one probe per set
-                flagsets.validate(built.flags, ctx.target.platform,
-                                  tpu_slice=ctx.target.slice_name if ctx.target.plan_only else None)
+                flagsets.validate(built.flags, target.platform,
+                                  tpu_slice=target.slice_name if target.plan_only else None)
         except ConfigError as e:
             return {"failure_kind": failures.INVALID, "failure_message": str(e)}, config_json, flags
-        if ctx.target.plan_only:  # settled here when the study already knows the answer
-            keys = plan_screen.keys_attrs(built, ctx.target)
+        if target.plan_only:  # settled here when the study already knows the answer
+            trial.set_user_attr("plan_target", target.name)  # the trial's concrete target
+            keys = plan_screen.keys_attrs(built, target)
             for key, value in keys.items():
                 trial.set_user_attr(key, value)
             trials = ctx.study.get_trials(deepcopy=False)
-            return (plan_screen.screen(built, ctx.target, keys, trials, ctx.settings.memory_budget), config_json,
+            return (plan_screen.screen(built, target, keys, trials, ctx.settings.memory_budget), config_json,
                     flags)
         return None, config_json, flags
 

@@ -19,6 +19,7 @@ def static_message(space: Space, point: dict, target: Target, processes: int) ->
 
     try:
         cfg = configio.build(space.config(point))
+        target = target.for_config(cfg)  # slices=auto: the point's own slice count
         mesh_lib.check_config(cfg, target.num_devices, processes)
         remat_lib.check_policy(cfg.remat, target.platform)
     except (ConfigError, SpaceError) as e:

@@ -32,13 +32,15 @@ def _finished(trials) -> list[optuna.trial.FrozenTrial]:
 
 
 def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> dict | None:
-    """A worker-style result when the trial is settled here, else None (compile it)."""
+    """A worker-style result when the trial is settled here, else None (compile it).
+    `target` is the study's; under slices=auto each trial is screened on its own slice count."""
+    target = target.for_config(cfg)
     base = {"type": "result", "predicted": True, "counters": {"train_calls": 0, "steps_run": 0},
             "measured": None, "pruned": False, **plan_result_fields(target, budget)}
     oom = prescreen(cfg, target, budget)
     if oom is not None:
         plan = {"peak_bytes": oom.required_bytes, "hbm_bytes": target.hbm_bytes_per_device, "predicted": True,
-                "screen": "analytic", "peak_bytes_source": "lower bound: parameters, gradients, AdamW moments"}
+                "target": target.name, "num_slices": target.num_slices, "screen": "analytic", "peak_bytes_source": "lower bound: parameters, gradients, AdamW moments"}
         return {**base, "plan": plan, "failure_kind": failures.PREDICTED_OOM, "failure_message": str(oom)}
     done = _finished(trials)
     for t in done:
@@ -54,6 +56,7 @@ def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> dict 
         if (a["shape_key"] == keys["shape_key"] and a.get("failure_kind") == failures.PREDICTED_OOM
                 and int(a.get("global_batch") or 0) <= keys["global_batch"] and a.get("memory_bytes")):
             plan = {"peak_bytes": a["memory_bytes"], "hbm_bytes": target.hbm_bytes_per_device, "predicted": True,
+                    "target": target.name, "num_slices": target.num_slices,
                     "screen": f"dominated by trial {t.number}",
                     "peak_bytes_source": f"lower bound: trial {t.number}'s peak at a smaller batch"}
             return {**base, "plan": plan, "failure_kind": failures.PREDICTED_OOM,

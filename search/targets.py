@@ -54,10 +54,28 @@ class Target:
     hbm_bytes_per_device: int | None = None  # None: ask the device (or no limit on CPU)
     chip: str | None = None  # "v5e" (TPU targets)
     slice_name: str | None = None  # "v5e-16" (TPU targets)
+    # "tpu:v5e-256,slices=auto": the slice count is each trial's own, prod(mesh.dcn) slices of
+    # `slice_name` (plan-only targets); num_devices / num_slices are then one slice's until
+    # for_config gives the trial's concrete target
+    slices_auto: bool = False
 
     @property
     def text(self) -> str:
         return self.name
+
+    def for_config(self, cfg) -> "Target":
+        """The concrete target one trial of `cfg` (a TrainConfig) is planned on: this target,
+        or for slices=auto prod(cfg.mesh.dcn) slices of its slice type ("tpu:v5e-256,slices=2").
+        ConfigError when the config's DCN shape cannot name a slice count."""
+        if not self.slices_auto:
+            return self
+        dcn = tuple(cfg.mesh.dcn)
+        if len(dcn) != 3 or not all(isinstance(d, int) and d >= 1 for d in dcn):
+            raise ConfigError(f"target {self.name} takes each trial's slice count from mesh.dcn, which must be 3 "
+                              f"positive integers (data, fsdp, tensor), got dcn={dcn}")
+        slices = dcn[0] * dcn[1] * dcn[2]
+        return dataclasses.replace(self, name=f"tpu:{self.slice_name}" + (f",slices={slices}" if slices > 1 else ""),
+                                   num_devices=self.num_devices * slices, num_slices=slices, slices_auto=False)
 
     def devices_per_process(self, processes: int) -> int:
         """Devices each of `processes` processes of one trial holds (TargetError if they do not split)."""
@@ -72,7 +90,9 @@ class Target:
 
 def parse_target(text: str) -> Target:
     """'cpu:8', 'gpu:8', 'tpu:v5e-16', 'tpu:v5p-128', 'tpu:v4-32', 'tpu:v6e-256', with
-    ',slices=N' for N slices over DCN. TargetError (one line) for anything else."""
+    ',slices=N' for N slices over DCN, or ',slices=auto' (plan-only TPU targets) for a slice
+    count that each trial's mesh.dcn gives (Target.for_config). TargetError (one line) for
+    anything else."""
     raw = str(text).strip()
     head, *opts = [p.strip() for p in raw.split(",")]
     m = re.fullmatch(r"(cpu|gpu|tpu)\s*:\s*(\S+)", head.lower())
@@ -80,18 +100,22 @@ def parse_target(text: str) -> Target:
         raise TargetError(f"unknown target {raw!r}; use cpu:N, gpu:N or tpu:<slice> "
                          "(e.g. cpu:8, tpu:v5e-16, tpu:v5p-128,slices=2)")
     platform, what = m.group(1), m.group(2)
-    slices = 1
+    slices, auto = 1, False
     for opt in opts:
-        om = re.fullmatch(r"slices\s*=\s*(\d+)", opt)
+        om = re.fullmatch(r"slices\s*=\s*(\d+|auto)", opt.lower())
         if not om:
-            raise TargetError(f"target {raw!r}: unknown option {opt!r}; the only option is slices=N")
-        slices = int(om.group(1))
+            raise TargetError(f"target {raw!r}: unknown option {opt!r}; the only option is slices=N or slices=auto")
+        auto = om.group(1) == "auto"
+        slices = 1 if auto else int(om.group(1))
     if slices < 1:
         raise TargetError(f"target {raw!r}: slices must be >= 1")
-    suffix = f",slices={slices}" if slices > 1 else ""
+    suffix = ",slices=auto" if auto else f",slices={slices}" if slices > 1 else ""
     if platform in ("cpu", "gpu"):
         if not what.isdigit() or int(what) < 1:
             raise TargetError(f"target {raw!r}: {platform}:N needs a device count N >= 1 (e.g. {platform}:8)")
+        if auto:
+            raise TargetError(f"target {raw!r}: slices=auto applies to TPU targets planned without TPUs "
+                              f"(e.g. tpu:v5e-256,slices=auto); a {platform} trial runs on the devices it has")
         if slices > 1:
             raise TargetError(f"target {raw!r}: slices=N applies to TPU targets only")
         return Target(f"{platform}:{int(what)}", platform, int(what))
@@ -100,9 +124,20 @@ def parse_target(text: str) -> Target:
     except ConfigError as e:
         raise TargetError(f"target {raw!r}: {e}") from None
     chip = tpu_slice.chip
-    return Target(f"tpu:{tpu_slice.name}{suffix}", "tpu", tpu_slice.chips * slices, slices,
-                  plan_only=not topo.has_tpu_hardware(), hbm_bytes_per_device=chip.hbm_bytes,
-                  chip=chip.name, slice_name=tpu_slice.name)
+    target = Target(f"tpu:{tpu_slice.name}{suffix}", "tpu", tpu_slice.chips * slices, slices,
+                    plan_only=not topo.has_tpu_hardware(), hbm_bytes_per_device=chip.hbm_bytes,
+                    chip=chip.name, slice_name=tpu_slice.name, slices_auto=auto)
+    check_auto_slices(target)
+    return target
+
+
+def check_auto_slices(target: Target) -> None:
+    """slices=auto plans each trial on its own slice count, so it needs a plan-only target:
+    with TPUs attached, a trial runs on the slices this job has (TargetError, one line)."""
+    if target.slices_auto and not target.plan_only:
+        raise TargetError(f"target {target.name}: slices=auto plans each trial on prod(mesh.dcn) slices, and this "
+                          f"machine has TPUs attached, where a trial runs on the slices the job has; use "
+                          f"tpu:{target.slice_name},slices=N with N the job's slice count")
 
 
 def target_env(target: Target) -> dict[str, str]:
@@ -136,6 +171,9 @@ def target_devices(target: Target) -> list:
     """The devices of `target` (call after the process environment is set):
     cpu/gpu -> jax.devices(platform); tpu -> the attached TPUs, or without TPU hardware the
     compile-only devices of the topology."""
+    if target.slices_auto:
+        raise ConfigError(f"target {target.name} has no devices of its own: each trial's are those of "
+                          "target.for_config(cfg)")
     if target.platform == "tpu":
         check_available(target)
         if not target.plan_only:
@@ -238,6 +276,7 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
     compiler refuses the step for memory, ConfigError when the config cannot run there."""
     from ..trainer.plan import build_program
 
+    target = target.for_config(cfg)  # slices=auto: this trial's own slice count
     devices = list(devices) if devices is not None else target_devices(target)
     try:
         program = build_program(cfg, devices, count_flops=False, keep_hlo=True)
@@ -252,7 +291,8 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
     hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
     mem = plan.memory
     d = {
-        "target": target.name,
+        "target": target.name,  # the concrete target ("tpu:v5e-256,slices=2" under slices=auto)
+        "num_slices": int(target.num_slices),
         "plan_only": target.plan_only,
         "peak_bytes": int(plan.peak_bytes),
         "argument_bytes": int(mem.argument_bytes),
@@ -271,9 +311,18 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
         "device_kind": plan.device_kind,
         "platform": plan.platform,
         "mesh_shape": dict(plan.mesh_shape),
+        **_mesh_shapes(cfg, target),
         **predictions(program, target, devices),
     }
     return program, d
+
+
+def _mesh_shapes(cfg, target: Target) -> dict:
+    """The resolved ICI (within a slice) and DCN (across slices) shapes of the trial's mesh."""
+    from ..trainer import mesh as mesh_lib
+
+    ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
+    return {"ici_mesh": list(ici), "dcn_mesh": list(dcn)}
 
 
 def predictions(program, target: Target, devices: Sequence) -> dict:
@@ -332,6 +381,7 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     from ..trainer import flops as flops_lib
     from ..trainer import mesh as mesh_lib
 
+    target = target.for_config(cfg)
     mesh_lib.check_config(cfg, target.num_devices)
     hbm, what = memory_limit(target.hbm_bytes_per_device, limit_bytes)
     if hbm is None:
@@ -358,6 +408,7 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
     from ..trainer import mesh as mesh_lib
 
+    target = target.for_config(cfg)  # slices=auto: keyed by the trial's concrete target
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
     batch = mesh_lib.global_batch_size(cfg, target.num_devices)
     key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),

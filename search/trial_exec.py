@@ -83,6 +83,7 @@ def run_plan(job: dict) -> dict:
     target = targets.parse_target(job["plan_target"])  # checked by the driver already
     try:
         cfg = trial_config(job)
+        target = target.for_config(cfg)  # slices=auto: prod(mesh.dcn) slices for this trial
         if target.name not in _PLAN_DEVICES:  # loading the topology is once per worker
             _PLAN_DEVICES[target.name] = targets.target_devices(target)
         outcome = targets.outcome_of(cfg, target, _PLAN_DEVICES[target.name], job.get("memory_budget"))
@@ -91,6 +92,9 @@ def run_plan(job: dict) -> dict:
     except Exception as e:  # libtpu failing to load, a topology it does not know
         outcome = {"status": "compile_error", "error": _msg(e), "plan": None}
     out.update(plan_result(outcome, target, job.get("memory_budget")))
+    if out["plan"] is not None and not target.slices_auto:  # the compiler refused: still name the target
+        out["plan"].setdefault("target", target.name)
+        out["plan"].setdefault("num_slices", target.num_slices)
     out["timings"] = {"plan_s": time.perf_counter() - t0, "train_s": 0.0, "worker_s": time.perf_counter() - t0}
     return out
 
