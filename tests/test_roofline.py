@@ -1,4 +1,4 @@
-"""The HLO roofline parser (trainer/roofline.py) on small real programs compiled for 8
+"""The HLO roofline parser (trainer/roofline/) on small real programs compiled for 8
 simulated CPU devices, and on the spellings of replica groups XLA prints."""
 import os
 
@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from paxsearch.trainer import roofline as R
 
 HW = R.Hardware("test", peak_flops=1e12, hbm_bandwidth=1e11, ici_link_bandwidth=1e10, dcn_bandwidth=1e9,
-                physical_dims=1, ici_step_latency_s=0.0, dcn_step_latency_s=0.0)
+                physical_dims=1, ici_latency_s=0.0, dcn_latency_s=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +186,7 @@ def test_hbm_bytes_skip_buffers_placed_outside_hbm():
 
 def test_predicted_step_time_combines_roofline_and_exposed_comm():
     roof = R.Roofline("t", 0, 0, compute_s=2.0, memory_s=1.0, roofline_s=2.0, comm_s=3.0, exposed_comm_s=2.0,
-                      step_time_s=4.0, overlap_fraction=0.5, collectives=[], trip_counts={},
+                      step_time_s=4.0, overlap_fraction=None, collectives=[], trip_counts={},
                       unknown_trip_counts=[])
     assert roof.predicted_mfu(model_flops_per_step=4e12, num_devices=2, peak_flops=1e12) == pytest.approx(0.5)
     d = roof.to_dict()

@@ -1,0 +1,134 @@
+"""A roofline model of one train step, read from the compiled, optimized HLO.
+
+Everything here is PREDICTED: no step runs. The inputs are the optimized HLO text of the
+compiled step (`plan(..., keep_hlo=True).hlo_text`), the jax Mesh it was compiled for, and
+the hardware figures of one chip (Hardware).
+
+Modules: hlo.py (HLO text, call graph, trip counts), cost.py (Hardware, FLOPs and HBM bytes
+per instruction), collectives.py (replica groups, device layout, the cost of each transfer),
+schedule.py (overlap read from the schedule), model.py (the combination, analyze).
+
+What is counted, per device and per step
+  * Loops. Every computation gets a multiplier: ENTRY is 1; a while body and condition get
+    their caller's multiplier times the loop's trip count; fusions, calls and async wrappers
+    inherit their caller's. Trip counts come from `known_trip_count` in the while's
+    backend_config when XLA wrote one (CPU does), otherwise from the loop itself: the
+    condition's `compare(get-tuple-element(param, k), constant(N))`, the initial value of
+    tuple element k and the step of its `add` in the body (TPU loops). A loop whose count
+    cannot be read counts once and is listed in `unknown_trip_counts`. This matters because
+    the layers run under `scan`: whatever is in the body runs n_layers times, while XLA's
+    cost_analysis() counts it once.
+  * FLOPs. dot: 2 x output elements x contracted size; convolution: XLA's own rule (2 x
+    input features per group x output features x batch x valid window positions, the way
+    HloCostAnalysis counts it, so padded and dilated TPU "convolutions" are exact);
+    elementwise arithmetic and reductions: one FLOP per element. Transcendentals are not
+    FLOPs (as in XLA). The Pallas splash-attention custom calls (flash attention on TPU),
+    which XLA cannot see into, are counted from their operand shapes (`splash_flops`).
+  * HBM bytes. For every instruction that runs on its own (a fusion, a copy, a custom call,
+    a dot outside a fusion ...): bytes of its operands plus bytes of its result. An operand
+    that is only read through dynamic-slice counts the slice, and an in-place
+    dynamic-update-slice counts the update, not the whole buffer (the stacked per-layer
+    weights and saved activations of a scan would otherwise be counted whole each layer).
+  * Collectives: all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute
+    (and collective-broadcast), in plain or async (-start / -done, async-start, TPU
+    async-collective fusions) form. Each one is counted once per execution (the -done
+    half and the copies of one channel inside TPU async-collective fusions are the same
+    transfer). Its replica groups are read in any of XLA's three spellings (explicit
+    `{{0,1},{2,3}}`, iota `[2,4]<=[4,2]T(1,0)`, mesh-axes `mesh['a'=2,'b'=4] {'b'}`),
+    mapped onto the jax Mesh (logical device i is mesh.devices.flat[i]) to name the mesh
+    axes it spans, and onto the devices to decide the link: DCN when a group holds devices
+    of more than one slice, ICI otherwise.
+
+Cost of one collective over a group of n devices, per device (ring algorithms):
+    all-gather          input x (n - 1)          (= output x (n-1)/n)
+    reduce-scatter      input x (n - 1) / n
+    all-reduce          2 x input x (n - 1) / n  (reduce-scatter + all-gather)
+    all-to-all          input x (n - 1) / n
+    collective-permute  input                    (one hop)
+  time = bytes / bandwidth + hops x latency per hop (hops = n - 1 for the ring collectives,
+  1 for a collective-permute; Hardware.ici_latency_s / dcn_latency_s).
+  ICI bandwidth: a group that spans k physical torus dimensions (from the devices'
+  coordinates; 1 when they are unknown) runs k bidirectional rings, so it drives 2k links:
+  bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way).
+  DCN bandwidth: the chip's share of its host's data-center NICs. Torus wrap-around links
+  are assumed present.
+
+Latency per hop (Hardware.ici_latency_s, dcn_latency_s; defaults ICI_STEP_LATENCY_S,
+DCN_STEP_LATENCY_S in collectives.py). A ring collective over n devices is n - 1 dependent
+steps (all-reduce: 2 (n - 1), its reduce-scatter then its all-gather); each step waits for its
+neighbour's chunk, so it pays one hop's latency on top of its bytes.
+  ICI_STEP_LATENCY_S = 1 us: ICI neighbour latency is sub-microsecond, and a ring step adds
+    the DMA issue and the synchronisation flag of the step ("How to Scale Your Model",
+    jax-ml.github.io/scaling-book, chapters "All About TPUs" / "All About Sharded
+    Matmuls": per-hop ICI latency on the order of 1 us; Jouppi et al., "TPU v4", ISCA 2023).
+  DCN_STEP_LATENCY_S = 20 us: one message across the data-center network between hosts
+    (host NIC, switch fabric, the megascale transfer's host round trip): tens of
+    microseconds, an order-of-magnitude estimate, not measured here. Small collectives are
+    latency-bound with these figures: a 16-device ring all-gather pays 15 us however small.
+  A hardware table can set both per chip (Hardware(..., ici_latency_s=, dcn_latency_s=)).
+
+Combination: overlap read from the compiled schedule.
+  A scheduled module (`HloModule ..., is_scheduled=true`, what compiled.as_text() prints after
+  XLA's latency-hiding scheduler ran: xla/service/latency_hiding_scheduler.cc) lists each
+  computation's instructions in the order they execute. Every computation that runs on its
+  own (ENTRY, loop bodies and conditions, branches) is replayed in that order once:
+    * a compute stream: each instruction that runs on its own takes
+        max(flops / peak, hbm bytes / HBM bandwidth)
+      (the per-op roofline), a while loop trip count x its body's replayed duration (+ the
+      condition's), a call / conditional its callee's (branches averaged);
+    * transfers beside it: an async collective is issued where it starts and must be
+      complete where it is done: `*-start` / `*-done` pairs, `async-start` [/ async-update]
+      / `async-done` around a wrapped collective, a megascale `send` / `send-done`, and
+      TPU async-collective fusions (the fusions that carry one channel's collective: the
+      first of them in the computation starts it, the last is its done, the ones between
+      compute while it moves). At its done the stream waits until the transfer ends.
+      A synchronous collective (plain all-gather, ..., or a channel carried by one fusion
+      only) is issued and waited for at once: fully exposed.
+    * Sharing the window. Each transfer occupies link resources while in flight, and
+      transfers queue on them in issue (start) order, each taking its full time
+      (bytes / bandwidth + hops x latency) once it begins:
+        - a ring collective (all-gather, reduce-scatter, all-reduce, all-to-all) over ICI
+          occupies every ICI link of the chip (its 2k links are all the links of the
+          dimensions it spans): it begins when every ICI transfer issued before it ended;
+        - a collective-permute over ICI occupies one direction of one ring: it begins when
+          the ring collectives issued before it and the permutes with the same
+          source-target pairs ended; permutes with different pairs (the two directions of
+          a bidirectional collective matmul) run side by side;
+        - DCN transfers queue on the chip's share of the host NICs, independently of ICI.
+      So a single async collective of time T whose window holds work W is exposed
+      max(0, T - W); two that overlap share the window one after the other; a transfer
+      never delays the compute stream except at its done.
+  exposed comm = the stream's waits, per computation, times its executions per step
+  step time    = per-op roofline + exposed comm
+  Each collective's share is CollectiveCost.exposed_s ("exposed_seconds" in the summary).
+  What this leaves out: HBM contention between a transfer and the compute it hides
+  behind; a transfer issued before a loop and done after it overlaps the loop's duration
+  but not its link use (nested computations are replayed with their own link queues);
+  bidirectional rings sharing links with permutes on other torus dimensions.
+  Fallback, HLO that is not scheduled (no `is_scheduled=true`: its instruction order is a
+  topological order, not the execution order): the former fixed rule
+      exposed comm = max(0, comm - OVERLAP_FRACTION x per-op roofline),  OVERLAP_FRACTION = 0.5
+  and Roofline.overlap says "fixed_fraction".
+  compute_s (= flops / peak) and memory_s (= bytes / bandwidth) are reported beside it.
+  Peak is the dense bf16 peak: the prediction assumes every matmul runs at MXU peak, so
+  predicted step time is a lower bound and predicted MFU an upper bound.
+    predicted MFU = model FLOPs per step / devices / predicted step time / peak
+  (model FLOPs as in trainer/flops.py).
+"""
+from __future__ import annotations
+
+from .collectives import (COLLECTIVES, DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, CollectiveCost, DeviceLayout,
+                          _collective_kind, _megascale, _traffic, collectives, replica_groups, transfer_key)
+from .cost import Hardware, conv_flops, instr_bytes, instr_flops, op_seconds, splash_flops, SPLASH_MATMULS
+from .hlo import (DTYPE_BYTES, CallGraph, Computation, HloModule, Instr, call_graph, hbm_shape_bytes, parse_module,
+                  shape_bytes, shape_dims, trip_count)
+from .model import OVERLAP_FRACTION, Roofline, analyze
+from .schedule import ScheduleReplay, events, exposed_by_schedule
+
+__all__ = [
+    "analyze", "Hardware", "Roofline", "CollectiveCost", "DeviceLayout", "parse_module", "call_graph",
+    "collectives", "replica_groups", "instr_flops", "instr_bytes", "conv_flops", "splash_flops", "shape_bytes",
+    "hbm_shape_bytes", "shape_dims", "trip_count", "exposed_by_schedule", "events", "ScheduleReplay",
+    "OVERLAP_FRACTION", "ICI_STEP_LATENCY_S", "DCN_STEP_LATENCY_S", "COLLECTIVES", "DTYPE_BYTES",
+    "HloModule", "Computation", "Instr", "CallGraph", "op_seconds", "transfer_key", "SPLASH_MATMULS",
+]

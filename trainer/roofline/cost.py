@@ -1,0 +1,210 @@
+"""Per-instruction costs: FLOPs and HBM bytes of each instruction that runs on its own, and
+the Hardware figures they are priced with (see trainer/roofline/__init__.py)."""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .collectives import DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, _collective_kind
+from .hlo import (Computation, HloModule, Instr, _operand_shape, _prod, _split_top, hbm_shape_bytes, shape_bytes,
+                  shape_dims)
+
+_NO_TRAFFIC = {
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call", "conditional",
+    "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain",
+    "copy-done", "send-done", "recv-done", "async-done", "async-update", "iota", "send", "recv",
+    "async-start",  # its wrapped computation is counted instead
+}
+_ELEMENTWISE = {
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs", "sign",
+    "compare", "select", "clamp", "and", "or", "xor", "not", "remainder", "floor", "ceil",
+    "round-nearest-afz", "round-nearest-even", "shift-left", "shift-right-arithmetic",
+    "shift-right-logical", "atan2", "popcnt", "count-leading-zeros", "convert",
+}
+
+
+@dataclass
+class Hardware:
+    """Figures of one device, all in bytes/s, FLOP/s and seconds."""
+
+    name: str
+    peak_flops: float
+    hbm_bandwidth: float
+    ici_link_bandwidth: float  # one direction of one link
+    dcn_bandwidth: float  # per chip
+    physical_dims: int = 1  # torus dimensions (2 for v5e/v6e, 3 for v4/v5p)
+    ici_latency_s: float = ICI_STEP_LATENCY_S  # per collective hop (ring step) over ICI
+    dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
+
+
+# ----------------------------------------------------------------------------- FLOPs and bytes
+
+def _window(ins: Instr) -> list[dict]:
+    w = ins.attr("window")
+    if not w:
+        return []
+    fields = dict(re.findall(r"(\w+)=([^\s}]+)", w))
+    size = [int(x) for x in fields.get("size", "").split("x") if x]
+    n = len(size)
+
+    def vec(key, default):
+        v = fields.get(key)
+        return [int(x) for x in v.split("x")] if v else [default] * n
+
+    pads = [tuple(int(y) for y in p.split("_")) for p in fields["pad"].split("x")] if "pad" in fields else [(0, 0)] * n
+    stride, lhs_d, rhs_d = vec("stride", 1), vec("lhs_dilate", 1), vec("rhs_dilate", 1)
+    return [dict(size=size[i], stride=stride[i], pad_low=pads[i][0], base_dilation=lhs_d[i],
+                 window_dilation=rhs_d[i]) for i in range(n)]
+
+
+def conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str) -> float:
+    """FLOPs of a convolution, counted as XLA's HloCostAnalysis counts them."""
+    labels = ins.attr("dim_labels")
+    lhs, rhs, out = shape_dims(lhs_shape), shape_dims(rhs_shape), shape_dims(ins.shape)
+    if not labels or "->" not in labels:
+        return 2.0 * _prod(out)
+    lhs_l, rest = labels.split("_", 1)
+    rhs_l, out_l = rest.split("->")
+    spatial = sorted(c for c in lhs_l if c.isdigit())
+    in_feat = lhs[lhs_l.index("f")]
+    batch = lhs[lhs_l.index("b")]
+    out_feat = out[out_l.index("f")]
+    fgc = int(ins.attr("feature_group_count") or 1)
+    bgc = int(ins.attr("batch_group_count") or 1)
+    win = _window(ins) or [dict(size=1, stride=1, pad_low=0, base_dilation=1, window_dilation=1)] * len(spatial)
+    counts = []
+    for i, s in enumerate(spatial):
+        k_lim, o_lim, i_lim = rhs[rhs_l.index(s)], out[out_l.index(s)], lhs[lhs_l.index(s)]
+        w = win[i] if i < len(win) else win[-1]
+        o = np.arange(o_lim)[:, None]
+        k = np.arange(k_lim)[None, :]
+        undilated = o * w["stride"] - w["pad_low"] + k * w["window_dilation"]
+        bd = w["base_dilation"]
+        valid = (undilated % bd == 0) if bd > 1 else np.ones_like(undilated, dtype=bool)
+        idx = undilated // bd if bd > 1 else undilated
+        valid &= (idx >= 0) & (idx < i_lim)
+        counts.append(int(valid.sum()))
+    return 2.0 * (in_feat // fgc) * out_feat * (batch // bgc) * _prod(counts)
+
+
+# Pallas splash-attention kernels (TPU custom calls, named by their kernel): XLA cannot see
+# into them, so their matmuls are counted here from the query-shaped operand (..., H, S, D):
+# forward QK^T and PV (2); dK/dV recomputes QK^T then P^T dO, dO V^T and dS^T Q (4); dQ
+# recomputes QK^T then dO V^T and dS K (3). Each matmul is 2 S^2 D FLOPs per head, over the
+# causal blocks splash computes: n (n + 1) / 2 of n^2 for n = S / block.
+SPLASH_MATMULS = (("splash_mha_fwd", 2), ("splash_mha_dkv", 4), ("splash_mha_dq", 3))
+
+
+def splash_flops(comp: Computation, ins: Instr) -> float:
+    """FLOPs of one splash-attention custom call (0 for any other custom call)."""
+    matmuls = next((k for name, k in SPLASH_MATMULS if name in ins.name), 0)
+    if not matmuls:
+        return 0.0
+    shapes = [shape_dims(_operand_shape(comp, o)) for o in ins.operands]
+    q = max((d for d in shapes if len(d) >= 3), key=_prod, default=None)
+    if q is None:
+        return 0.0
+    s, d = q[-2], q[-1]
+    from ..attention import splash_block  # the block size the kernel was built with
+    n = s // splash_block(s) if s % 128 == 0 else 1
+    causal = (n + 1) / (2 * n)
+    return matmuls * 2.0 * s * s * d * _prod(q[:-2]) * causal
+
+
+def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0) -> float:
+    """FLOPs of one instruction; a fusion's are those of its fused computation."""
+    op = ins.opcode
+    if op == "custom-call":
+        return splash_flops(comp, ins)
+    if op == "dot":
+        lhs = shape_dims(_operand_shape(comp, ins.operands[0])) if ins.operands else []
+        cdims = ins.attr("lhs_contracting_dims")
+        k = _prod(lhs[int(d)] for d in cdims.strip("{}").split(",") if d.strip()) if cdims and lhs else 1
+        return 2.0 * _prod(shape_dims(ins.shape)) * k
+    if op == "convolution" and len(ins.operands) >= 2:
+        return conv_flops(ins, _operand_shape(comp, ins.operands[0]), _operand_shape(comp, ins.operands[1]))
+    if op in ("fusion",) and _depth < 8:
+        called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+        if called is None:
+            return 0.0
+        return sum(instr_flops(module, called, i, _depth + 1) for i in called.instrs)
+    if op in _ELEMENTWISE:
+        return float(sum(_prod(shape_dims(s)) for s in [ins.shape]) if not ins.shape.startswith("(") else 0)
+    if op in ("reduce", "reduce-window") and ins.operands:
+        return float(_prod(shape_dims(_operand_shape(comp, ins.operands[0]))))
+    return 0.0
+
+
+def _param_index(ins: Instr) -> int | None:
+    m = re.match(r"\s*(\d+)", ins.operands[0] if ins.operands else "")
+    return int(m.group(1)) if m else None
+
+
+def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
+    """HBM bytes one instruction reads and writes (see the module docstring)."""
+    operand_bytes = [hbm_shape_bytes(_operand_shape(comp, o)) for o in ins.operands]
+    out_bytes = hbm_shape_bytes(ins.shape)
+    if ins.opcode == "dynamic-slice":
+        return 2 * out_bytes + sum(operand_bytes[1:])
+    if ins.opcode == "dynamic-update-slice" and len(operand_bytes) >= 2:
+        return 2 * operand_bytes[1] + sum(operand_bytes[2:])
+    if ins.opcode == "copy-start" and ins.shape.startswith("("):  # (destination, source, context)
+        return sum(operand_bytes) + hbm_shape_bytes(_split_top(ins.shape[1:-1])[0])
+    if ins.opcode != "fusion":
+        return sum(operand_bytes) + out_bytes
+    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    if called is None:
+        return sum(operand_bytes) + out_bytes
+    users: dict[str, list[tuple[Instr, int]]] = defaultdict(list)
+    for i in called.instrs:
+        for pos, o in enumerate(i.operands):
+            users[o].append((i, pos))
+    params = {p.name: _param_index(p) for p in called.instrs if p.opcode == "parameter"}
+    total = 0.0
+    in_place_outputs = 0.0
+    for pname, idx in params.items():
+        if idx is None or idx >= len(operand_bytes):
+            continue
+        full = operand_bytes[idx]
+        uses = _through_bitcasts(called, pname, users)
+        if uses and all(u.opcode == "dynamic-slice" and pos == 0 for u, pos in uses):
+            total += min(full, sum(shape_bytes(u.shape) for u, _ in uses))
+        elif uses and all(u.opcode == "dynamic-update-slice" and pos == 0 for u, pos in uses):
+            upd = min(full, sum(shape_bytes(_operand_shape(called, u.operands[1])) for u, _ in uses))
+            total += upd  # read-modify-write of the slice only
+            in_place_outputs += full - upd
+        else:
+            total += full
+    return total + max(out_bytes - in_place_outputs, 0.0)
+
+
+def _through_bitcasts(comp: Computation, name: str, users, depth: int = 0):
+    out = []
+    for u, pos in users.get(name, ()):
+        if u.opcode == "bitcast" and depth < 3:
+            out.extend(_through_bitcasts(comp, u.name, users, depth + 1))
+        else:
+            out.append((u, pos))
+    return out
+
+
+def _fusion_is_collective(module: HloModule, ins: Instr) -> bool:
+    """TPU async-collective fusions: their traffic is the collective's, priced as such."""
+    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    return called is not None and any(_collective_kind(i.opcode) for i in called.instrs)
+
+
+def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
+    """(FLOPs, HBM bytes, seconds = max(FLOPs / peak, bytes / HBM bandwidth)) of one instruction
+    that runs on its own, once; None for what has no work of its own (bookkeeping, control
+    flow, collectives and their -done halves, TPU async-collective wrappers)."""
+    if ins.opcode in _NO_TRAFFIC or _collective_kind(ins.opcode) or ins.opcode.endswith("-done"):
+        return None
+    f = instr_flops(module, comp, ins)
+    if f == 0 and ins.opcode == "fusion" and _fusion_is_collective(module, ins):
+        return None  # a TPU async-collective wrapper: its traffic is the collective's
+    b = instr_bytes(module, comp, ins)
+    return f, b, max(f / hw.peak_flops, b / hw.hbm_bandwidth)

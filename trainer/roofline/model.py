@@ -1,0 +1,113 @@
+"""The combination: per-op roofline, collectives and their exposed time, one Roofline per
+compiled step (see trainer/roofline/__init__.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .collectives import CollectiveCost, DeviceLayout, collectives
+from .cost import Hardware, op_seconds
+from .hlo import call_graph, parse_module
+from .schedule import exposed_by_schedule
+
+OVERLAP_FRACTION = 0.5  # the fallback only (HLO that is not scheduled): share of the roofline that hides comm
+OVERLAP_SCHEDULE = "schedule"
+OVERLAP_FIXED = "fixed_fraction"
+
+
+@dataclass
+class Roofline:
+    """Predicted per-device costs of one step (everything here is a prediction)."""
+
+    hardware: str
+    flops_per_step: float  # per device, loop trip counts included
+    hbm_bytes_per_step: float  # per device
+    compute_s: float
+    memory_s: float
+    roofline_s: float  # sum over ops of max(compute, memory)
+    comm_s: float
+    exposed_comm_s: float
+    step_time_s: float
+    overlap_fraction: float | None  # the fixed fraction used, None when the schedule was read
+    collectives: list[CollectiveCost]
+    trip_counts: dict[str, int]
+    unknown_trip_counts: list[str]
+    overlap: str = OVERLAP_SCHEDULE  # "schedule" | "fixed_fraction" (HLO not scheduled)
+
+    def predicted_mfu(self, model_flops_per_step: float, num_devices: int, peak_flops: float) -> float:
+        if self.step_time_s <= 0:
+            return 0.0
+        return model_flops_per_step / num_devices / self.step_time_s / peak_flops
+
+    def collectives_summary(self) -> list[dict]:
+        """Collectives grouped by (kind, mesh axes, link), largest time first."""
+        agg: dict[tuple, dict] = {}
+        for c in self.collectives:
+            key = (c.kind, c.axes, c.link)
+            a = agg.setdefault(key, dict(kind=c.kind, axes=list(c.axes), link=c.link, count=0,
+                                         executions=0.0, bytes=0.0, seconds=0.0, exposed_seconds=0.0))
+            a["count"] += 1
+            a["executions"] += c.executions
+            a["bytes"] += c.bytes_per_execution * c.executions
+            a["seconds"] += c.seconds
+            a["exposed_seconds"] += c.exposed_s
+        return sorted(agg.values(), key=lambda a: -a["seconds"])
+
+    def to_dict(self) -> dict:
+        return {
+            "predicted": True,
+            "hardware": self.hardware,
+            "flops_per_step": self.flops_per_step,
+            "hbm_bytes_per_step": self.hbm_bytes_per_step,
+            "compute_s": self.compute_s,
+            "memory_s": self.memory_s,
+            "roofline_s": self.roofline_s,
+            "comm_s": self.comm_s,
+            "exposed_comm_s": self.exposed_comm_s,
+            "step_time_s": self.step_time_s,
+            "overlap": self.overlap,
+            "overlap_fraction": self.overlap_fraction,
+            "collectives": self.collectives_summary(),
+            "trip_counts": dict(self.trip_counts),
+            "unknown_trip_counts": list(self.unknown_trip_counts),
+        }
+
+
+def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_names=None,
+            num_devices: int | None = None, overlap_fraction: float = OVERLAP_FRACTION) -> Roofline:
+    """The roofline of one compiled step. Pass the jax `mesh` it was compiled for (or its
+    `mesh_devices` array and `axis_names`) so collectives can be mapped to mesh axes.
+    `overlap_fraction` is used only when the HLO is not scheduled (the fallback)."""
+    if mesh is not None:
+        mesh_devices, axis_names = mesh.devices, mesh.axis_names
+    layout = DeviceLayout(mesh_devices, axis_names)
+    num_devices = num_devices or layout.num_devices or 1
+    module = parse_module(hlo_text)
+    graph = call_graph(module)
+    flops = bytes_ = compute = memory = roof = 0.0
+    for comp in module.computations.values():
+        mult = graph.multiplier.get(comp.name, 0.0)
+        if mult == 0 or comp.name in graph.fused:
+            continue
+        for ins in comp.instrs:
+            cost = op_seconds(module, comp, ins, hw)
+            if cost is None:
+                continue
+            f, b, t = cost
+            flops += f * mult
+            bytes_ += b * mult
+            compute += f / hw.peak_flops * mult
+            memory += b / hw.hbm_bandwidth * mult
+            roof += t * mult
+    colls = collectives(module, graph, layout, hw, num_devices)
+    comm = sum(c.seconds for c in colls)
+    if module.is_scheduled:
+        by_key = exposed_by_schedule(module, graph, hw, colls)
+        for c in colls:
+            c.exposed_s = by_key.get(c.key, 0.0)
+        exposed, fraction, how = sum(c.exposed_s for c in colls), None, OVERLAP_SCHEDULE
+    else:
+        exposed, fraction, how = max(0.0, comm - overlap_fraction * roof), overlap_fraction, OVERLAP_FIXED
+        for c in colls:  # spread over the collectives by their share of the time
+            c.exposed_s = exposed * c.seconds / comm if comm else 0.0
+    return Roofline(hw.name, flops, bytes_, compute, memory, roof, comm, exposed, roof + exposed,
+                    fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how)
