@@ -70,6 +70,9 @@ def describe(space: Space, settings: StudySettings, target: Target) -> str:
     if target.plan_only:
         lines.append(f"plan-only: {target.text} has no TPU here; trials are compiled for its topology, never run, "
                      "and scored by predicted MFU and compiled memory")
+    if target.slices_auto:
+        lines.append(f"slices=auto: each trial is compiled for prod(mesh.dcn) slices of {target.slice_name} "
+                     f"({target.num_devices} chips a slice)")
     return "\n".join(lines)
 
 
