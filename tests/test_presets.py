@@ -64,13 +64,49 @@ def test_llama_presets_are_exact_to_the_parameter():
 
 def test_presets_have_sources_and_the_listed_names():
     assert {"llama2-7b", "llama3-8b", "llama2-70b", "gpt3-xl", "paxml-c4-1b", "paxml-c4-16b",
-            "maxtext-v5e-16b", "maxtext-v5e-32b"} <= set(presets.names())
+            "maxtext-v5e-16b", "maxtext-v5e-32b", "maxtext-v5e-64b", "maxtext-v5e-128b",
+            "maxtext-v4-22b"} <= set(presets.names())
     table = presets.table()
     for name in presets.names():
         p = presets.source(name)
         assert p.source and p.published_source and p.published_params > 0
         assert p.model.dtype == "bfloat16" and p.model.param_dtype == "float32"
         assert f"| {name} |" in table
+
+
+MAXTEXT_2023_DIMS = {  # name: (d_model, n_layers, n_heads, d_ff, seq_len), from the config scripts
+    "maxtext-v5e-16b": (5120, 32, 32, 32768, 2048),  # global_parameter_scale 16 on base 2560/16/8/8192
+    "maxtext-v5e-32b": (10240, 32, 32, 32768, 2048),  # scale 32
+    "maxtext-v5e-64b": (10240, 64, 32, 32768, 2048),  # scale 64
+    "maxtext-v5e-128b": (10240, 64, 64, 65536, 2048),  # scale 128
+    "maxtext-v4-22b": (6144, 48, 24, 24576, 1024),  # scale=3 (x3 every base dim) on base 2048/16/8/8192
+}
+
+
+def _maxtext_2023_scale(scale: int) -> tuple[int, int, int, int]:
+    """MaxText/pyconfig.py get_individual_scales (2023-10..12): doublings rotate over
+    (heads and mlp), embed, layers; the returned dims are on base 2560 / 16 layers / 8 heads / 8192."""
+    log2 = scale.bit_length() - 1
+    base, rem = divmod(log2, 3)
+    heads = base + int(rem > 0)
+    emb = base + int(rem > 1)
+    return 2560 * 2 ** emb, 16 * 2 ** base, 8 * 2 ** heads, 8192 * 2 ** heads
+
+
+@pytest.mark.parametrize("name", sorted(MAXTEXT_2023_DIMS))
+def test_maxtext_2023_presets_have_the_config_dims_and_architecture(name):
+    """Non-gated ReLU MLP, multi-head attention of 256-wide heads, RoPE, tied embeddings, vocab 32768."""
+    m = presets.get(name)
+    assert (m.d_model, m.n_layers, m.n_heads, m.d_ff, m.seq_len) == MAXTEXT_2023_DIMS[name]
+    assert (m.mlp, m.activation, m.position, m.tie_embeddings, m.vocab_size, m.head_dim) == (
+        "dense", "relu", "rope", True, 32768, 256)
+    assert m.n_kv_heads is None and m.kv_heads == m.n_heads
+    if name.startswith("maxtext-v5e-"):
+        scale = int(name.split("-")[-1].rstrip("b"))
+        assert _maxtext_2023_scale(scale) == (m.d_model, m.n_layers, m.n_heads, m.d_ff)
+        assert f"global_parameter_scale={scale}" in presets.source(name).source
+    else:  # April 2023: `scale` multiplied every base dim (2048 / 16 / 8 / 8192)
+        assert (m.d_model, m.n_layers, m.n_heads, m.d_ff) == (3 * 2048, 3 * 16, 3 * 8, 3 * 8192)
 
 
 def test_unknown_preset_is_one_line_listing_the_names():

@@ -181,6 +181,50 @@ _PRESETS = (
         exact=False,
         deviation=0.017,
         note=_MAXTEXT_NOTE.format(label="32B", deviation=0.017, extra=32 * 10240)),
+    Preset(
+        name="maxtext-v5e-64b",
+        model=ModelConfig(vocab_size=32768, d_model=10240, n_layers=64, n_heads=32, head_dim=256, d_ff=32768,
+                          seq_len=2048, **_MAXTEXT_2023),
+        source=f"{_MAXTEXT_COMMIT} MaxText/configs/v5e/64b.sh (global_parameter_scale=64, max_target_length=2048, "
+               f"attention='flash', remat_policy=full, per_device_batch_size=2); the same dims in "
+               f"MaxText/configs/v5p/64b.sh. {_MAXTEXT_SCALE} Scale 64 -> emb x4, heads x4, mlp x4, layers x4.",
+        published_params=64_000_000_000,
+        published_source="MaxText/configs/v5e/64b.sh '# 64B parameter model.'; README 'TPU v5e' table (64B)",
+        exact=False,
+        deviation=0.012,
+        note=_MAXTEXT_NOTE.format(label="64B", deviation=0.012, extra=64 * 10240)),
+    Preset(
+        name="maxtext-v5e-128b",
+        model=ModelConfig(vocab_size=32768, d_model=10240, n_layers=64, n_heads=64, head_dim=256, d_ff=65536,
+                          seq_len=2048, **_MAXTEXT_2023),
+        source=f"{_MAXTEXT_COMMIT} MaxText/configs/v5e/128b.sh (global_parameter_scale=128, max_target_length=2048, "
+               f"attention='flash', remat_policy=full, per_device_batch_size=1, ici_fsdp_parallelism=16, "
+               f"ici_tensor_parallelism=16). {_MAXTEXT_SCALE} Scale 128 -> emb x4, heads x8, mlp x8, layers x4.",
+        published_params=128_000_000_000,
+        published_source="MaxText/configs/v5e/128b.sh '# 128B parameter model.'; README 'TPU v5e' table (128B)",
+        exact=False,
+        deviation=0.009,
+        note=_MAXTEXT_NOTE.format(label="128B", deviation=0.009, extra=64 * 10240)),
+    Preset(
+        name="maxtext-v4-22b",
+        model=ModelConfig(vocab_size=32768, d_model=6144, n_layers=48, n_heads=24, head_dim=256, d_ff=24576,
+                          seq_len=1024, **_MAXTEXT_2023),
+        source="google/maxtext@281e04bf31557482e2aa6bb870897e7b7be47f38, 2023-04-27, MaxText/configs/1xv4-128.sh "
+               "(scale=3, ici_fsdp_parallelism=64, per_device_batch_size=16, remat_policy=full); MaxText/configs/"
+               "base.yml there: base_emb_dim 2048, base_num_heads 8, base_mlp_dim 8192, base_num_decoder_layers 16, "
+               "head_dim 256, mlp_activations [relu], logits_via_embedding True, vocab_size 32768, "
+               "max_target_length 1024; MaxText/pyconfig.py: scale multiplies all four base dims (x3). The same "
+               "dims written out in MaxText/configs/v4/22b.sh@76bd53b0f44caf989c88189afadeb1062f9254f0.",
+        published_params=22_000_000_000,
+        published_source="MaxText/configs/1xv4-128.sh '# TFLOP/s 165, 22B'; README 'TPU v4' table 'For a 22B model'",
+        exact=False,
+        deviation=-0.0025,
+        note="22B: no exact count is published (README 'TPU v4' table 'For a 22B model' and the script's comment "
+             "'22B'); these dims give -0.2% under the label. As for the v5e presets, MaxText's decoder is a parallel "
+             f"block, and this sequential block has one more norm scale per layer (+{48 * 6144:,} parameters, same "
+             "FLOPs). At that commit MaxText's decoder had T5-style relative position biases (MaxText/layers.py "
+             "RelativePositionBiases, 32 buckets x heads per layer) instead of RoPE; RoPE here (neither is a "
+             "matmul, so the model FLOPs are the same)."),
 )
 
 _BY_NAME = {p.name: p for p in _PRESETS}
