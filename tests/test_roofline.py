@@ -191,3 +191,60 @@ def test_predicted_step_time_combines_roofline_and_exposed_comm():
     assert roof.predicted_mfu(model_flops_per_step=4e12, num_devices=2, peak_flops=1e12) == pytest.approx(0.5)
     d = roof.to_dict()
     assert d["predicted"] is True and d["step_time_s"] == 4.0
+
+
+def _one_instruction_bytes(text: str, name: str) -> float:
+    module = R.parse_module(text)
+    comp = module.computations[module.entry]
+    return R.instr_bytes(module, comp, comp.by_name[name])
+
+
+def test_a_fusion_counts_its_operands_and_outputs_once_not_its_intermediates():
+    """A softmax-like fusion over S x S scores (as XLA fuses plain attention on TPU): the
+    scores parameter is read by three fused ops but counted once; the f32 intermediates
+    (convert, exp, ...) stay inside the fusion; an operand in VMEM (S(1)) is not HBM."""
+    text = """HloModule m, is_scheduled=true
+
+%fused (p0: bf16[8,256,256], p1: f32[8,256], p2: pred[256,256]) -> f32[8,256] {
+  %p0 = bf16[8,256,256]{2,1,0} parameter(0)
+  %p1 = f32[8,256]{1,0:S(1)} parameter(1)
+  %p2 = pred[256,256]{1,0:S(1)} parameter(2)
+  %c = f32[8,256,256]{2,1,0} convert(%p0)
+  %m = pred[8,256,256]{2,1,0} broadcast(%p2), dimensions={1,2}
+  %s = f32[8,256,256]{2,1,0} select(%m, %c, %c)
+  %b = f32[8,256,256]{2,1,0} broadcast(%p1), dimensions={0,1}
+  %d = f32[8,256,256]{2,1,0} subtract(%s, %b)
+  %e = f32[8,256,256]{2,1,0} exponential(%d)
+  %z = f32[] constant(0)
+  ROOT %r = f32[8,256]{1,0} reduce(%e, %z), dimensions={2}, to_apply=%add
+}
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %a = f32[] add(%x, %y)
+}
+
+ENTRY %main (scores: bf16[8,256,256], mx: f32[8,256], mask: pred[256,256]) -> f32[8,256] {
+  %scores = bf16[8,256,256]{2,1,0} parameter(0)
+  %mx = f32[8,256]{1,0:S(1)} parameter(1)
+  %mask = pred[256,256]{1,0:S(1)} parameter(2)
+  ROOT %sum = f32[8,256]{1,0} fusion(%scores, %mx, %mask), kind=kLoop, calls=%fused
+}
+"""
+    assert _one_instruction_bytes(text, "sum") == 8 * 256 * 256 * 2 + 8 * 256 * 4
+
+
+def test_an_async_slice_reads_the_slice_not_the_whole_source():
+    """TPU slice-start: ((source), slice, context); the source in the tuple is an alias."""
+    text = """HloModule m, is_scheduled=true
+
+ENTRY %main (x: bf16[2,2,2048,512]) -> bf16[1,2,2048,512] {
+  %x = bf16[2,2,2048,512]{3,2,1,0:T(8,128)(2,1)} parameter(0)
+  %ss = ((bf16[2,2,2048,512]{3,2,1,0:T(8,128)(2,1)}), bf16[1,2,2048,512]{3,2,1,0:T(8,128)(2,1)S(1)}, s32[]{:S(2)}) slice-start(%x), slice={[0:1], [0:2], [0:2048], [0:512]}
+  ROOT %sd = bf16[1,2,2048,512]{3,2,1,0:T(8,128)(2,1)S(1)} slice-done(%ss)
+}
+"""
+    assert _one_instruction_bytes(text, "ss") == 1 * 2 * 2048 * 512 * 2  # read from HBM into VMEM
+    to_hbm = text.replace("(2,1)S(1)}, s32", "(2,1)}, s32")
+    assert _one_instruction_bytes(to_hbm, "ss") == 2 * (1 * 2 * 2048 * 512 * 2)  # read + write

@@ -153,6 +153,13 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
         return 2 * operand_bytes[1] + sum(operand_bytes[2:])
     if ins.opcode == "copy-start" and ins.shape.startswith("("):  # (destination, source, context)
         return sum(operand_bytes) + hbm_shape_bytes(_split_top(ins.shape[1:-1])[0])
+    if ins.opcode.endswith("slice-start") and ins.shape.startswith("(("):
+        # TPU async slice DMA: ((source), slice, context). It reads the slice of the source,
+        # not the source (which the tuple only aliases), and writes the slice where it lives.
+        parts = _split_top(ins.shape[1:-1])
+        if len(parts) >= 2:
+            read = shape_bytes(parts[1]) if operand_bytes and operand_bytes[0] > 0 else 0.0
+            return read + hbm_shape_bytes(parts[1])
     if ins.opcode != "fusion":
         return sum(operand_bytes) + out_bytes
     called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
