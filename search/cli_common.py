@@ -59,7 +59,7 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def run_driver(ctx, progress: bool) -> int:
+def run_driver(ctx, progress: bool, slots=None) -> int:
     from .driver import Driver
     from .storage import mask_url
 
@@ -68,7 +68,7 @@ def run_driver(ctx, progress: bool) -> int:
           f"storage {mask_url(ctx.url)}; run folder {ctx.run_dir}", flush=True)
     try:
         with user_errors():
-            summary = Driver(ctx, progress=progress).run()
+            summary = Driver(ctx, progress=progress, slots=slots).run()
     except BaseException:
         if ctx.created:
             remove_if_empty(ctx)

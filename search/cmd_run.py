@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
                    help="fix a decision (mesh=2x2x2) or override a config field (steps=10); repeatable")
     p.add_argument("--dry-run", action="store_true",
                    help="print the space, its size and the static feasibility of every point; compile nothing")
+    p.add_argument("--create-only", action="store_true",
+                   help="create (or update) the study in --storage and stop, running no trial: the hosts of a "
+                        "slice then run `paxsearch worker` on it")
     add_study_options(p, for_new=True)
     p.set_defaults(func=main)
 
@@ -39,4 +42,10 @@ def main(args) -> int:
             raise UserError(problem)
         run_dir = args.run_dir or default_run_dir(space.name)
         ctx = create_or_continue(space, settings, run_dir, args.storage, args.study)
+    if args.create_only:
+        from .storage import mask_url
+
+        print(f"study {ctx.name} ready in {mask_url(ctx.url)} ({ctx.settings.trials} trial(s), target "
+              f"{ctx.target.text}); run `paxsearch worker --storage URL --study {ctx.name}` on every host")
+        return 0
     return run_driver(ctx, progress=not args.no_progress)

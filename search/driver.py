@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from typing import Callable
 
 import optuna
 import psutil
@@ -21,7 +22,7 @@ from optuna.trial import TrialState
 
 from ..trainer import flagsets
 from .errors import UserError
-from . import configio, failures, plan_screen, records, storage as storage_lib
+from . import configio, failures, gpu_assign, plan_screen, records, storage as storage_lib
 from .pool import WorkerSlot, WorkerStartError
 from .progress import Progress
 from .settings import SettingsError, steps_for_tokens
@@ -118,8 +119,12 @@ def token_budget(cfg, tokens: int, num_devices: int) -> dict:
 
 
 class Driver:
-    def __init__(self, ctx: StudyContext, progress: bool = True):
+    def __init__(self, ctx: StudyContext, progress: bool = True,
+                 slots: Callable[[int], WorkerSlot] | None = None):
+        """`slots(i)` makes worker slot i (default: local worker processes, each with its own
+        GPUs on a GPU target); a slice gang's host 0 gives its own (search/slice_gang.py)."""
         self.ctx = ctx
+        self.make_slot = slots or self._local_slots()
         s = ctx.settings
         self.objectives = list(s.objectives)
         ctx.study.sampler = make_sampler(s, ctx.space, ctx.seed)
@@ -156,8 +161,7 @@ class Driver:
         if abandoned:
             self.progress.note(f"resumed: trial(s) {', '.join(map(str, abandoned))} left running by a dead driver "
                                "marked failed (crash) and queued again")
-        gangs = [WorkerSlot(ctx.target, ctx.settings.processes, ctx.run_dir, i, ctx.settings.imports)
-                 for i in range(ctx.settings.workers)]
+        gangs = [self.make_slot(i) for i in range(ctx.settings.workers)]
         try:
             for g in gangs:
                 g.gang(self.first_flags).start()  # workers import JAX while the first trial is proposed
@@ -183,6 +187,16 @@ class Driver:
             raise self._error
         self._check_none_left_running()
         return {"elapsed_s": time.perf_counter() - t0, "finished": self.finished}
+
+    def _local_slots(self) -> Callable[[int], WorkerSlot]:
+        """Worker slot i: its processes on this machine; on a GPU target, slot i's processes see
+        only the i-th `gpu:N` of the visible GPUs (GpuAssignError, one line, when they do not fit)."""
+        ctx, s = self.ctx, self.ctx.settings
+        cuda = None
+        if ctx.target.platform == "gpu" and not ctx.target.plan_only:
+            cuda = gpu_assign.assign(s.workers, ctx.target.num_devices, ctx.target.devices_per_process(s.processes),
+                                     gpu_assign.visible_gpus())
+        return lambda i: WorkerSlot(ctx.target, s.processes, ctx.run_dir, i, s.imports, cuda[i] if cuda else None)
 
     def _check_none_left_running(self) -> None:
         """A driver never ends well while a trial it owns is still RUNNING in the study."""

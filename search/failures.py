@@ -13,8 +13,9 @@ NAN_LOSS = "nan_loss"  # training diverged
 TIMEOUT = "timeout"  # the trial ran past its wall-clock limit; its process group was killed
 INTERRUPTED = "interrupted"  # the driver was interrupted (Ctrl-C) or shut down: the trial is queued again
 CRASH = "crash"  # the worker died (segfault, abort, a SIGKILL from elsewhere) or raised something unexpected
+HOST_LOST = "host_lost"  # another host of a slice gang stopped answering mid-trial (search/gang_channel.py)
 
-KINDS = (INVALID, PREDICTED_OOM, COMPILE_ERROR, RUNTIME_OOM, NAN_LOSS, TIMEOUT, INTERRUPTED, CRASH)
+KINDS = (INVALID, PREDICTED_OOM, COMPILE_ERROR, RUNTIME_OOM, NAN_LOSS, TIMEOUT, INTERRUPTED, CRASH, HOST_LOST)
 
 
 def from_exit_status(returncode: int | None, killed_by: str | None = None,

@@ -1,7 +1,8 @@
 """Driver side of the trial workers: start, feed, time out, kill and replace them.
 
 A WorkerGang is the set of processes one trial runs on: one process normally, N processes
-for a multi-host trial (jax.distributed over 127.0.0.1, gloo collectives). Every process gets
+for a multi-process trial (jax.distributed over 127.0.0.1, gloo collectives); a slice gang
+(search/slice_gang.py) is the one process of this host in a trial that spans several hosts. Every process gets
 the same job; process 0's reports drive pruning (the others get the same decision) and
 process 0's result is the trial's. Each process runs in its own session, so a timeout kills
 its whole process group; a gang whose process died or hung is killed and started afresh.
@@ -58,15 +59,20 @@ class WorkerSlot:
     sets used last stay started; the least recently used beyond MAX_FLAG_SETS_PER_SLOT is
     closed."""
 
-    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, imports: tuple[str, ...] = ()):
+    def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, imports: tuple[str, ...] = (),
+                 cuda_devices: list[str] | None = None):
         self.target, self.processes, self.run_dir, self.index = target, processes, run_dir, index
         self.imports = tuple(imports)  # user modules its workers import (search/user_imports.py)
+        self.cuda_devices = cuda_devices  # CUDA_VISIBLE_DEVICES of each process (search/gpu_assign.py)
         self.gangs: dict[str, WorkerGang] = {}  # flag set -> gang, most recently used last
+
+    def make_gang(self, flags: str) -> "WorkerGang":
+        return WorkerGang(self.target, self.processes, self.run_dir, self.index, flags, self.imports,
+                          self.cuda_devices)
 
     def gang(self, flags: str = "default") -> "WorkerGang":
         """The gang for `flags` (created, not started, when there is none)."""
-        g = self.gangs.pop(flags, None) or WorkerGang(self.target, self.processes, self.run_dir, self.index, flags,
-                                                      self.imports)
+        g = self.gangs.pop(flags, None) or self.make_gang(flags)
         self.gangs[flags] = g
         while len(self.gangs) > MAX_FLAG_SETS_PER_SLOT:
             self.gangs.pop(next(iter(self.gangs))).close()
@@ -87,9 +93,10 @@ class WorkerSlot:
 
 class WorkerGang:
     def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, flags: str = "default",
-                 imports: tuple[str, ...] = ()):
+                 imports: tuple[str, ...] = (), cuda_devices: list[str] | None = None):
         self.target, self.processes, self.run_dir, self.index = target, processes, run_dir, index
         self.imports = tuple(imports)
+        self.cuda_devices = cuda_devices  # per process: the GPUs it may see (None: whatever is visible)
         self.flags = flags  # the compiler flag set (trainer/flagsets.py) its processes start with
         self.procs: list[_Proc] = []
         self.env: dict | None = None
@@ -104,25 +111,11 @@ class WorkerGang:
         self.kill()
         self.killed_by = None
         per_proc = self.target.devices_per_process(self.processes)
-        dist_base = None
-        if self.processes > 1:
-            dist_base = {"coordinator_address": f"127.0.0.1:{free_port()}", "num_processes": self.processes,
-                         "local_device_count": per_proc}
+        dist_base = self.distributed_base(per_proc)
         log_dir = os.path.join(self.run_dir, "logs")
         os.makedirs(log_dir, exist_ok=True)
-        for i in range(self.processes):
-            env = dict(os.environ)
-            cpu = self.target.platform == "cpu"
-            env["XLA_FLAGS"] = flagsets.with_device_count(env.get("XLA_FLAGS"), per_proc if cpu else None)
-            if cpu:
-                env["JAX_PLATFORMS"] = "cpu"
-            if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
-                env.update(target_env(self.target))
-            env.update(flagsets.env_for(self.flags, self.target.platform, env))  # before the backend starts
-            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-            dist = dict(dist_base, process_id=i) if dist_base else None
-            env["PAXSEARCH_WORKER"] = json.dumps({"distributed": dist, "imports": list(self.imports),
-                                                  "cache_dir": os.path.join(self.run_dir, "xla_cache")})
+        for i in self.local_process_ids():
+            env = self.process_env(i, per_proc, dist_base)
             log = open(self.log_path(i), "ab")
             popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.worker_proc"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
@@ -133,6 +126,40 @@ class WorkerGang:
         self.env = None
         self.starts += 1
         self.trials_served = 0
+
+    def distributed_base(self, per_proc: int) -> dict | None:
+        """jax.distributed settings shared by the gang's processes (no process_id); None for one process."""
+        if self.processes <= 1:
+            return None
+        return {"coordinator_address": f"127.0.0.1:{free_port()}", "num_processes": self.processes,
+                "local_device_count": per_proc}
+
+    def local_process_ids(self) -> range:
+        """The jax.distributed process ids this machine starts (all of them for a local gang)."""
+        return range(self.processes)
+
+    def worker_settings(self, dist: dict | None) -> dict:
+        """PAXSEARCH_WORKER of one process (worker_proc reads it)."""
+        return {"distributed": dist, "imports": list(self.imports),
+                "cache_dir": os.path.join(self.run_dir, "xla_cache")}
+
+    def process_env(self, i: int, per_proc: int, dist_base: dict | None) -> dict:
+        """The environment process `i` starts with: device count, platform, compiler flag set and,
+        on GPU, its own CUDA_VISIBLE_DEVICES, all set before its backend starts."""
+        env = dict(os.environ)
+        cpu = self.target.platform == "cpu"
+        env["XLA_FLAGS"] = flagsets.with_device_count(env.get("XLA_FLAGS"), per_proc if cpu else None)
+        if cpu:
+            env["JAX_PLATFORMS"] = "cpu"
+        if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
+            env.update(target_env(self.target))
+        if self.cuda_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.cuda_devices[i % len(self.cuda_devices)]
+        env.update(flagsets.env_for(self.flags, self.target.platform, env))  # before the backend starts
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        dist = dict(dist_base, process_id=i) if dist_base else None
+        env["PAXSEARCH_WORKER"] = json.dumps(self.worker_settings(dist))
+        return env
 
     def log_path(self, process: int) -> str:
         tag = "" if self.flags == "default" else f"-{self.flags}"
@@ -234,6 +261,9 @@ class WorkerGang:
                         self._reply(stops, waiting)
                 elif kind == "result":
                     results[proc.index] = msg
+                elif kind == "gang_failure":  # another host of a slice gang failed first (gang_channel.py)
+                    self.kill()
+                    return {**msg, "type": "result"}
         return results[0]
 
     def _reply(self, stops: dict[int, bool], waiting: dict[int, list[int]]) -> None:

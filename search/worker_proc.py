@@ -13,6 +13,17 @@ during a trial to the trial's log.txt):
     -> {"type": "result", ...}                              the trial's outcome
     <- {"type": "exit"}
 The worker exits by itself when its driver dies.
+
+In a slice gang (settings "gang": one worker per host, jax.distributed across the hosts;
+search/slice_gang.py), host 0's worker is as above and also hands every trial to the other
+hosts through the coordinator (search/gang_channel.py), watches them while it runs, and
+answers with the combined result (or, when another host fails first, with
+{"type": "gang_failure", "failure_kind": .., "failure_message": ..}). It takes
+{"type": "restart", "flags": SET} too: the whole gang leaves, to start again with another
+compiler flag set. The other hosts' workers take their trials from host 0, never from stdin,
+and tell their own `paxsearch worker` only what happens:
+    -> {"type": "trial_start", "number": n} / {"type": "trial_end", "number": n, "failure_kind": ..}
+    -> {"type": "done"} | {"type": "restart", "flags": SET} | {"type": "gang_lost", "message": ..}
 """
 from __future__ import annotations
 
@@ -27,10 +38,12 @@ import time
 class Channel:
     def __init__(self, out_fd: int):
         self._out = os.fdopen(out_fd, "w", buffering=1)
+        self._lock = threading.Lock()  # a gang's watch thread sends too
 
     def send(self, msg: dict) -> None:
-        self._out.write(json.dumps(msg) + "\n")
-        self._out.flush()
+        with self._lock:
+            self._out.write(json.dumps(msg) + "\n")
+            self._out.flush()
 
     @staticmethod
     def recv() -> dict | None:
@@ -85,29 +98,92 @@ def main() -> int:
     from .user_imports import import_modules
 
     import_modules(settings.get("imports") or ())  # before any trial's config is built (the driver checked them)
+    gang = None
+    if settings.get("gang"):
+        from .gang_channel import GangChannel
+
+        dist = settings["distributed"]
+        gang = GangChannel(int(dist["process_id"]), int(dist["num_processes"]))
+        gang.start_beating()
     channel.send({"type": "ready", "env": trial_exec.environment(), "pid": os.getpid()})
+    if gang is not None and gang.host > 0:
+        return _follow(channel, gang, settings)
     while True:
         msg = channel.recv()
         if msg is None or msg.get("type") == "exit":
+            if gang is not None:  # the other hosts' workers end too
+                gang.publish({"type": "exit"})
+                gang.shutdown()
+            return 0
+        if msg.get("type") == "restart" and gang is not None:
+            gang.publish({"type": "restart", "flags": msg.get("flags", "default")})
+            gang.shutdown()
             return 0
         if msg.get("type") != "trial":
             continue
         job = msg["job"]
+        seq = gang.publish({"type": "trial", "job": job}) if gang is not None else None
+        watching = (gang.watch(seq, lambda failure: channel.send({"type": "gang_failure", **failure}))
+                    if gang is not None else None)
 
         def report(metrics: dict) -> bool:
             channel.send({"type": "report", **metrics})
             if not job.get("relay_reports"):
                 return False
             reply = channel.recv()
-            return bool(reply and reply.get("stop"))
+            stop = bool(reply and reply.get("stop"))
+            if gang is not None:  # every host stops at the same step
+                gang.publish_prune(seq, int(metrics.get("step", 0)), stop)
+            return stop
 
-        with _output_to(job.get("log_path")):
-            print(f"== trial {job.get('number')} on worker pid {os.getpid()} "
-                  f"({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
-            result = trial_exec.run_trial(job, report)
-            print(f"== trial {job.get('number')}: {result.get('failure_kind') or 'ok'} "
-                  f"{result.get('failure_message') or ''}", flush=True)
+        result = _trial(trial_exec, job, report)
+        if gang is not None:
+            watching.set()
+            result = gang.gather(seq, result)
         channel.send(result)
+
+
+def _trial(trial_exec, job: dict, report) -> dict:
+    with _output_to(job.get("log_path")):
+        print(f"== trial {job.get('number')} on worker pid {os.getpid()} "
+              f"({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
+        result = trial_exec.run_trial(job, report)
+        print(f"== trial {job.get('number')}: {result.get('failure_kind') or 'ok'} "
+              f"{result.get('failure_message') or ''}", flush=True)
+    return result
+
+
+def _follow(channel: Channel, gang, settings: dict) -> int:
+    """Hosts 1..N-1 of a slice gang: run what host 0 hands out until it says exit or restart."""
+    from . import trial_exec
+    from .gang_channel import GangLost
+
+    run_dir = settings["gang"]["run_dir"]
+    try:
+        while True:
+            msg = gang.next_message()
+            seq = gang.seq - 1
+            if msg.get("type") in ("exit", "restart"):
+                channel.send({"type": "done"} if msg["type"] == "exit" else msg)
+                gang.shutdown()
+                return 0
+            job = dict(msg["job"])
+            trial_dir = os.path.join(run_dir, "trials", str(job.get("number")))
+            job.update(trial_dir=trial_dir, log_path=os.path.join(trial_dir, f"log.{gang.host}.txt"),
+                       distributed=dict(job.get("distributed") or {}, process_id=gang.host))
+            channel.send({"type": "trial_start", "number": job.get("number")})
+
+            def report(metrics: dict, _seq=seq, _job=job) -> bool:
+                return gang.prune_decision(_seq, int(metrics.get("step", 0))) if _job.get("relay_reports") else False
+
+            result = _trial(trial_exec, job, report)
+            gang.post_result(seq, result)
+            channel.send({"type": "trial_end", "number": job.get("number"),
+                          "failure_kind": result.get("failure_kind"),
+                          "failure_message": result.get("failure_message")})
+    except GangLost as e:
+        channel.send({"type": "gang_lost", "message": str(e)})
+        return 4
 
 
 if __name__ == "__main__":

@@ -128,6 +128,10 @@ class DistributedConfig:
     num_processes: int = 1
     process_id: int = 0
     local_device_count: int | None = None  # CPU only: devices per process
+    # seconds a process may go without a heartbeat before the coordinator declares it dead,
+    # and seconds to wait for every process to join (jax.distributed.initialize's own defaults)
+    heartbeat_timeout_s: int = 100
+    initialization_timeout_s: int = 300
 
 
 @dataclass(frozen=True)

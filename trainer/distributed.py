@@ -23,7 +23,9 @@ def maybe_initialize(dist: DistributedConfig) -> None:
         raise ValueError("distributed.num_processes > 1 needs distributed.coordinator_address (host:port)")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=dist.coordinator_address,
-                               num_processes=dist.num_processes, process_id=dist.process_id)
+                               num_processes=dist.num_processes, process_id=dist.process_id,
+                               heartbeat_timeout_seconds=int(dist.heartbeat_timeout_s),
+                               initialization_timeout=int(dist.initialization_timeout_s))
     _initialized = True
 
 
