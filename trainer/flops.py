@@ -19,6 +19,7 @@ import platform
 import time
 from pathlib import Path
 
+from . import hardware
 from .config import ModelConfig
 
 MFU_CONVENTION = (
@@ -55,42 +56,24 @@ def param_count(m: ModelConfig) -> int:
     return m.n_layers * per_layer + embed + positions + m.d_model  # + final norm
 
 
-# Dense bf16 peak FLOP/s per chip (per JAX device).
-# Sources: Google Cloud TPU docs, system architecture pages
-#   v4  275 TFLOP/s  https://cloud.google.com/tpu/docs/v4
-#   v5e 197 TFLOP/s  https://cloud.google.com/tpu/docs/v5e
-#   v5p 459 TFLOP/s  https://cloud.google.com/tpu/docs/v5p
-#   v6e 918 TFLOP/s  https://cloud.google.com/tpu/docs/v6e
-# NVIDIA datasheets (SXM, dense, without sparsity):
-#   A100 312 TFLOP/s  https://www.nvidia.com/en-us/data-center/a100/
-#   H100 989 TFLOP/s  https://www.nvidia.com/en-us/data-center/h100/
-#   H200 989 TFLOP/s  https://www.nvidia.com/en-us/data-center/h200/
-PEAK_BF16_FLOPS = {
-    "tpu v4": 275e12,
-    "tpu v5 lite": 197e12,
-    "tpu v5e": 197e12,
-    "tpu v5p": 459e12,
-    "tpu v5": 459e12,
-    "tpu v6 lite": 918e12,
-    "tpu v6e": 918e12,
-    "a100": 312e12,
-    "h100": 989e12,
-    "h200": 989e12,
-}
+# Dense bf16 peak FLOP/s per JAX device: trainer/hardware.py's table (with its sources).
+# PEAK_BF16_FLOPS is a view of it, keyed by lower-case device kind.
+PEAK_BF16_FLOPS = {kind.lower(): entry.peak_bf16_flops.value
+                   for entry in hardware.TABLE.values() for kind in entry.device_kinds}
 
 
 def peak_flops_per_device(device_kind: str, platform_name: str, local_device_count: int = 1,
                           dtype: str = "float32") -> tuple[float, str]:
-    """(peak FLOP/s of one device, where the figure comes from)."""
-    kind = device_kind.lower()
-    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):
-        if key in kind:
-            return PEAK_BF16_FLOPS[key], f"table: {key} bf16 dense"
+    """(peak FLOP/s of one device, where the figure comes from): the hardware table's bf16
+    dense peak; on a CPU the measured matmul peak; UnknownDeviceKind otherwise."""
+    entry = hardware.find_device_kind(device_kind)
+    if entry is not None:
+        return entry.peak_bf16_flops.value, f"table: {entry.name} bf16 dense ({entry.peak_bf16_flops.source})"
     if platform_name == "cpu":
         total = measured_cpu_peak(dtype)
         return total / local_device_count, (
             f"measured CPU {dtype} matmul peak {total / 1e9:.1f} GFLOP/s / {local_device_count} simulated devices")
-    raise ValueError(f"no peak FLOP/s known for device kind {device_kind!r}; add it to PEAK_BF16_FLOPS")
+    raise hardware.unknown_kind(device_kind)
 
 
 def _cache_file() -> Path:

@@ -1,4 +1,4 @@
-"""TPU slices without TPUs: chip figures, slice names -> topologies, compile-only devices,
+"""TPU slices without TPUs: chip figures (a view of trainer/hardware.py), slice names -> topologies, compile-only devices,
 and the typed failure for a step that cannot fit in HBM.
 
 A slice is named the way Google Cloud names accelerator types: "v5e-16", "v6e-256" count
@@ -22,6 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from . import hardware
 from .errors import ConfigError, TrainerError
 
 GiB = 1024 ** 3
@@ -58,12 +59,13 @@ class PredictedOOM(TrainerError):
 
 @dataclass(frozen=True)
 class ChipSpec:
-    """One TPU chip (= one JAX device in megacore mode). Bandwidths in bytes/s."""
+    """One TPU chip (= one JAX device in megacore mode), a view of its trainer/hardware.py
+    entry plus its slice naming. Bandwidths in bytes/s."""
 
     name: str  # "v5e"
     device_kinds: tuple[str, ...]  # jax Device.device_kind spellings
     peak_bf16_flops: float
-    hbm_bytes: int  # what XLA's TPU compiler lets a program use (see HBM_USABLE below)
+    hbm_bytes: int  # what XLA's TPU compiler lets a program use (hardware: hbm_usable_bytes)
     hbm_bytes_nominal: int  # the product page's HBM capacity
     hbm_bandwidth: float
     ici_bandwidth_per_chip: float  # bidirectional, all ports together
@@ -81,39 +83,24 @@ class ChipSpec:
         return self.ici_bandwidth_per_chip / self.ici_ports / 2
 
 
-# Figures per chip. Sources (Google Cloud TPU documentation, system architecture pages):
-#   v4   https://cloud.google.com/tpu/docs/v4   275 TFLOP/s bf16; 32 GiB HBM2 at 1,200 GB/s;
-#        3D torus, 6 ICI ports. The v4 page gives no per-chip ICI or DCN figure: ICI 45 GB/s
-#        per port and direction is from the TPU v4 paper (Jouppi et al., ISCA 2023) as used
-#        in "How to Scale Your Model" (https://jax-ml.github.io/scaling-book/tpus/), and the
-#        DCN share is assumed equal to v5p's 50 Gbps (an assumption, marked here).
-#   v5e  https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s bf16; 16 GB HBM2 at 819 GB/s;
-#        ICI 1,600 Gbps per chip one way (400 GB/s bidirectional), 4 ports, 2D torus;
-#        DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip.
-#   v5p  https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16; 95 GiB HBM2e at
-#        2,765 GB/s; ICI 4,800 Gbps per chip (1,200 GB/s bidirectional), 6 ports, 3D torus;
-#        DCN 50 Gbps per chip.
-#   v6e  https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16; 32 GB HBM at 1,640 GB/s;
-#        ICI 800 GB/s bidirectional per chip (the page's current table; an older version
-#        said 3,584 Gbps), 4 ports, 2D torus;
-#        DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip.
-# HBM_USABLE: what XLA's TPU compiler (libtpu 0.0.52) reports as available HBM in its
-# CompileTimeHbmOom message ("exceeds available HBM (15.75G)"), measured here by compiling
-# an oversized program for each topology; a program must fit in this, not in the nominal
-# capacity.
-HBM_USABLE = {"v4": 30.75 * GiB, "v5e": 15.75 * GiB, "v5p": 95.73 * GiB, "v6e": 31.24 * GiB}
-_CLOUD = "https://cloud.google.com/tpu/docs/"
-CHIPS: dict[str, ChipSpec] = {
-    "v4": ChipSpec("v4", ("TPU v4",), 275e12, int(HBM_USABLE["v4"]), 32 * GiB, 1200e9,
-                   6 * 2 * 45e9, 6, 50e9 / 8, 3, 2, "v4", "megacore",
-                   (_CLOUD + "v4", "https://jax-ml.github.io/scaling-book/tpus/")),
-    "v5e": ChipSpec("v5e", ("TPU v5 lite", "TPU v5e"), 197e12, int(HBM_USABLE["v5e"]), 16 * GiB, 819e9,
-                    400e9, 4, 25e9 / 8, 2, 1, "v5litepod", None, (_CLOUD + "v5e",)),
-    "v5p": ChipSpec("v5p", ("TPU v5", "TPU v5p"), 459e12, int(HBM_USABLE["v5p"]), 95 * GiB, 2765e9,
-                    1200e9, 6, 50e9 / 8, 3, 2, "v5p", "megachip_tccontrol", (_CLOUD + "v5p",)),
-    "v6e": ChipSpec("v6e", ("TPU v6 lite", "TPU v6e"), 918e12, int(HBM_USABLE["v6e"]), 32 * GiB, 1640e9,
-                    800e9, 4, 100e9 / 8, 2, 1, "v6e", "megachip_tccontrol", (_CLOUD + "v6e",)),
-}
+# Slice naming per chip (not hardware figures): the Cloud accelerator-type prefix and the
+# chip_config_name that live hosts pass to get_topology_desc.
+_SLICE_NAMING = {"v4": ("v4", "megacore"), "v5e": ("v5litepod", None), "v5p": ("v5p", "megachip_tccontrol"),
+                 "v6e": ("v6e", "megachip_tccontrol")}
+
+
+def _chip(entry: hardware.DeviceSpec) -> ChipSpec:
+    """The ChipSpec view of one TPU entry of trainer/hardware.py (figures and sources there)."""
+    prefix, chip_config = _SLICE_NAMING[entry.name]
+    return ChipSpec(entry.name, entry.device_kinds, entry.peak_bf16_flops.value, int(entry.hbm_usable_bytes.value),
+                    int(entry.hbm_bytes.value), entry.hbm_bandwidth.value, entry.ici_bandwidth.value,
+                    int(entry.ici_ports.value), entry.dcn_bandwidth.value, int(entry.torus_dims.value),
+                    int(entry.cores_per_chip.value), prefix, chip_config, entry.sources())
+
+
+CHIPS: dict[str, ChipSpec] = {name: _chip(hardware.spec(name)) for name in _SLICE_NAMING}
+# usable HBM per chip: what XLA's TPU compiler lets a program use (hardware.py says how measured)
+HBM_USABLE = {name: chip.hbm_bytes for name, chip in CHIPS.items()}
 
 # Supported slice shapes (chips), from the same pages.
 _SHAPES_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16),

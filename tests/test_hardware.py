@@ -1,0 +1,140 @@
+"""trainer/hardware.py: one table of hardware figures keyed by device kind, every figure
+with its source, and the modules that use a figure reading it from there (flops' peak,
+topology's chips, the planner's roofline hardware). Needs no accelerator and no libtpu."""
+import dataclasses
+import types
+
+import pytest
+
+from paxsearch.search import targets as T
+from paxsearch.trainer import flops, hardware, topology
+from paxsearch.trainer.roofline import Hardware
+
+# what each kind of source says about the number: a document, or how it was obtained
+SOURCE_KINDS = ("https://", "measured:", "estimate:", "assumption:", "model:", "one TensorCore", "2 TensorCores",
+                "a GPU is one JAX device")
+META_FIELDS = {"name", "platform", "device_kinds", "kind_excludes"}
+
+
+@pytest.mark.parametrize("entry", list(hardware.TABLE.values()), ids=list(hardware.TABLE))
+def test_every_figure_of_every_entry_has_a_source(entry):
+    numbers = [f.name for f in dataclasses.fields(entry) if f.name not in META_FIELDS]
+    assert set(entry.figures()) == set(numbers), "a figure stored as a bare number has no source"
+    for name, figure in entry.figures().items():
+        assert isinstance(figure.value, (int, float)) and figure.value > 0, (entry.name, name)
+        assert figure.source.strip() and any(k in figure.source for k in SOURCE_KINDS), (entry.name, name)
+    assert entry.hbm_usable_bytes.value <= entry.hbm_bytes.value * 1.01
+    assert entry.sources() and all(entry.sources())
+
+
+def test_the_table_holds_every_device_kind_the_old_tables_held():
+    assert {"v4", "v5e", "v5p", "v6e", "a100", "h100", "h200"} <= set(hardware.TABLE)
+    assert {e.platform for e in hardware.TABLE.values()} == {"tpu", "gpu"}
+
+
+@pytest.mark.parametrize("kind, name", [
+    ("TPU v4", "v4"), ("TPU v5 lite", "v5e"), ("TPU v5e", "v5e"), ("TPU v5", "v5p"), ("TPU v5p", "v5p"),
+    ("TPU v6 lite", "v6e"), ("tpu v6e", "v6e"), ("NVIDIA A100-SXM4-80GB", "a100"),
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+])
+def test_device_kinds_jax_reports_resolve_to_their_entry(kind, name):
+    assert hardware.spec_for_device_kind(kind) is hardware.TABLE[name]
+    assert hardware.find_device_kind(kind) is hardware.TABLE[name]
+
+
+@pytest.mark.parametrize("kind", ["TPU v9", "TPU v4 lite", "TPU v5 lite pro", "NVIDIA H100 PCIe",
+                                  "NVIDIA A100-PCIE-40GB", "NVIDIA H100 NVL", "cpu", ""])
+def test_unknown_device_kinds_fail_with_one_clear_line(kind):
+    assert hardware.find_device_kind(kind) is None
+    with pytest.raises(hardware.UnknownDeviceKind) as e:
+        hardware.spec_for_device_kind(kind)
+    msg = str(e.value)
+    assert "\n" not in msg and repr(kind) in msg and "TPU v5 lite" in msg and "trainer/hardware.py" in msg
+    with pytest.raises(hardware.UnknownDeviceKind):
+        flops.peak_flops_per_device(kind, "gpu")
+
+
+def test_unknown_entry_names_fail_with_the_known_names():
+    with pytest.raises(hardware.UnknownDeviceKind, match="entries: v4, v5e, v5p, v6e, a100, h100, h200"):
+        hardware.spec("v9")
+
+
+@pytest.mark.parametrize("entry", list(hardware.TABLE.values()), ids=list(hardware.TABLE))
+def test_peak_flops_per_device_is_the_table_figure(entry):
+    for kind in entry.device_kinds:
+        peak, source = flops.peak_flops_per_device(kind, entry.platform)
+        assert peak == entry.peak_bf16_flops.value
+        assert entry.peak_bf16_flops.source in source
+    assert flops.peak_flops_per_device("TPU v5 lite", "tpu")[0] == hardware.TABLE["v5e"].peak_bf16_flops.value == 197e12
+
+
+def test_a_cpu_has_no_table_entry_and_its_peak_is_measured():
+    peak, source = flops.peak_flops_per_device("cpu", "cpu", 8)
+    assert peak > 0 and source.startswith("measured CPU")
+
+
+@pytest.mark.parametrize("name", ["v4", "v5e", "v5p", "v6e"])
+def test_topology_chips_are_views_of_the_table(name):
+    entry, chip = hardware.TABLE[name], topology.CHIPS[name]
+    assert chip.device_kinds == entry.device_kinds
+    assert chip.peak_bf16_flops == entry.peak_bf16_flops.value
+    assert chip.hbm_bytes == int(entry.hbm_usable_bytes.value) == topology.HBM_USABLE[name]
+    assert chip.hbm_bytes_nominal == int(entry.hbm_bytes.value)
+    assert (chip.hbm_bandwidth, chip.ici_bandwidth_per_chip, chip.dcn_bandwidth_per_chip) == (
+        entry.hbm_bandwidth.value, entry.ici_bandwidth.value, entry.dcn_bandwidth.value)
+    assert (chip.ici_ports, chip.torus_dims, chip.cores_per_chip) == (
+        entry.ici_ports.value, entry.torus_dims.value, entry.cores_per_chip.value)
+    assert chip.ici_link_bandwidth == entry.ici_link_bandwidth
+    assert set(chip.sources) == set(entry.sources())
+    assert topology.chip_for_device_kind(entry.device_kinds[0]) is chip
+    assert T.parse_target(f"tpu:{name}-{8 * chip.cores_per_chip}").hbm_bytes_per_device == chip.hbm_bytes
+
+
+def _expected(entry) -> dict:
+    expected = {"name": entry.name, "peak_flops": entry.peak_bf16_flops.value,
+                "hbm_bandwidth": entry.hbm_bandwidth.value, "ici_link_bandwidth": entry.ici_link_bandwidth,
+                "dcn_bandwidth": entry.dcn_bandwidth.value, "physical_dims": entry.torus_dims.value}
+    for field in ("ici_latency_s", "dcn_latency_s"):
+        if field in {f.name for f in dataclasses.fields(Hardware)}:
+            expected[field] = getattr(entry, field).value
+    return expected
+
+
+@pytest.mark.parametrize("name", ["v4", "v5e", "v5p", "v6e"])
+def test_planner_hardware_of_a_tpu_target_comes_from_the_table(name):
+    target = T.parse_target(f"tpu:{name}-{8 * topology.CHIPS[name].cores_per_chip}")
+    hw = T.hardware_for(target, [])
+    for field, value in _expected(hardware.TABLE[name]).items():
+        assert getattr(hw, field) == value, field
+
+
+@pytest.mark.parametrize("kind, name", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
+                                        ("NVIDIA A100-SXM4-80GB", "a100")])
+def test_planner_hardware_of_a_gpu_comes_from_the_table(kind, name):
+    gpu = types.SimpleNamespace(device_kind=kind, platform="gpu", process_index=0)  # what hardware_for reads
+    hw = T.hardware_for(T.parse_target("gpu:8"), [gpu] * 8)
+    for field, value in _expected(hardware.TABLE[name]).items():
+        assert getattr(hw, field) == value, field
+    assert hw.ici_link_bandwidth == hardware.TABLE[name].ici_bandwidth.value / 4  # one ring, one direction
+
+
+def test_latencies_are_passed_only_to_a_hardware_class_that_has_them():
+    @dataclasses.dataclass
+    class Before:  # roofline.Hardware without per-hop latencies
+        name: str
+        peak_flops: float
+        hbm_bandwidth: float
+        ici_link_bandwidth: float
+        dcn_bandwidth: float
+        physical_dims: int = 1
+
+    @dataclasses.dataclass
+    class After(Before):
+        ici_latency_s: float = 0.0
+        dcn_latency_s: float = 0.0
+
+    entry = hardware.TABLE["v5p"]
+    before, after = T._roofline_hardware(Before, entry), T._roofline_hardware(After, entry)
+    assert before.peak_flops == after.peak_flops == 459e12 and before.physical_dims == 3
+    assert (after.ici_latency_s, after.dcn_latency_s) == (entry.ici_latency_s.value, entry.dcn_latency_s.value) \
+        == (1e-6, 20e-6)

@@ -1,0 +1,202 @@
+"""One table of accelerator figures, keyed by device kind, each figure with its source.
+
+`spec_for_device_kind("TPU v5 lite")` -> the v5e entry; `spec("h200")` by table name. Every
+number is a `Figure(value, source)`: the source (a URL or a document, and how the number
+follows from it) is data next to the number, so a report can cite it and a test can check
+that nothing is unsourced. flops.peak_flops_per_device, topology.CHIPS and the planner's
+roofline hardware (search/targets.hardware_for) all read this table; nothing else holds a
+hardware figure.
+
+Units: FLOP/s, bytes, bytes/s, seconds. Bandwidths between chips are per chip:
+  ici_bandwidth  TPU: ICI, all ports together, both directions. GPU: NVLink total per GPU,
+                 both directions (through NVSwitch).
+  ici_ports      TPU: ICI ports of the chip. GPU: 2, the GPU modelled as one bidirectional
+                 ring through NVSwitch, so one direction of one "link" is NVLink / 4.
+  dcn_bandwidth  the chip's share of the data-center network (GPU: its NIC), one direction.
+Device kinds: TPUs match `device_kinds` exactly (case aside; "TPU v5" is v5p, "TPU v5 lite"
+is v5e). GPUs match their table name as a word of CUDA's device name ("NVIDIA H100 80GB
+HBM3"), except the variants in `kind_excludes` (PCIe / NVL / 40 GB parts have other figures).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from .errors import TrainerError
+
+GiB = 1024 ** 3
+
+
+class UnknownDeviceKind(TrainerError, ValueError):
+    """No entry of the hardware table is this device kind (one line, with the known kinds)."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number and where it comes from."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One device kind: one JAX device (a TPU chip in megacore mode, one GPU)."""
+
+    name: str  # table key: "v5e", "h200"
+    platform: str  # "tpu" | "gpu"
+    device_kinds: tuple[str, ...]  # jax Device.device_kind spellings (TPU: matched exactly)
+    peak_bf16_flops: Figure  # dense, without sparsity
+    hbm_bytes: Figure  # the product page's capacity
+    hbm_usable_bytes: Figure  # what a program may use (TPU: the compiler's limit)
+    hbm_bandwidth: Figure
+    ici_bandwidth: Figure  # see the module docstring
+    ici_ports: Figure
+    dcn_bandwidth: Figure
+    ici_latency_s: Figure  # per collective hop (ring step)
+    dcn_latency_s: Figure
+    torus_dims: Figure  # 2 (v5e, v6e), 3 (v4, v5p); 1 for an NVSwitch GPU node
+    cores_per_chip: Figure  # TensorCores per JAX device (v4 / v5p slice names count these)
+    kind_excludes: tuple[str, ...] = ()  # GPU: words of a device name that make it another part
+
+    @property
+    def ici_link_bandwidth(self) -> float:
+        """One direction of one ICI link (GPU: of one direction of the NVLink ring)."""
+        return self.ici_bandwidth.value / self.ici_ports.value / 2
+
+    def figures(self) -> dict[str, Figure]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), Figure)}
+
+    def sources(self) -> tuple[str, ...]:
+        """The distinct sources of this entry's figures, in field order."""
+        return tuple(dict.fromkeys(f.source for f in self.figures().values()))
+
+    def matches(self, device_kind: str) -> bool:
+        kind = device_kind.strip().lower()
+        if any(kind == k.lower() for k in self.device_kinds):
+            return True
+        if self.platform != "gpu" or not re.search(rf"\b{re.escape(self.name)}\b", kind):
+            return False
+        return not any(re.search(rf"\b{re.escape(x)}\b", kind) for x in self.kind_excludes)
+
+
+# ----------------------------------------------------------------------------- sources
+
+_CLOUD = "https://cloud.google.com/tpu/docs/"
+_SCALING = "https://jax-ml.github.io/scaling-book/tpus/"
+_OOM = ("measured: XLA's TPU compiler (libtpu 0.0.52) message CompileTimeHbmOom 'exceeds available "
+        "HBM ({})' for an oversized program compiled for this chip's topology")
+_ICI_LAT = ("estimate: ICI neighbour latency is sub-microsecond; a ring step adds DMA issue and a "
+            "sync flag, ~1 us (" + _SCALING + ", 'All About TPUs'; Jouppi et al., TPU v4, ISCA 2023)")
+_DCN_LAT = ("estimate: one message between hosts over the data-center network (NIC, switches, host "
+            "round trip), tens of us; order of magnitude, not measured")
+_NVLINK_LAT = ("estimate: NVLink/NVSwitch hop ~1 us, as ICI (NCCL ring step: kernel flag + copy); "
+               "order of magnitude, not measured")
+_IB_LAT = ("estimate: one message between nodes over InfiniBand/RoCE through NCCL's proxy, tens of us; "
+           "order of magnitude, not measured")
+_ONE_RING = "model: one bidirectional ring through NVSwitch (NVLink/4 per direction of a ring link)"
+_NVSWITCH = "model: an NVSwitch node has no torus; collectives are modelled as rings over 1 dimension"
+_MEGACORE = "one TensorCore per chip: {}"
+_TWO_CORES = "2 TensorCores per chip, one JAX device in megacore mode: {}"
+_JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX preallocates 75% of "
+                "the GPU's memory (XLA_PYTHON_CLIENT_MEM_FRACTION=.75)")
+
+
+def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, cores, sources) -> DeviceSpec:
+    s = sources
+    return DeviceSpec(
+        name, "tpu", kinds, Figure(peak, s["peak"]), Figure(hbm_gib * GiB, s["hbm"]),
+        Figure(usable_gib * GiB, _OOM.format(f"{usable_gib}G")), Figure(hbm_bw, s["hbm_bw"]),
+        Figure(ici, s["ici"]), Figure(ports, s["ports"]), Figure(dcn, s["dcn"]),
+        Figure(1e-6, _ICI_LAT), Figure(20e-6, _DCN_LAT), Figure(dims, s["ports"]),
+        Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])))
+
+
+def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, sources, excludes) -> DeviceSpec:
+    s = sources
+    return DeviceSpec(
+        name, "gpu", kinds, Figure(peak, s["peak"]), Figure(hbm, s["peak"]),
+        Figure(0.75 * hbm, _JAX_GPU_MEM), Figure(hbm_bw, s["peak"]), Figure(nvlink, s["peak"]),
+        Figure(2, _ONE_RING), Figure(nic, s["nic"]), Figure(1e-6, _NVLINK_LAT), Figure(20e-6, _IB_LAT),
+        Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), excludes)
+
+
+TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
+    _tpu("v4", ("TPU v4",), 275e12, 32, 30.75, 1200e9, 6 * 2 * 45e9, 6, 50e9 / 8, 3, 2, {
+        "peak": _CLOUD + "v4 (275 TFLOP/s bf16 per chip)",
+        "hbm": _CLOUD + "v4 (32 GiB HBM2 per chip)",
+        "hbm_bw": _CLOUD + "v4 (1,200 GB/s HBM bandwidth)",
+        "ici": _SCALING + " (TPU v4: 45 GB/s per ICI port and direction, 6 ports; Jouppi et al., ISCA 2023)",
+        "ports": _CLOUD + "v4 (3D torus, 6 ICI ports per chip)",
+        "dcn": "assumption: the v4 page gives no DCN figure; taken equal to v5p's 50 Gbps per chip ("
+               + _CLOUD + "v5p)"}),
+    _tpu("v5e", ("TPU v5 lite", "TPU v5e"), 197e12, 16, 15.75, 819e9, 400e9, 4, 25e9 / 8, 2, 1, {
+        "peak": _CLOUD + "v5e (197 TFLOP/s bf16 per chip)",
+        "hbm": _CLOUD + "v5e (16 GB HBM2 per chip)",
+        "hbm_bw": _CLOUD + "v5e (819 GB/s HBM bandwidth)",
+        "ici": _CLOUD + "v5e (ICI 1,600 Gbps per chip one way = 400 GB/s both ways)",
+        "ports": _CLOUD + "v5e (2D torus, 4 ICI ports per chip)",
+        "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)"}),
+    _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
+        "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
+        "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",
+        "hbm_bw": _CLOUD + "v5p (2,765 GB/s HBM bandwidth)",
+        "ici": _CLOUD + "v5p (ICI 4,800 Gbps per chip = 1,200 GB/s both ways)",
+        "ports": _CLOUD + "v5p (3D torus, 6 ICI ports per chip)",
+        "dcn": _CLOUD + "v5p (DCN 50 Gbps per chip)"}),
+    _tpu("v6e", ("TPU v6 lite", "TPU v6e"), 918e12, 32, 31.24, 1640e9, 800e9, 4, 100e9 / 8, 2, 1, {
+        "peak": _CLOUD + "v6e (918 TFLOP/s bf16 per chip)",
+        "hbm": _CLOUD + "v6e (32 GB HBM per chip)",
+        "hbm_bw": _CLOUD + "v6e (1,640 GB/s HBM bandwidth)",
+        "ici": _CLOUD + "v6e (ICI 800 GB/s both ways per chip, the page's current table; an older version "
+                        "said 3,584 Gbps)",
+        "ports": _CLOUD + "v6e (2D torus, 4 ICI ports per chip)",
+        "dcn": _CLOUD + "v6e (DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip)"}),
+    _gpu("a100", ("NVIDIA A100-SXM4-80GB",), 312e12, 80e9, 2039e9, 600e9, 200e9 / 8, {
+        "peak": "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 312 TFLOP/s bf16 dense, "
+                "80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)",
+        "nic": "https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html (DGX A100: "
+               "8 x 200 Gb/s ConnectX-6 for 8 GPUs, one per GPU)"}, ("pcie", "40gb")),
+    _gpu("h100", ("NVIDIA H100 80GB HBM3",), 989e12, 80e9, 3.35e12, 900e9, 400e9 / 8, {
+        "peak": "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: 989 TFLOP/s bf16 dense, 80 GB "
+                "HBM3 at 3.35 TB/s, NVLink 900 GB/s)",
+        "nic": "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html (DGX H100: "
+               "8 x 400 Gb/s ConnectX-7 for 8 GPUs, one per GPU)"}, ("pcie", "nvl")),
+    _gpu("h200", ("NVIDIA H200",), 989e12, 141e9, 4.8e12, 900e9, 400e9 / 8, {
+        "peak": "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: 989 TFLOP/s bf16 dense, 141 GB "
+                "HBM3e at 4.8 TB/s, NVLink 900 GB/s)",
+        "nic": "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html (DGX H200 "
+               "shares DGX H100's 8 x 400 Gb/s ConnectX-7, one per GPU)"}, ("nvl",)),
+)}
+
+
+def find_device_kind(device_kind: str) -> DeviceSpec | None:
+    """The entry whose device kind `device_kind` is (a JAX Device.device_kind), or None."""
+    for entry in TABLE.values():
+        if entry.matches(device_kind):
+            return entry
+    return None
+
+
+def spec_for_device_kind(device_kind: str) -> DeviceSpec:
+    """The entry of `device_kind`; UnknownDeviceKind when the table has none."""
+    entry = find_device_kind(device_kind)
+    if entry is None:
+        raise unknown_kind(device_kind)
+    return entry
+
+
+def unknown_kind(device_kind: str) -> UnknownDeviceKind:
+    known = ", ".join(k for e in TABLE.values() for k in e.device_kinds)
+    return UnknownDeviceKind(f"no hardware figures for device kind {device_kind!r}; known: {known} "
+                             "(add it to trainer/hardware.py)")
+
+
+def spec(name: str) -> DeviceSpec:
+    """The entry named `name` ("v5e", "h200"); UnknownDeviceKind when there is none."""
+    try:
+        return TABLE[name]
+    except (KeyError, TypeError):
+        raise UnknownDeviceKind(f"no hardware entry {name!r}; entries: {', '.join(TABLE)}") from None
