@@ -199,3 +199,20 @@ def test_a_step_compiled_for_v5e_16_is_read_from_its_schedule():
     assert roof["compute_s"] <= roof["roofline_s"] <= roof["step_time_s"]
     assert 0 <= roof["exposed_comm_s"] <= roof["comm_s"]
     assert roof["step_time_s"] == pytest.approx(roof["roofline_s"] + roof["exposed_comm_s"])
+
+
+def test_ring_steps_follow_the_torus_dimensions():
+    class Dev:
+        def __init__(self, i):
+            self.slice_index, self.coords = 0, (i % 4, i // 4, 0)
+
+    import numpy as np
+
+    layout = R.DeviceLayout(np.array([Dev(i) for i in range(16)], dtype=object).reshape(1, 16, 1),
+                            ("data", "fsdp", "tensor"))
+    assert layout.ring_steps([list(range(16))]) == 3 + 3  # one ring along x, then one along y
+    assert layout.ring_steps([[0, 1, 2, 3], [4, 5, 6, 7]]) == 3  # along x only
+    assert layout.ring_steps([[0, 5]]) == 1  # never more than n - 1
+    assert R.DeviceLayout(None, None).ring_steps([list(range(16))]) is None
+    from paxsearch.trainer.roofline.collectives import _hops
+    assert _hops("all-gather", 16, 6) == 6 and _hops("all-reduce", 16, 6) == 12 and _hops("all-gather", 16) == 15

@@ -29,6 +29,20 @@ What is counted, per device and per step
     that is only read through dynamic-slice counts the slice, and an in-place
     dynamic-update-slice counts the update, not the whole buffer (the stacked per-layer
     weights and saved activations of a scan would otherwise be counted whole each layer).
+    Fusion-aware: a fusion counts its own operands and results only, each parameter once
+    however many fused ops read it; what is computed inside it (on TPU, plain attention's
+    f32 converts, masks, exp of the S x S scores: XLA fuses the softmax into the QK^T, the
+    reduce and the normalize fusions) is not HBM traffic. Buffers in another memory space
+    (`S(1)`: VMEM, placed by memory-space assignment; S(2)/S(4) sync flags and SMEM) are not
+    HBM. An operand read by several fusions is read by each (it is not kept on chip unless
+    its layout says S(1)). Async copies: copy-start (destination, source, context) counts
+    the source read and the destination write where each lives in HBM; a TPU slice-start
+    ((source), slice, context) reads the slice, not the whole source its tuple aliases (read
+    whole, a plain-attention v5e step counted 4.58e9 B instead of 4.19e9). Checked on a
+    plain-attention step compiled for v5e (d 512, 8 heads, S 2048, batch 2 per chip): the
+    S x S scores are materialized in HBM in bf16 by the QK^T fusion and read back by the
+    exp-sum, normalize and PV fusions, 87% of the step's HBM bytes, each counted once per
+    executed fusion; no fusion there lists one operand twice.
   * Collectives: all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute
     (and collective-broadcast), in plain or async (-start / -done, async-start, TPU
     async-collective fusions) form. Each one is counted once per execution (the -done
@@ -45,8 +59,7 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
     all-reduce          2 x input x (n - 1) / n  (reduce-scatter + all-gather)
     all-to-all          input x (n - 1) / n
     collective-permute  input                    (one hop)
-  time = bytes / bandwidth + hops x latency per hop (hops = n - 1 for the ring collectives,
-  1 for a collective-permute; Hardware.ici_latency_s / dcn_latency_s).
+  time = bytes / bandwidth + hops x latency per hop (below).
   ICI bandwidth: a group that spans k physical torus dimensions (from the devices'
   coordinates; 1 when they are unknown) runs k bidirectional rings, so it drives 2k links:
   bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way).
@@ -54,9 +67,13 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   are assumed present.
 
 Latency per hop (Hardware.ici_latency_s, dcn_latency_s; defaults ICI_STEP_LATENCY_S,
-DCN_STEP_LATENCY_S in collectives.py). A ring collective over n devices is n - 1 dependent
-steps (all-reduce: 2 (n - 1), its reduce-scatter then its all-gather); each step waits for its
-neighbour's chunk, so it pays one hop's latency on top of its bytes.
+DCN_STEP_LATENCY_S in collectives.py). A ring collective is a chain of dependent steps, each
+waiting for its neighbour's chunk, so each pays one hop's latency on top of its bytes: over a
+group laid out on the torus, one ring per physical dimension it spans, one after the other,
+sum over those dimensions of (devices along it - 1) steps (16 devices of a 4 x 4 v5e: 6; 256
+of a 16 x 16: 30), at most n - 1, and n - 1 when the devices' coordinates are unknown (CPU,
+DCN); an all-reduce twice that (its reduce-scatter, then its all-gather); a
+collective-permute one hop.
   ICI_STEP_LATENCY_S = 1 us: ICI neighbour latency is sub-microsecond, and a ring step adds
     the DMA issue and the synchronisation flag of the step ("How to Scale Your Model",
     jax-ml.github.io/scaling-book, chapters "All About TPUs" / "All About Sharded
@@ -100,7 +117,10 @@ Combination: overlap read from the compiled schedule.
       never delays the compute stream except at its done.
   exposed comm = the stream's waits, per computation, times its executions per step
   step time    = per-op roofline + exposed comm
-  Each collective's share is CollectiveCost.exposed_s ("exposed_seconds" in the summary).
+  Each collective's share is CollectiveCost.exposed_s ("exposed_seconds" in the summary):
+  the stalls at its done, which include waiting for the links earlier transfers still hold
+  (so one collective's share can exceed its own time; their sum cannot exceed comm_s: some
+  transfer is in flight during every stall).
   What this leaves out: HBM contention between a transfer and the compute it hides
   behind; a transfer issued before a loop and done after it overlaps the loop's duration
   but not its link use (nested computations are replayed with their own link queues);

@@ -155,13 +155,14 @@ def _traffic(kind: str, operand_bytes: float, n: int) -> float:
     return operand_bytes  # collective-permute / collective-broadcast: one hop
 
 
-def _hops(kind: str, n: int) -> int:
-    """Dependent steps of one collective over n devices, each paying one hop's latency."""
+def _hops(kind: str, n: int, ring_steps: int | None = None) -> int:
+    """Dependent steps of one collective over n devices, each paying one hop's latency:
+    `ring_steps` (DeviceLayout.ring_steps) or n - 1 for a ring collective, twice that for an
+    all-reduce (reduce-scatter, then all-gather), 1 for a collective-permute."""
     if kind in ("collective-permute", "collective-broadcast"):
         return 1
-    if kind == "all-reduce":
-        return 2 * max(n - 1, 0)  # reduce-scatter, then all-gather
-    return max(n - 1, 0)
+    steps = max(n - 1, 0) if ring_steps is None else ring_steps
+    return 2 * steps if kind == "all-reduce" else steps
 
 
 def transfer_key(computation: str, ins: Instr) -> str:
@@ -248,6 +249,26 @@ class DeviceLayout:
         return names, ("dcn" if slices_cross else "ici"), max(len(phys), 1)
 
 
+    def ring_steps(self, groups: list[list[int]]) -> int | None:
+        """Dependent steps of a ring collective over the groups on the torus, None when the
+        devices' coordinates are unknown: a group laid out over the torus runs one ring per
+        physical dimension, one after the other, so it takes sum over dimensions of (devices
+        along it - 1) steps (a 16 x 16 v5e slice: 30, not 255), and never more than n - 1."""
+        if self.shape is None or self.coords is None:
+            return None
+        steps = 0
+        for g in groups:
+            if self.local is not None:
+                g = [self.local[d] for d in g if d < len(self.local)]
+            g = [d for d in g if d < self.num_devices]
+            if len(g) < 2:
+                continue
+            pc = np.array([self.coords[d] for d in g])
+            along = sum(len(set(pc[:, k].tolist())) - 1 for k in range(pc.shape[1]))
+            steps = max(steps, min(len(g) - 1, along))
+        return steps
+
+
 _MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "REDUCE_SCATTER": "reduce-scatter",
                     "ALL_TO_ALL": "all-to-all", "ONE_TO_ONE": "collective-permute"}
 
@@ -321,7 +342,7 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
             else:
                 links = 1 if kind in ("collective-permute", "collective-broadcast") else 2 * min(phys, max(hw.physical_dims, 1))
                 bw, lat = hw.ici_link_bandwidth * links, hw.ici_latency_s
-            steps = _hops(kind, n)
+            steps = _hops(kind, n, layout.ring_steps(groups) if link == "ici" else None)
             seconds = 0.0 if link == "none" or per == 0 else (per / bw + steps * lat) * mult
             if link == "dcn":
                 resource = "dcn"
