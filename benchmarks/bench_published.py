@@ -54,10 +54,11 @@ def space():
         TrainConfig,
         # one-value choices: a space marks at least one; the point is the published config
         model=preset({preset!r}, attention=pg.oneof([{attention!r}], name="attention")),
-        mesh=fdl.Config(MeshConfig, ici={ici!r}),
+        mesh=fdl.Config(MeshConfig, ici={ici!r}, rules={rules!r}),
         per_device_batch=None,
         global_batch={global_batch},
         remat=pg.oneof([{remat!r}], name="remat"),
+        flags={flags!r},
         optimizer=fdl.Config(OptimizerConfig, peak_lr=3e-4, warmup_steps=100),
         steps=1000,
         eval=fdl.Config(EvalConfig, enabled=False),
@@ -72,7 +73,8 @@ def slug(name: str) -> str:
 def space_text(row: P.Published, timeout: int) -> str:
     return SPACE.format(name=row.name, published_in=row.published_in, config=row.config, target=row.target,
                         timeout=timeout, preset=row.preset, attention=P.ATTENTION[row.attention], ici=row.ici,
-                        global_batch=row.global_batch, remat=P.REMAT[row.remat])
+                        global_batch=row.global_batch, remat=P.REMAT[row.remat], rules=P.rules(row),
+                        flags=row.flags)
 
 
 def plan_row(row: P.Published, out: str, timeout: int) -> dict:
@@ -91,7 +93,10 @@ def plan_row(row: P.Published, out: str, timeout: int) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, stdout=sys.stderr)
     wall = time.perf_counter() - t0
-    result = {"name": row.name, "command": cmd, "returncode": proc.returncode, "wall_s": wall,
+    roofline = subprocess.run(["git", "log", "-1", "--format=%h %cI %s", "--", "trainer/roofline", "trainer/roofline.py"],
+                              cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    result = {"name": row.name, "command": cmd, "roofline_commit": roofline, "head": head, "returncode": proc.returncode, "wall_s": wall,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
         optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -37,6 +37,15 @@ Remat: MaxText "full" = nn.remat with policy None (nothing saved) = our "full";
 MaxText "minimal" (MaxText/layers/models.py @76bd53b0) =
 jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims (the same function as
 dots_with_no_batch_dims_saveable) = our "dots_no_batch", not our "minimal".
+Activation sharding: MaxText's logical_axis_rules at both 2023 commits shard
+'activation_embed' over 'tensor' (the residual stream's embed dim), which is our
+rules="sequence_parallel" (trainer/sharding.py); with tensor 1 it is the same layout as "default".
+Compiler flags: the v5e scripts' LIBTPU_INIT_ARGS are exactly our flag set
+"collective_fusion" (its 7 flags, from MaxText's benchmarks/xla_flags_library.py). The v5p
+scripts set 6 of those 7 (not ..._fuse_all_gather) plus megacore_fusion_allow_ags=false,
+async_collective_permute and ag_backward_pipelining, which no set of ours has:
+"collective_fusion" is the nearest. The v4 script sets only --xla_enable_async_all_gather
+(and TPU_MEGACORE=MEGACORE_DENSE, the megacore mode our v4 topology compiles for): "default".
 Attention: MaxText 'flash' (the Pallas TPU flash kernel) = our attention="flash" (splash kernel
 on TPU); MaxText's plain attention (2023-04: MultiHeadDotProductAttention) = "dot_product".
 """
@@ -80,6 +89,7 @@ class Published:
     formula: str  # key of FORMULAS used by the published number
     published_in: str  # repository, file and commit of the table entry
     config: str  # repository, file and commit of the config script
+    flags: str = "default"  # our compiler flag set (trainer/flagsets.py) nearest the script's LIBTPU_INIT_ARGS
     held_out: bool = False  # kept aside: checked after the calibration rows, never tuned against
     ran: bool = True  # the config ran (a published measurement exists)
     note: str = ""
@@ -97,7 +107,7 @@ ROWS = (
     Published(
         name="v5e-256 16B", preset="maxtext-v5e-16b", target="tpu:v5e-256", chips=256, ici=(1, 256, 1),
         maxtext_per_device_batch=6, remat="full", attention="flash", tflops=120, mfu=0.6110, formula="6N+attn",
-        published_in=f"{MAXTEXT} README.md@{C_V5E_16_32} (1x v5e-256: 120, 67.10%; MFU corrected to 61.10% in "
+        flags="collective_fusion", published_in=f"{MAXTEXT} README.md@{C_V5E_16_32} (1x v5e-256: 120, 67.10%; MFU corrected to 61.10% in "
                      "9bc243c9536bbd80268be23f6374a164fa36efbe, 2023-10-27 'Fix performance numbers')",
         config=f"{MAXTEXT} MaxText/configs/largest_job/16b.sh@{C_V5E_64_128} (per_device_batch_size=6, "
                "remat_policy=full, global_parameter_scale=16, max_target_length=2048, enable_flash_attention=true; "
@@ -105,7 +115,7 @@ ROWS = (
     Published(
         name="v5e-256 32B", preset="maxtext-v5e-32b", target="tpu:v5e-256", chips=256, ici=(1, 256, 1),
         maxtext_per_device_batch=4, remat="full", attention="flash", tflops=132, mfu=0.6686, formula="6N+attn",
-        published_in=f"{MAXTEXT} README.md@{C_V5E_16_32} (1x v5e-256: 132, 66.86%)",
+        flags="collective_fusion", published_in=f"{MAXTEXT} README.md@{C_V5E_16_32} (1x v5e-256: 132, 66.86%)",
         config=f"{MAXTEXT} MaxText/configs/largest_job/32b.sh@{C_V5E_64_128} (per_device_batch_size=4, "
                "remat_policy=full, global_parameter_scale=32, max_target_length=2048, enable_flash_attention=true); "
                "= MaxText/configs/v5e/32b.sh@" + C_V5P),
@@ -120,7 +130,7 @@ ROWS = (
     Published(
         name="v5p-128 32B", preset="maxtext-v5e-32b", target="tpu:v5p-128", chips=64, ici=(1, 16, 4),
         maxtext_per_device_batch=8, remat="minimal", attention="flash", tflops=328, mfu=0.7147,
-        formula="6N+causal",
+        formula="6N+causal", flags="collective_fusion",
         published_in=f"{MAXTEXT} MaxText/configs/v5p/README.md@{C_V5P} and README.md there (1x v5p-128: 328, "
                      "71.47%)",
         config=f"{MAXTEXT} MaxText/configs/v5p/32b.sh@{C_V5P} (per_device_batch_size=8, remat_policy=minimal, "
@@ -132,7 +142,7 @@ ROWS = (
     Published(
         name="v5e-256 64B", preset="maxtext-v5e-64b", target="tpu:v5e-256", chips=256, ici=(1, 256, 1),
         maxtext_per_device_batch=2, remat="full", attention="flash", tflops=118, mfu=0.5990, formula="6N+attn",
-        published_in=f"{MAXTEXT} README.md@9bc243c9536bbd80268be23f6374a164fa36efbe and "
+        flags="collective_fusion", published_in=f"{MAXTEXT} README.md@9bc243c9536bbd80268be23f6374a164fa36efbe and "
                      f"v5e_high_performance.md@{C_V5E_64_128} (1x v5e-256: 118, 59.90%)",
         config=f"{MAXTEXT} MaxText/configs/largest_job/64b.sh@{C_V5E_64_128} (per_device_batch_size=2, "
                "remat_policy=full, global_parameter_scale=64, enable_flash_attention=true)",
@@ -140,7 +150,7 @@ ROWS = (
     Published(
         name="v5e-256 128B", preset="maxtext-v5e-128b", target="tpu:v5e-256", chips=256, ici=(1, 16, 16),
         maxtext_per_device_batch=1, remat="full", attention="flash", tflops=110, mfu=0.5606, formula="6N+attn",
-        published_in=f"{MAXTEXT} README.md@9bc243c9536bbd80268be23f6374a164fa36efbe and "
+        flags="collective_fusion", published_in=f"{MAXTEXT} README.md@9bc243c9536bbd80268be23f6374a164fa36efbe and "
                      f"v5e_high_performance.md@{C_V5E_64_128} (1x v5e-256: 110, 56.06%)",
         config=f"{MAXTEXT} MaxText/configs/largest_job/128b.sh@{C_V5E_64_128} (per_device_batch_size=1, "
                "remat_policy=full, global_parameter_scale=128, ici_fsdp_parallelism=16, ici_tensor_parallelism=16, "
@@ -149,7 +159,7 @@ ROWS = (
     Published(
         name="v5p-128 64B", preset="maxtext-v5e-64b", target="tpu:v5p-128", chips=64, ici=(1, 16, 4),
         maxtext_per_device_batch=4, remat="minimal", attention="flash", tflops=323, mfu=0.7031,
-        formula="6N+causal",
+        formula="6N+causal", flags="collective_fusion",
         published_in=f"{MAXTEXT} MaxText/configs/v5p/README.md@{C_V5P} (1x v5p-128: 323, 70.31%)",
         config=f"{MAXTEXT} MaxText/configs/v5p/64b.sh@{C_V5P} (per_device_batch_size=4, remat_policy=minimal, "
                "global_parameter_scale=64, ici_fsdp_parallelism=-1 (16), ici_tensor_parallelism=4, attention='flash')",
@@ -161,6 +171,11 @@ BY_NAME = {r.name: r for r in ROWS}
 # MaxText's names -> paxsearch's (trainer/remat.py, model attention)
 REMAT = {"full": "full", "minimal": "dots_no_batch"}
 ATTENTION = {"flash": "flash", "mha": "dot_product"}
+
+
+def rules(row: Published) -> str:
+    """Our activation-sharding rules for the row (see the module docstring)."""
+    return "sequence_parallel" if row.ici[2] > 1 else "default"
 
 
 def _dims(row: Published):
