@@ -193,7 +193,8 @@ class ScheduleReplay:
                 for key in keys:
                     if what == "sync":
                         seconds, resource = self.transfer(key)
-                        in_flight[key] = links.reserve(resource, now, seconds)
+                        if seconds > 0:  # a transfer that moves nothing (a group of one) waits for nothing
+                            in_flight[key] = links.reserve(resource, now, seconds)
                     wait(key)
             cost = op_seconds(self.module, comp, ins, self.hw)
             if cost is not None:
@@ -202,7 +203,8 @@ class ScheduleReplay:
             if what == "open":
                 for key in keys:
                     seconds, resource = self.transfer(key)
-                    in_flight[key] = links.reserve(resource, now, seconds)
+                    if seconds > 0:
+                        in_flight[key] = links.reserve(resource, now, seconds)
         for key in list(in_flight):  # a transfer never closed here ends before the computation does
             wait(key)
         t = Timeline(now, sum(stalls.values()), dict(stalls))
