@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from . import dryrun
+    from . import dryrun, gpu_assign
     from .space import load_space
     from .study_setup import check_settings, create_or_continue, with_cli
 
@@ -34,6 +34,7 @@ def main(args) -> int:
         settings = with_cli(space.settings, **cli_settings(args, for_new=True))
         space.apply_sets(args.sets)
         target = check_settings(settings, space)
+        gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written
         if args.dry_run:
             print(dryrun.dry_run(space, settings, target))
             return 0

@@ -192,10 +192,7 @@ class Driver:
         """Worker slot i: its processes on this machine; on a GPU target, slot i's processes see
         only the i-th `gpu:N` of the visible GPUs (GpuAssignError, one line, when they do not fit)."""
         ctx, s = self.ctx, self.ctx.settings
-        cuda = None
-        if ctx.target.platform == "gpu" and not ctx.target.plan_only:
-            cuda = gpu_assign.assign(s.workers, ctx.target.num_devices, ctx.target.devices_per_process(s.processes),
-                                     gpu_assign.visible_gpus())
+        cuda = gpu_assign.for_target(ctx.target, s.workers, s.processes)
         return lambda i: WorkerSlot(ctx.target, s.processes, ctx.run_dir, i, s.imports, cuda[i] if cuda else None)
 
     def _check_none_left_running(self) -> None:
@@ -343,6 +340,16 @@ class Driver:
                     flags)
         return None, config_json, flags
 
+    def _requeue_lost(self, trial: optuna.Trial) -> None:
+        """A trial that a lost host failed (slice gangs) is superseded and its config queued
+        again, so that the budget counts configs that were really tried."""
+        retry = storage_lib.retry
+        frozen = retry(self.ctx.storage.get_trial, trial._trial_id)
+        d = trial_decisions(self.ctx.space, frozen)
+        if d is not None:
+            with self.ctx.lock.hold():
+                retry(self.ctx.study.enqueue_trial, d, user_attrs={"requeued_from": trial.number})
+
     def _on_report(self, trial: optuna.Trial):
         metric = self.objectives[0]
 
@@ -378,6 +385,9 @@ class Driver:
         state, values, extra = records.outcome(self.objectives, result)
         attrs = records.trial_attrs(result, env, records.timings(result, total_s))
         attrs.update(extra)
+        lost = attrs.get("failure_kind") == failures.HOST_LOST  # not the config's doing: it runs again
+        if lost:
+            attrs["superseded"] = True
         retry = storage_lib.retry  # a storage outage is ridden out; past its budget the trial stays RUNNING
         for key, value in attrs.items():
             if value is not None:
@@ -388,6 +398,8 @@ class Driver:
             retry(self.ctx.study.tell, trial, values=values if state == TrialState.COMPLETE else None, state=state)
         except UpdateFinishedTrialError:  # an earlier try was stored before its connection dropped
             pass
+        if lost:
+            self._requeue_lost(trial)
         self.finished += 1
         feasible = state == TrialState.COMPLETE and not attrs.get("failure_kind")
         self.progress.finished(records.trial_line(trial.number, state, decisions, attrs, total_s), values, feasible)

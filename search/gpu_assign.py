@@ -59,3 +59,11 @@ def assign(workers: int, per_trial: int, per_process: int, visible: list[str] | 
         mine = visible[k * per_trial:(k + 1) * per_trial]
         plan.append([",".join(mine[p:p + per_process]) for p in range(0, per_trial, per_process)])
     return plan
+
+
+def for_target(target, workers: int, processes: int) -> list[list[str]] | None:
+    """assign() for a study's local workers on `target` (a search.targets.Target); None when
+    the target is not a GPU one run here."""
+    if target.platform != "gpu" or target.plan_only:
+        return None
+    return assign(workers, target.num_devices, target.devices_per_process(processes), visible_gpus())

@@ -151,6 +151,8 @@ class WorkerGang:
         env["XLA_FLAGS"] = flagsets.with_device_count(env.get("XLA_FLAGS"), per_proc if cpu else None)
         if cpu:
             env["JAX_PLATFORMS"] = "cpu"
+        elif self.target.platform == "gpu":  # the driver's own JAX_PLATFORMS=cpu must not keep it off the GPUs
+            env.pop("JAX_PLATFORMS", None)
         if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
             env.update(target_env(self.target))
         if self.cuda_devices is not None:

@@ -1,0 +1,113 @@
+"""Slice gangs as separate hosts would run them: independent `paxsearch worker` processes that
+share nothing but the storage URL and their gang's coordinator address. Two gangs of two
+hosts (4 simulated CPU devices each) on one PostgreSQL study; one host killed mid-trial."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from paxsearch.search.pool import free_port
+from paxsearch.search.storage import driver_url
+
+from .search_util import HERE, REPO, active, cli, decision_keys
+from .test_search_distributed import pg_url  # noqa: F401 - a fresh PostgreSQL database per test
+
+GANG = os.path.join(HERE, "spaces", "gang_space.py")
+
+
+def _host(tmp_path, pg_url, gang: int, index: int, port: int, tag: str = "") -> tuple[subprocess.Popen, str]:  # noqa: F811
+    log = str(tmp_path / f"g{gang}h{index}{tag}.out")
+    cmd = [sys.executable, "-m", "paxsearch.search.cli", "worker", "--storage", pg_url, "--study", "gang_space",
+           "--run-dir", str(tmp_path / f"g{gang}h{index}"), "--coordinator", f"127.0.0.1:{port}", "--num-hosts", "2",
+           "--host-index", str(index), "--join-timeout", "180", "--no-progress"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, log
+
+
+def _wait(predicate, timeout: float, what: str, procs=()) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _read(path: str) -> str:
+    try:
+        return open(path).read()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_url):  # noqa: F811
+    cli("run", GANG, "--storage", pg_url, "--run-dir", tmp_path / "created", "--create-only")
+    ports = [free_port(), free_port()]
+    hosts = {(g, i): _host(tmp_path, pg_url, g, i, ports[g]) for g in (0, 1) for i in (0, 1)}
+    storage = driver_url(pg_url)
+    try:
+        # gang 1 loses its host 1 while that host runs its first trial
+        _wait(lambda: "running" in _read(hosts[(1, 1)][1]), 400, "gang 1's first trial")
+        time.sleep(3.0)
+        os.killpg(hosts[(1, 1)][0].pid, signal.SIGKILL)
+        hosts[(1, 1)][0].wait(timeout=30)
+
+        def lost():
+            trials = optuna.load_study(study_name="gang_space", storage=storage).get_trials(deepcopy=False)
+            return [t for t in trials if t.user_attrs.get("failure_kind") == "host_lost"]
+
+        _wait(lambda: lost(), 120, "the lost host's trial to be recorded")
+        hosts[(1, 1)] = _host(tmp_path, pg_url, 1, 1, ports[1], tag="-again")  # restarted, as a JobSet would
+        for (g, i), (proc, log) in hosts.items():
+            try:
+                proc.wait(timeout=900)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"host {i} of gang {g} did not finish:\n{_read(log)[-3000:]}")
+            assert proc.returncode == 0, f"host {i} of gang {g}:\n{_read(log)[-3000:]}"
+    finally:
+        for proc, _ in hosts.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    study = optuna.load_study(study_name="gang_space", storage=storage)
+    trials = study.get_trials()
+    counted = active(study)
+    assert len(counted) == 4 and all(t.state == TrialState.COMPLETE for t in counted), \
+        [(t.number, t.state, t.user_attrs.get("failure_message")) for t in trials]
+    assert len(set(decision_keys(counted))) == 4  # the budget is exact and no config ran twice
+    (gone,) = lost()
+    assert gone.state == TrialState.FAIL and gone.user_attrs["superseded"]
+    assert "host 1 of 2 stopped answering" in gone.user_attrs["failure_message"]
+    again = [t for t in counted if t.user_attrs.get("requeued_from") == gone.number]
+    assert len(again) == 1 and again[0].params == gone.params  # its config ran again, to completion
+    owners = {t.user_attrs["owner"]["pid"] for t in trials}
+    assert len(owners) == 2, "both gangs ran trials, each recorded by its host 0 only"
+    for t in counted:
+        env = t.user_attrs["env"]
+        assert env["process_count"] == 2 and env["num_devices"] == 8
+        assert "xla_force_host_platform_device_count=4" in env["xla_flags"]
+    for g in (0, 1):  # hosts 1 write no study; they keep their own logs of the trials they ran
+        follower = tmp_path / f"g{g}h1"
+        assert not (follower / "study.db").exists()
+        assert list(follower.glob("trials/*/log.1.txt"))
+    assert "joined the slice gang" in _read(hosts[(1, 1)][1])  # the restarted host re-formed the gang
+
+    # the same config in one process (8 devices) trains to the same losses
+    single = tmp_path / "single"
+    cli("run", GANG, "--run-dir", single, "--set", "ici_mesh=2x4x1", "--trials", "1", "--no-progress")
+    alone = optuna.load_study(study_name="gang_space", storage=f"sqlite:///{single}/study.db").get_trials()[0]
+    (ganged,) = [t for t in counted if t.params["ici_mesh"] == "2x4x1"]
+    assert alone.user_attrs["env"]["process_count"] == 1
+    steps = [s for s, _ in alone.user_attrs["intermediate"]]
+    assert steps == [s for s, _ in ganged.user_attrs["intermediate"]] and len(steps) >= 2
+    for (_, a), (_, b) in zip(alone.user_attrs["intermediate"], ganged.user_attrs["intermediate"]):
+        assert a == pytest.approx(b, rel=1e-5)
+    assert alone.user_attrs["measured"]["loss"] == pytest.approx(ganged.user_attrs["measured"]["loss"], rel=1e-5)
