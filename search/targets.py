@@ -194,35 +194,35 @@ def target_devices(target: Target) -> list:
 
 # ----------------------------------------------------------------------------- hardware
 
-# GPU memory and NVLink bandwidth (bytes/s), NVIDIA datasheets (SXM parts):
-#   A100 80GB 2,039 GB/s HBM2e, NVLink 600 GB/s  https://www.nvidia.com/en-us/data-center/a100/
-#   H100      3.35 TB/s HBM3,   NVLink 900 GB/s  https://www.nvidia.com/en-us/data-center/h100/
-#   H200      4.8 TB/s HBM3e,   NVLink 900 GB/s  https://www.nvidia.com/en-us/data-center/h200/
-# NVLink figures are bidirectional totals per GPU (through NVSwitch); between nodes one
-# 400 Gb/s NIC per GPU is assumed.
-GPU_BANDWIDTH = {"a100": (2039e9, 600e9), "h100": (3.35e12, 900e9), "h200": (4.8e12, 900e9)}
-GPU_NIC_BANDWIDTH = 400e9 / 8
-
-
 def hardware_for(target: Target, devices: Sequence):
-    """roofline.Hardware of one device of `target`."""
+    """roofline.Hardware of one device of `target`: the figures of trainer/hardware.py's entry
+    for the target's chip or the devices' kind; simulated CPU devices get the host's measured
+    memory bandwidth (collectives are memory copies) and the measured matmul peak."""
     from ..trainer import flops as flops_lib
+    from ..trainer import hardware
     from ..trainer.roofline import Hardware
 
-    chip = topo.CHIPS.get(target.chip or "") or topo.chip_for_device_kind(devices[0].device_kind)
-    if chip is not None:
-        return Hardware(chip.name, chip.peak_bf16_flops, chip.hbm_bandwidth, chip.ici_link_bandwidth,
-                        chip.dcn_bandwidth_per_chip, chip.torus_dims)
-    kind = devices[0].device_kind.lower()
+    entry = hardware.TABLE.get(target.chip or "") or hardware.find_device_kind(devices[0].device_kind)
+    if entry is not None:
+        return _roofline_hardware(Hardware, entry)
     local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
     peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)
-    for name, (hbm, nvlink) in GPU_BANDWIDTH.items():
-        if name in kind:
-            # one bidirectional ring drives half the NVLink total in each direction: 2 x link = nvlink / 2
-            return Hardware(name, peak, hbm, nvlink / 4, GPU_NIC_BANDWIDTH, 1)
     bw = _host_memory_bandwidth() / max(local, 1)
-    # simulated CPU devices share host memory: collectives are memory copies
-    return Hardware(devices[0].platform, peak, bw, bw / 2, bw / 2, 1)
+    return Hardware(name=devices[0].platform, peak_flops=peak, hbm_bandwidth=bw, ici_link_bandwidth=bw / 2,
+                    dcn_bandwidth=bw / 2, physical_dims=1)
+
+
+def _roofline_hardware(hardware_cls, entry):
+    """`hardware_cls` (roofline.Hardware) from a hardware-table entry, by keyword; the per-hop
+    latencies only where that class has fields for them."""
+    kwargs = dict(name=entry.name, peak_flops=entry.peak_bf16_flops.value, hbm_bandwidth=entry.hbm_bandwidth.value,
+                  ici_link_bandwidth=entry.ici_link_bandwidth, dcn_bandwidth=entry.dcn_bandwidth.value,
+                  physical_dims=int(entry.torus_dims.value))
+    fields = {f.name for f in dataclasses.fields(hardware_cls)}
+    for field in ("ici_latency_s", "dcn_latency_s"):
+        if field in fields:
+            kwargs[field] = getattr(entry, field).value
+    return hardware_cls(**kwargs)
 
 
 _HOST_BW: list[float] = []
@@ -336,10 +336,13 @@ def predictions(program, target: Target, devices: Sequence) -> dict:
     plan = program.plan
     hw = hardware_for(target, devices)
     roof, error = None, None
-    try:
-        roof = analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=len(devices))
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        error = f"roofline failed: {type(e).__name__}: {e}"
+    if plan.hlo_text is None:  # the compile stands; only its optimized HLO could not be had
+        error = f"roofline failed: {plan.hlo_error or 'no optimized HLO'}"
+    else:
+        try:
+            roof = analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=len(devices))
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            error = f"roofline failed: {type(e).__name__}: {e}"
     step = roof.step_time_s if roof else None
     mfu = roof.predicted_mfu(plan.model_flops_per_step, len(devices), hw.peak_flops) if roof else None
     return {
@@ -352,6 +355,7 @@ def predictions(program, target: Target, devices: Sequence) -> dict:
         "predicted_mfu": float(mfu) if mfu is not None else None,
         "predicted_tokens_per_sec": float(plan.tokens_per_step / step) if step else None,
         "roofline": roof.to_dict() if roof else {"predicted": True, "error": error},
+        "hlo_source": plan.hlo_source,  # "as_text" | "hlo_modules" | "xla_dump" | None (trainer.plan.optimized_hlo)
     }
 
 

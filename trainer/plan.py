@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -126,8 +128,9 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
         step_fn = jax.jit(step_lib.make_train_step(model, tx, schedule),
                           in_shardings=(state_shardings, batch_sh),
                           out_shardings=(state_shardings, metric_sh), donate_argnums=(0,))
-        compiled = step_fn.lower(abstract_state, batch).compile()
-    return model, tx, schedule, state_shardings, batch_sh, abstract_state, batch, compiled
+        lowered = step_fn.lower(abstract_state, batch)
+        compiled = lowered.compile()
+    return model, tx, schedule, state_shardings, batch_sh, abstract_state, batch, lowered, compiled
 
 
 def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
@@ -144,7 +147,7 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     rules = resolved_rules(cfg, mesh)
 
     t0 = time.perf_counter()
-    model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled = _lower_and_compile(
+    model, tx, schedule, state_sh, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
         cfg, mesh, global_batch, rules, platform)
     compile_seconds = time.perf_counter() - t0
     xla_flops, xla_bytes = _cost(compiled)
@@ -152,6 +155,8 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
     memory = _memory(compiled)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
+    hlo_text, hlo_source, hlo_error = optimized_hlo(compiled, lowered) if keep_hlo else (None, None, None)
+    del lowered
     plan = PlanResult(
         memory=memory, peak_bytes=memory.peak_bytes, xla_flops_per_step=xla_flops,
         xla_bytes_accessed_per_step=xla_bytes,
@@ -159,8 +164,74 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         param_count=int(n_params), global_batch=global_batch,
         tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
         device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
-        mesh_shape=dict(mesh.shape), hlo_text=compiled.as_text() if keep_hlo else None)
+        mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error)
     return Program(cfg, mesh, model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled, plan, rules)
+
+
+def optimized_hlo(compiled, lowered) -> tuple[str | None, str | None, str | None]:
+    """(optimized HLO text, where it came from, why there is none) of a compiled step.
+
+    compiled.as_text() first. It rebuilds the module from its proto, which can fail where the
+    compile did not (jax 0.10.2 / libtpu 0.0.52, v5p: "async-update instruction should have 1
+    operands but sees 3" for a SparseCore gather offload), and so does the executable's
+    hlo_modules(). Then the module XLA itself printed: `lowered` compiled again with an XLA
+    dump into a temporary folder (its *.after_optimizations.txt). Sources: "as_text",
+    "hlo_modules", "xla_dump"; (None, None, reasons) when none gives a module. The memory
+    figure never depends on this: it is memory_analysis() of the first compile."""
+    errors = []
+    try:
+        text = compiled.as_text()  # None where the backend has no text view
+        if text:
+            return text, "as_text", None
+        errors.append("as_text: no text view on this backend")
+    except (jax.errors.JaxRuntimeError, NotImplementedError) as e:
+        errors.append(f"as_text: {_first_line(e)}")
+    try:
+        executable = compiled.runtime_executable()
+        modules = executable.hlo_modules() if executable is not None else []
+        if modules:
+            return "\n\n".join(m.to_string() for m in modules), "hlo_modules", None
+        errors.append("hlo_modules: none")
+    except (jax.errors.JaxRuntimeError, NotImplementedError, AttributeError) as e:
+        errors.append(f"hlo_modules: {_first_line(e)}")
+    try:
+        return _dumped_hlo(lowered), "xla_dump", None
+    except (jax.errors.JaxRuntimeError, OSError, LookupError) as e:
+        errors.append(f"xla_dump: {_first_line(e)}")
+    return None, None, "no optimized HLO: " + "; ".join(errors)
+
+
+DUMP_SUFFIX = "after_optimizations.txt"  # TPU: <module>.after_optimizations.txt, CPU: <module>.cpu_after_optimizations.txt
+
+
+def _dumped_hlo(lowered) -> str:
+    """Compile `lowered` again with XLA dumping its optimized module as text; that text.
+    The dump flags are part of jax's cache key (compiler_options), so this compiles for real
+    and is not written to the persistent compilation cache (a throw-away entry)."""
+    with tempfile.TemporaryDirectory(prefix="paxsearch-hlo-") as folder, _no_persistent_cache_writes():
+        lowered.compile(compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_text": True})
+        dumps = [f for f in os.listdir(folder) if f.endswith(DUMP_SUFFIX)]
+        if not dumps:
+            raise LookupError(f"the XLA dump wrote no *{DUMP_SUFFIX}")
+        biggest = max(dumps, key=lambda f: os.path.getsize(os.path.join(folder, f)))
+        with open(os.path.join(folder, biggest)) as f:
+            return f.read()
+
+
+@contextlib.contextmanager
+def _no_persistent_cache_writes():
+    key = "jax_persistent_cache_min_compile_time_secs"
+    before = getattr(jax.config, key)
+    jax.config.update(key, float("inf"))
+    try:
+        yield
+    finally:
+        jax.config.update(key, before)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str) -> tuple[float, float]:

@@ -41,6 +41,8 @@ class PlanResult:
     compile_seconds: float
     mesh_shape: dict[str, int] = field(default_factory=dict)
     hlo_text: str | None = None  # optimized HLO (kept only when asked)
+    hlo_source: str | None = None  # where hlo_text came from: "as_text" | "hlo_modules" | "xla_dump"
+    hlo_error: str | None = None  # why there is no hlo_text although it was asked for
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
