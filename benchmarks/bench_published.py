@@ -77,6 +77,12 @@ def space_text(row: P.Published, timeout: int) -> str:
                         flags=row.flags)
 
 
+def roofline_commit() -> str:
+    """The last commit of the roofline code in this checkout (it changes while rows compile)."""
+    return subprocess.run(["git", "log", "-1", "--format=%h %cI", "--", "trainer/roofline", "trainer/roofline.py"],
+                          cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
 def plan_row(row: P.Published, out: str, timeout: int) -> dict:
     """Run `paxsearch run` on the row's space; return its stored trial (plan, failure)."""
     import optuna
@@ -90,13 +96,13 @@ def plan_row(row: P.Published, out: str, timeout: int) -> dict:
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", space, "--run-dir", study_dir, "--no-progress",
            "--trials", "1", "--workers", "1", "--target", row.target]
     print(f"[{row.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
+    before = roofline_commit()  # the worker imports the roofline after its compile: record both ends
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, stdout=sys.stderr)
     wall = time.perf_counter() - t0
-    roofline = subprocess.run(["git", "log", "-1", "--format=%h %cI %s", "--", "trainer/roofline", "trainer/roofline.py"],
-                              cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    result = {"name": row.name, "command": cmd, "roofline_commit": roofline, "head": head, "returncode": proc.returncode, "wall_s": wall,
+    result = {"name": row.name, "command": cmd, "roofline_commit_before": before, "roofline_commit": roofline_commit(),
+              "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                     text=True).stdout.strip(), "returncode": proc.returncode, "wall_s": wall,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -140,6 +146,9 @@ def figures(row: P.Published, result: dict | None) -> dict:
         "comm_s": roof.get("comm_s"), "exposed_comm_s": roof.get("exposed_comm_s"),
         "hfu_flops": plan.get("xla_flops_per_step"), "model_flops": plan.get("model_flops_per_step"),
         "num_devices": plan.get("num_devices"),
+        # the hardware FLOP rate the published step time implies for the FLOPs XLA executes here
+        "implied_hfu": (plan["xla_flops_per_step"] / P.published_step_time(row) / plan["peak_flops_per_device"]
+                        if plan.get("xla_flops_per_step") and plan.get("peak_flops_per_device") else None),
         "failure": (result or {}).get("failure_kind"),
         "failure_message": (result or {}).get("failure_message"),
     }
@@ -152,8 +161,8 @@ def _f(x, fmt):
 def report(rows, results: dict) -> str:
     lines = ["| config | published MFU (ours) | predicted MFU | predicted / published | fits (peak / HBM GiB) "
              "| step s: predicted / implied | compute s | memory s | roofline s | comm s | exposed comm s "
-             "| XLA / model FLOPs | outcome |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| XLA / model FLOPs | implied HFU | outcome |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     figs = {}
     for r in rows:
         g = figs[r.name] = figures(r, results.get(r.name))
@@ -167,7 +176,7 @@ def report(rows, results: dict) -> str:
             f"| {_f(g['predicted_mfu'], '.2%')} | {_f(g['ratio'], '.2f')} | {mem} "
             f"| {_f(g['step_s'], '.2f')} / {g['published_step_s']:.2f} | {_f(g['compute_s'], '.2f')} "
             f"| {_f(g['memory_s'], '.2f')} | {_f(g['roofline_s'], '.2f')} | {_f(g['comm_s'], '.2f')} "
-            f"| {_f(g['exposed_comm_s'], '.2f')} | {_f(hfu, '.2f')} | {outcome} |")
+            f"| {_f(g['exposed_comm_s'], '.2f')} | {_f(hfu, '.2f')} | {_f(g['implied_hfu'], '.0%')} | {outcome} |")
     lines.append("")
     for group, keep in (("calibration", lambda r: not r.held_out), ("all rows", lambda r: True)):
         sel = [r for r in rows if keep(r)]
