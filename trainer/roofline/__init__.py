@@ -121,6 +121,11 @@ Combination: overlap read from the compiled schedule.
   the stalls at its done, which include waiting for the links earlier transfers still hold
   (so one collective's share can exceed its own time; their sum cannot exceed comm_s: some
   transfer is in flight during every stall).
+  Checked on maxtext-v5e-16b compiled for v5e-256 (fsdp 256, batch 6 per chip, full remat,
+  flash attention): the fsdp all-gathers are TPU async-collective chains, 87% hidden by the
+  layer's matmuls (0.045 s of 0.334 s exposed); the per-layer weight-gradient all-reduces
+  are synchronous in the schedule, 0.338 s fully exposed. The fixed fraction had hidden all
+  0.81 s: predicted step 8.38 s -> 8.76 s, MFU 75.1% -> 71.8% (published: 61.1%).
   What this leaves out: HBM contention between a transfer and the compute it hides
   behind; a transfer issued before a loop and done after it overlaps the loop's duration
   but not its link use (nested computations are replayed with their own link queues);
