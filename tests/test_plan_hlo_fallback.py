@@ -21,13 +21,14 @@ from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
 from .search_util import needs_libtpu
 
-# The smallest config found that still fails as_text() (the failure is the loss's gather over
-# the [batch, seq, vocab / tensor] logits; MaxText's 32B dims otherwise shrunk): see
-# test_v5p_gather_offload_plan_keeps_memory_and_gets_hlo_from_the_xla_dump, which asserts it
-# still fails, so a jax that fixes as_text() makes that test say so.
-SMALLEST_FAILING = dataclasses.replace(presets.source("maxtext-v5e-32b").model, n_layers=1, d_model=1024, n_heads=4,
-                                       d_ff=2048)
-SMALLEST_BATCH = 8
+# The smallest config found that still fails as_text(): MaxText's 32B config with 1 layer,
+# d_model 512, 4 heads x 128, d_ff 1024, batch 1 per chip; vocab 32768 and seq 2048 kept. The
+# failing instruction is the loss's gather over the [batch, seq, vocab / tensor] logits: at
+# seq 512 (or vocab 4096) XLA does not offload it and as_text() works. The test asserts that
+# as_text() still fails for it, so a jax that fixes the bug makes the test say so.
+SMALLEST_FAILING = dataclasses.replace(presets.source("maxtext-v5e-32b").model, n_layers=1, d_model=512, n_heads=4,
+                                       head_dim=128, d_ff=1024)
+SMALLEST_BATCH = 1
 SMALL = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=128, seq_len=32)
 
 
