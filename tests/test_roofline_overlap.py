@@ -197,7 +197,8 @@ def test_a_step_compiled_for_v5e_16_is_read_from_its_schedule():
     assert roof["overlap"] == "schedule"
     assert all(math.isfinite(roof[k]) for k in ("step_time_s", "exposed_comm_s", "comm_s", "roofline_s"))
     assert roof["compute_s"] <= roof["roofline_s"] <= roof["step_time_s"]
-    assert 0 <= roof["exposed_comm_s"] <= roof["comm_s"]
+    # the fsdp all-gathers and the collective matmuls' permutes are async: some is hidden
+    assert 0 < roof["exposed_comm_s"] < roof["comm_s"]
     assert roof["step_time_s"] == pytest.approx(roof["roofline_s"] + roof["exposed_comm_s"])
 
 

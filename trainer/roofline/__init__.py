@@ -74,14 +74,17 @@ sum over those dimensions of (devices along it - 1) steps (16 devices of a 4 x 4
 of a 16 x 16: 30), at most n - 1, and n - 1 when the devices' coordinates are unknown (CPU,
 DCN); an all-reduce twice that (its reduce-scatter, then its all-gather); a
 collective-permute one hop.
-  ICI_STEP_LATENCY_S = 1 us: ICI neighbour latency is sub-microsecond, and a ring step adds
-    the DMA issue and the synchronisation flag of the step ("How to Scale Your Model",
-    jax-ml.github.io/scaling-book, chapters "All About TPUs" / "All About Sharded
-    Matmuls": per-hop ICI latency on the order of 1 us; Jouppi et al., "TPU v4", ISCA 2023).
-  DCN_STEP_LATENCY_S = 20 us: one message across the data-center network between hosts
-    (host NIC, switch fabric, the megascale transfer's host round trip): tens of
-    microseconds, an order-of-magnitude estimate, not measured here. Small collectives are
-    latency-bound with these figures: a 16-device ring all-gather pays 15 us however small.
+  ICI_STEP_LATENCY_S = 1 us: an order-of-magnitude estimate, not measured here. ICI links
+    join torus neighbours directly and their latency is sub-microsecond; a ring step adds
+    the DMA issue and the synchronisation flag the receiver waits on. (Collectives of small
+    arrays are latency-bound, not bandwidth-bound: "How to Scale Your Model",
+    jax-ml.github.io/scaling-book, "Sharded Matrices".) trainer/hardware.py carries the
+    per-chip figure with its source and passes it in.
+  DCN_STEP_LATENCY_S = 20 us: one message between hosts over the data-center network (host
+    NIC, switch fabric, the megascale transfer's host round trip): tens of microseconds, an
+    order-of-magnitude estimate, not measured here.
+  Small collectives are latency-bound with these figures: a 16-device all-gather on a 4 x 4
+  v5e pays 6 us however small, a 256-device one on a 16 x 16 30 us.
   A hardware table can set both per chip (Hardware(..., ici_latency_s=, dcn_latency_s=)).
 
 Combination: overlap read from the compiled schedule.
