@@ -134,7 +134,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
                + _CLOUD + "v5p)"}),
     _tpu("v5e", ("TPU v5 lite", "TPU v5e"), 197e12, 16, 15.75, 819e9, 400e9, 4, 25e9 / 8, 2, 1, {
         "peak": _CLOUD + "v5e (197 TFLOP/s bf16 per chip)",
-        "hbm": _CLOUD + "v5e (16 GB HBM2 per chip)",
+        "hbm": _CLOUD + "v5e (16 GB HBM2 per chip, counted here as 16 GiB)",
         "hbm_bw": _CLOUD + "v5e (819 GB/s HBM bandwidth)",
         "ici": _CLOUD + "v5e (ICI 1,600 Gbps per chip one way = 400 GB/s both ways)",
         "ports": _CLOUD + "v5e (2D torus, 4 ICI ports per chip)",
@@ -148,7 +148,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "dcn": _CLOUD + "v5p (DCN 50 Gbps per chip)"}),
     _tpu("v6e", ("TPU v6 lite", "TPU v6e"), 918e12, 32, 31.24, 1640e9, 800e9, 4, 100e9 / 8, 2, 1, {
         "peak": _CLOUD + "v6e (918 TFLOP/s bf16 per chip)",
-        "hbm": _CLOUD + "v6e (32 GB HBM per chip)",
+        "hbm": _CLOUD + "v6e (32 GB HBM per chip, counted here as 32 GiB)",
         "hbm_bw": _CLOUD + "v6e (1,640 GB/s HBM bandwidth)",
         "ici": _CLOUD + "v6e (ICI 800 GB/s both ways per chip, the page's current table; an older version "
                         "said 3,584 Gbps)",
