@@ -26,19 +26,33 @@ is fixed), and what the gradient all-reduce over DCN (25 Gbps a chip on v5e) cos
 beside the compute, as predicted step time, predicted MFU and DCN collective time (every
 step-time figure is the roofline's prediction over the optimized HLO, trainer/roofline.py;
 per-chip memory is XLA's TPU compiler's own figure against 15.75 GiB usable HBM).
+Run on 2026-12-01 (benchmarks/RESULTS.md, "Multi-slice planning"):
+
+    slices  chips  global batch  memory/chip  step (pred.)  MFU (pred.)  DCN all-reduce / exposed
+    1       256    1,536         9.83 GiB     8.884 s       70.8%        none
+    2       512    3,072         11.88 GiB    8.930 s       70.5%        60 ms / 24 ms
+    4       1024   6,144         11.77 GiB    8.973 s       70.1%        106 ms / 68 ms
+
+The data axis over DCN is cheap for this model: the step is compute-bound (7.89 s of FLOPs
+at the bf16 peak), so tokens/s are predicted to scale 1.99x on 2 slices and 3.96x on 4.
+Per-chip memory rises by ~2 GiB once there is more than one slice (XLA's temporaries).
 
 Compiler flags: the `paxml_multislice` flag set (trainer/flagsets.py: windowed einsums,
 all-gather CSE threshold, async all-gather, latency-hiding scheduler) is what Paxml launches
-its multi-slice runs with. It is left at the default here: the roofline prices overlap as a
-fixed fraction of the compute time, not from XLA's schedule, so the scheduler flags cannot
-change the prediction, and the question asked is the slice count alone. To compare, add
-`flags=pg.oneof(["default", "paxml_multislice"], name="flags")` to space() (6 trials).
+its multi-slice runs with. This space keeps the compiler's defaults, so the slice count is
+the only thing that changes between trials. The flag set is compared in a second study,
+`paxsearch run spaces/multislice_plan.py --set flags=paxml_multislice --run-dir
+runs/multislice_plan_paxml`. The roofline reads overlap from the compiled schedule, so
+scheduler flags show in the prediction. Measured on 2026-12-01 (benchmarks/RESULTS.md):
+predicted MFU about +1 point at every slice count, all of it from in-slice (ICI) fsdp
+communication; the DCN all-reduce and the memory are unchanged.
 
-Compile time (2-core development machine, shared): ~140 s for one slice (256 devices);
-XLA compiles one program per slice, so 2 and 4 slices cost about the same plus the
-cross-slice transfers.
+Compile time (2-core development machine, shared): 139 s for one slice (256 devices) at
+load ~1, and 275-470 s per trial under load 7-22 for 1, 2 and 4 slices. XLA compiles one
+program per slice, so 4 slices (1024 devices) take no longer than one.
 
-Run:  paxsearch run spaces/multislice_plan.py --workers 1   (grid, 3 trials, ~10 minutes)
+Run:  paxsearch run spaces/multislice_plan.py --workers 1   (grid, 3 trials: ~7 minutes on an
+                                                             idle 2-core machine, 21 minutes loaded)
       paxsearch run spaces/multislice_plan.py --dry-run     (the space and its static feasibility)
       paxsearch report runs/multislice_plan                 (labelled "predicted"; trials.csv has
                                                              plan.target, plan.num_slices, plan.dcn_mesh)
