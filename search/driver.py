@@ -118,6 +118,32 @@ def token_budget(cfg, tokens: int, num_devices: int) -> dict:
             "tokens_per_step": int(per_step), "steps": int(steps), "tokens_trained": int(steps * per_step)}
 
 
+def budget_of(ctx: StudyContext) -> tuple[int, int | None]:
+    """(trials the study runs, size of its space or None when infinite)."""
+    size = ctx.space.size() if ctx.space.finite else None
+    return (ctx.settings.trials if size is None else min(ctx.settings.trials, size)), size
+
+
+def has_work(ctx: StudyContext) -> bool:
+    """Whether a driver would find a trial to run now: a queued config, or budget and space left."""
+    budget, size = budget_of(ctx)
+    with ctx.lock.hold():
+        active = [t for t in ctx.study.get_trials(deepcopy=False) if not is_superseded(t)]
+        if any(t.state == TrialState.WAITING for t in active):
+            return True
+        if len(active) >= budget:
+            return False
+        if size is not None and len(seen_keys(ctx.space, active)) >= size:
+            return False
+    return True
+
+
+def study_finished(ctx: StudyContext) -> bool:
+    """No work left and no trial running anywhere (a running one may still be queued again)."""
+    running = storage_lib.retry(ctx.study.get_trials, deepcopy=False, states=(TrialState.RUNNING,))
+    return not running and not has_work(ctx)
+
+
 class Driver:
     def __init__(self, ctx: StudyContext, progress: bool = True,
                  slots: Callable[[int], WorkerSlot] | None = None):
@@ -133,8 +159,7 @@ class Driver:
         self.first_flags = first_cfg.flags if first_cfg.flags in flagsets.FLAG_SETS else "default"
         self.relay = s.pruner != "none" and len(self.objectives) == 1 and self.objectives[0] != "memory"
         self.proposer = make_proposer(s, ctx.space, ctx.seed)
-        self.space_size = ctx.space.size() if ctx.space.finite else None
-        self.budget = s.trials if self.space_size is None else min(s.trials, self.space_size)
+        self.budget, self.space_size = budget_of(ctx)
         self.owner = owner_info()
         self.progress_enabled = progress
         self._inflight: dict[int, optuna.Trial] = {}
@@ -225,16 +250,7 @@ class Driver:
 
     # ----- proposing -----
     def _has_work(self) -> bool:
-        ctx, space = self.ctx, self.ctx.space
-        with ctx.lock.hold():
-            active = [t for t in ctx.study.get_trials(deepcopy=False) if not is_superseded(t)]
-            if any(t.state == TrialState.WAITING for t in active):
-                return True
-            if len(active) >= self.budget:
-                return False
-            if self.space_size is not None and len(seen_keys(space, active)) >= self.space_size:
-                return False
-        return True
+        return has_work(self.ctx)
 
     def _next(self):
         ctx, space = self.ctx, self.ctx.space

@@ -27,6 +27,7 @@ from .pool import READY_TIMEOUT_S, WorkerGang, WorkerSlot, WorkerStartError
 from .targets import Target
 
 JOIN_TIMEOUT_S = 300  # how long hosts wait for the whole gang (jax.distributed's own default)
+JOIN_TRY_S = 30  # hosts 1..N-1 try to join this long at a time, looking at the study in between
 SHUTDOWN_WAIT_S = 60.0  # host 0's worker leaves only when every host has (jax.distributed.shutdown)
 
 
@@ -117,12 +118,13 @@ def first_flags(ctx) -> str:
 
 def follow(ctx, membership: Membership, join_timeout: float = JOIN_TIMEOUT_S, say=print) -> int:
     """Hosts 1..N-1: keep this host's worker in the gang until host 0 ends the study."""
-    from .driver import DriverError
+    from .driver import DriverError, study_finished
 
     flags = first_flags(ctx)
     trying_since = time.monotonic()
-    while True:
-        gang = SliceGang(ctx.target, membership, ctx.run_dir, flags, ctx.settings.imports, join_timeout)
+    while True:  # one try to join lasts at most JOIN_TRY_S, so that a finished study is noticed
+        gang = SliceGang(ctx.target, membership, ctx.run_dir, flags, ctx.settings.imports,
+                         min(join_timeout, JOIN_TRY_S))
         gang.start()
         try:
             outcome, detail = _serve(gang, say)
@@ -139,6 +141,9 @@ def follow(ctx, membership: Membership, join_timeout: float = JOIN_TIMEOUT_S, sa
             trying_since = time.monotonic()
             say(f"host {membership.host_index}: the gang broke ({detail}); joining again", flush=True)
             continue
+        if study_finished(ctx):  # host 0 found nothing to do and left without forming the gang
+            say(f"host {membership.host_index}: the study has no trial left to run; leaving", flush=True)
+            return 0
         if time.monotonic() - trying_since > join_timeout:  # never joined in time
             raise DriverError(f"host {membership.host_index} could not join the slice gang at {membership.coordinator} "
                               f"within {join_timeout:.0f} s ({detail}); is host 0 running `paxsearch worker` "

@@ -265,7 +265,10 @@ def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
     if chip is not None:
         out["device"] = {"device_kind": chip.device_kinds[0], "platform": target.platform,
                          "num_devices": target.num_devices}
-        out["peak_flops"] = {"value": chip.peak_bf16_flops, "source": "chip table (trainer/topology.py)"}
+        from ..trainer import hardware
+
+        peak = hardware.spec(chip.name).peak_bf16_flops
+        out["peak_flops"] = {"value": peak.value, "source": f"trainer/hardware.py: {peak.source}"}
     return out
 
 
