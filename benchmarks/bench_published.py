@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -93,6 +94,7 @@ def plan_row(row: P.Published, out: str, timeout: int) -> dict:
     with open(space, "w") as f:
         f.write(space_text(row, timeout))
     study_dir = os.path.join(run_dir, "run")
+    shutil.rmtree(study_dir, ignore_errors=True)  # a fresh study: an old one has used up its one-trial budget
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", space, "--run-dir", study_dir, "--no-progress",
            "--trials", "1", "--workers", "1", "--target", row.target]
     print(f"[{row.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -224,8 +226,9 @@ def main(argv=None) -> int:
             res = plan_row(r, args.out, args.timeout)
         if res is not None:
             results[r.name] = res
-        print(report(rows, results), flush=True)
-        print(flush=True)
+        if res is not None and not args.report and res.get("wall_s") and r is not rows[-1]:
+            print(report(rows, results), "", sep="\n", flush=True)  # progress: the table so far
+    print(report(rows, results), flush=True)
     env = next((x.get("environment") for x in results.values() if x.get("environment")), None)
     if env:
         print("environment:", json.dumps(env, default=str)[:600])
