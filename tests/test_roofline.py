@@ -248,3 +248,40 @@ ENTRY %main (x: bf16[2,2,2048,512]) -> bf16[1,2,2048,512] {
     assert _one_instruction_bytes(text, "ss") == 1 * 2 * 2048 * 512 * 2  # read from HBM into VMEM
     to_hbm = text.replace("(2,1)S(1)}, s32", "(2,1)}, s32")
     assert _one_instruction_bytes(to_hbm, "ss") == 2 * (1 * 2 * 2048 * 512 * 2)  # read + write
+
+
+def test_a_stacked_buffer_sliced_inside_a_nested_fusion_counts_the_slice():
+    """A scan's saved activations bf16[32,6,64] passed to a fusion that hands them to a nested
+    fusion which dynamic-slices one layer (as TPU fuses the per-layer read): one layer is
+    read, not all 32."""
+    text = """HloModule m, is_scheduled=true
+
+%inner (q0: bf16[32,6,64], q1: s32[]) -> bf16[6,64] {
+  %q0 = bf16[32,6,64]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %ds = bf16[1,6,64]{2,1,0} dynamic-slice(%q0, %q1, %zero, %zero), dynamic_slice_sizes={1,6,64}
+  ROOT %b = bf16[6,64]{1,0} bitcast(%ds)
+}
+
+%outer (p0: bf16[32,6,64], p1: s32[], p2: bf16[64,64]) -> bf16[6,64] {
+  %p0 = bf16[32,6,64]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %p2 = bf16[64,64]{1,0} parameter(2)
+  %layer = bf16[6,64]{1,0} fusion(%p0, %p1), kind=kLoop, calls=%inner
+  ROOT %d = bf16[6,64]{1,0} dot(%layer, %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (acts: bf16[32,6,64], i: s32[], w: bf16[64,64]) -> bf16[6,64] {
+  %acts = bf16[32,6,64]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %w = bf16[64,64]{1,0} parameter(2)
+  ROOT %f = bf16[6,64]{1,0} fusion(%acts, %i, %w), kind=kOutput, calls=%outer
+}
+"""
+    one_layer, weight, out, index = 6 * 64 * 2, 64 * 64 * 2, 6 * 64 * 2, 4
+    assert _one_instruction_bytes(text, "f") == one_layer + index + weight + out
+    read_whole = text.replace("%layer = bf16[6,64]{1,0} fusion(%p0, %p1), kind=kLoop, calls=%inner",
+                              "%layer = bf16[6,64]{1,0} fusion(%p0, %p1), kind=kLoop, calls=%inner\n"
+                              "  %all = bf16[32,6,64]{2,1,0} negate(%p0)")
+    assert _one_instruction_bytes(read_whole, "f") == 32 * one_layer + index + weight + out

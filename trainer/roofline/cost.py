@@ -165,10 +165,7 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
     called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
     if called is None:
         return sum(operand_bytes) + out_bytes
-    users: dict[str, list[tuple[Instr, int]]] = defaultdict(list)
-    for i in called.instrs:
-        for pos, o in enumerate(i.operands):
-            users[o].append((i, pos))
+    users = _users(called)
     params = {p.name: _param_index(p) for p in called.instrs if p.opcode == "parameter"}
     total = 0.0
     in_place_outputs = 0.0
@@ -177,15 +174,49 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
             continue
         full = operand_bytes[idx]
         uses = _through_bitcasts(called, pname, users)
-        if uses and all(u.opcode == "dynamic-slice" and pos == 0 for u, pos in uses):
-            total += min(full, sum(shape_bytes(u.shape) for u, _ in uses))
-        elif uses and all(u.opcode == "dynamic-update-slice" and pos == 0 for u, pos in uses):
+        sliced = _sliced_read(module, called, pname, users)
+        if uses and all(u.opcode == "dynamic-update-slice" and pos == 0 for u, pos in uses):
             upd = min(full, sum(shape_bytes(_operand_shape(called, u.operands[1])) for u, _ in uses))
             total += upd  # read-modify-write of the slice only
             in_place_outputs += full - upd
+        elif sliced is not None:
+            total += min(full, sliced)
         else:
             total += full
     return total + max(out_bytes - in_place_outputs, 0.0)
+
+
+def _users(comp: Computation) -> dict[str, list[tuple[Instr, int]]]:
+    users: dict[str, list[tuple[Instr, int]]] = defaultdict(list)
+    for i in comp.instrs:
+        for pos, o in enumerate(i.operands):
+            users[o].append((i, pos))
+    return users
+
+
+def _sliced_read(module: HloModule, comp: Computation, pname: str, users=None, depth: int = 0) -> float | None:
+    """Bytes read of fusion parameter `pname` when every use reads only a dynamic-slice of
+    it, directly, through bitcasts, or through a nested fusion whose parameter is read that
+    way (TPU nests the per-layer slice of a scan's stacked buffer one fusion deeper);
+    None when some use reads it whole."""
+    users = users if users is not None else _users(comp)
+    uses = _through_bitcasts(comp, pname, users)
+    if not uses:
+        return None
+    total = 0.0
+    for u, pos in uses:
+        if u.opcode == "dynamic-slice" and pos == 0:
+            total += shape_bytes(u.shape)
+            continue
+        inner = module.computations.get((u.attr("calls") or "").lstrip("%")) if u.opcode == "fusion" else None
+        if inner is None or depth >= 4:
+            return None
+        param = next((p for p in inner.instrs if p.opcode == "parameter" and _param_index(p) == pos), None)
+        r = _sliced_read(module, inner, param.name, None, depth + 1) if param is not None else None
+        if r is None:
+            return None
+        total += r
+    return total
 
 
 def _through_bitcasts(comp: Computation, name: str, users, depth: int = 0):
