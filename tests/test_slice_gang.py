@@ -142,3 +142,38 @@ def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path):
     done = host(1, "--trials", "1")  # budget used up: host 0 has nothing to hand out
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the study has no trial left to run" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_trial_with_another_flag_set_restarts_the_whole_gang_with_it(tmp_path):
+    space = os.path.join(HERE, "spaces", "gang_flags_space.py")
+    run = tmp_path / "study"
+    cli("run", space, "--run-dir", run, "--create-only")
+    url = f"sqlite:///{run}/study.db"
+    port = free_port()
+    procs = []
+    for index in (0, 1):
+        out = open(tmp_path / f"h{index}.out", "w")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "paxsearch.search.cli", "worker", "--storage", url, "--run-dir",
+             str(tmp_path / f"h{index}"), "--coordinator", f"127.0.0.1:{port}", "--num-hosts", "2", "--host-index",
+             str(index), "--join-timeout", "120", "--no-progress"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True))
+    try:
+        for p in procs:
+            p.wait(timeout=600)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    logs = [_read(str(tmp_path / f"h{i}.out")) for i in (0, 1)]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    trials = optuna.load_study(study_name="gang_flags_space", storage=url).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert {t.params["flags"]: t.user_attrs["env"]["flag_set"] for t in trials} == {
+        "default": "default", "cpu_eigen_dots": "cpu_eigen_dots"}  # each ran on a gang started with its set
+    # the gang starts with the first config's set (default); every change of set restarts it
+    sets = ["default"] + [t.params["flags"] for t in sorted(trials, key=lambda t: t.number)]
+    changes = [b for a, b in zip(sets, sets[1:]) if a != b]
+    assert changes and all(f"the gang starts again with compiler flag set {c}" in logs[1] for c in changes)
+    assert logs[1].count("joined the slice gang") == 1 + len(changes), logs[1]
