@@ -139,7 +139,9 @@ def figures(row: P.Published, result: dict | None) -> dict:
         "published_mfu": pub,
         "predicted_mfu": pred,
         "ratio": pred / pub if pred else None,
-        "fits": plan.get("fits") if plan.get("peak_bytes") else None,
+        # a predicted_oom trial is "does not fit" (its plan may carry the compiler's figure, not "fits")
+        "fits": False if (result or {}).get("failure_kind") == "predicted_oom"
+        else plan.get("fits") if plan.get("peak_bytes") else None,
         "peak_gib": plan["peak_bytes"] / GiB if plan.get("peak_bytes") else None,
         "hbm_gib": plan["hbm_bytes"] / GiB if plan.get("hbm_bytes") else None,
         "step_s": plan.get("predicted_step_time"),

@@ -128,5 +128,9 @@ def test_report_ratio_fit_and_ranking():
     # 16B predicted above 32B: published has 32B first, so the order differs
     swapped = B.report(rows, {a.name: _result(0.9), b.name: _result(0.5, fits=False)})
     assert "DIFFERENT order" in swapped and "**no**" in swapped and "predicted to fit: 1 of 2" in swapped
+    oom = {"plan": {"peak_bytes": 97 * 2 ** 30, "hbm_bytes": 95 * 2 ** 30}, "failure_kind": "predicted_oom",
+           "failure_message": "predicted OOM"}
+    over = B.report(rows, {a.name: oom, b.name: _result(0.6)})
+    assert "**no** (97.0 / 95.0)" in over and "predicted to fit: 1 of 2" in over
     missing = B.report(rows, {a.name: {"plan": None, "failure_kind": "compile_error", "failure_message": "boom"}})
     assert "compile_error: boom" in missing and "not run" in missing
