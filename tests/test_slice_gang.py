@@ -144,21 +144,17 @@ def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path):
     assert "the study has no trial left to run" in done.stdout
 
 
-@pytest.mark.slow
-def test_a_trial_with_another_flag_set_restarts_the_whole_gang_with_it(tmp_path):
-    space = os.path.join(HERE, "spaces", "gang_flags_space.py")
-    run = tmp_path / "study"
-    cli("run", space, "--run-dir", run, "--create-only")
-    url = f"sqlite:///{run}/study.db"
+def _gang_of_two(tmp_path, url: str) -> list[str]:
+    """Hosts 0 and 1 of one gang on `url` until they end (both must exit 0); their outputs."""
     port = free_port()
     procs = []
     for index in (0, 1):
-        out = open(tmp_path / f"h{index}.out", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "paxsearch.search.cli", "worker", "--storage", url, "--run-dir",
-             str(tmp_path / f"h{index}"), "--coordinator", f"127.0.0.1:{port}", "--num-hosts", "2", "--host-index",
-             str(index), "--join-timeout", "120", "--no-progress"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True))
+        with open(tmp_path / f"h{index}.out", "w") as out:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "paxsearch.search.cli", "worker", "--storage", url, "--run-dir",
+                 str(tmp_path / f"h{index}"), "--coordinator", f"127.0.0.1:{port}", "--num-hosts", "2",
+                 "--host-index", str(index), "--join-timeout", "120", "--no-progress"], cwd=REPO, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True))
     try:
         for p in procs:
             p.wait(timeout=600)
@@ -168,6 +164,16 @@ def test_a_trial_with_another_flag_set_restarts_the_whole_gang_with_it(tmp_path)
                 os.killpg(p.pid, signal.SIGKILL)
     logs = [_read(str(tmp_path / f"h{i}.out")) for i in (0, 1)]
     assert [p.returncode for p in procs] == [0, 0], logs
+    return logs
+
+
+@pytest.mark.slow
+def test_a_trial_with_another_flag_set_restarts_the_whole_gang_with_it(tmp_path):
+    space = os.path.join(HERE, "spaces", "gang_flags_space.py")
+    run = tmp_path / "study"
+    cli("run", space, "--run-dir", run, "--create-only")
+    url = f"sqlite:///{run}/study.db"
+    logs = _gang_of_two(tmp_path, url)
     trials = optuna.load_study(study_name="gang_flags_space", storage=url).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     assert {t.params["flags"]: t.user_attrs["env"]["flag_set"] for t in trials} == {
@@ -177,3 +183,24 @@ def test_a_trial_with_another_flag_set_restarts_the_whole_gang_with_it(tmp_path)
     changes = [b for a, b in zip(sets, sets[1:]) if a != b]
     assert changes and all(f"the gang starts again with compiler flag set {c}" in logs[1] for c in changes)
     assert logs[1].count("joined the slice gang") == 1 + len(changes), logs[1]
+
+
+@pytest.mark.slow
+def test_the_median_pruner_stops_every_host_of_the_gang_at_the_same_step(tmp_path):
+    """Host 0's reports drive pruning; the other host gets the same decision at each step, so a
+    pruned trial ends on both hosts (the gang would hang in its collectives otherwise)."""
+    prune = os.path.join(HERE, "spaces", "prune_space.py")
+    run = tmp_path / "study"
+    cli("run", prune, "--run-dir", run, "--create-only")
+    url = f"sqlite:///{run}/study.db"
+    queued = optuna.load_study(study_name="prune_space", storage=url)
+    for lr in (1e-2, 2e-2, 3e-2, 1e-9):  # the one that does not learn last, after the pruner has its median
+        queued.enqueue_trial({"lr": lr})
+    logs = _gang_of_two(tmp_path, url)
+    trials = {t.params["lr"]: t for t in optuna.load_study(study_name="prune_space", storage=url).get_trials()}
+    assert len(trials) == 4, logs
+    bad = trials[1e-9]
+    assert bad.state == TrialState.PRUNED, (bad.state, bad.user_attrs.get("failure_message"), logs)
+    assert max(bad.intermediate_values) < 8 and bad.user_attrs["env"]["process_count"] == 2
+    assert all(trials[lr].state == TrialState.COMPLETE for lr in (1e-2, 2e-2, 3e-2))
+    assert f"trial {bad.number} done" in logs[1]  # host 1 left the pruned trial too, without failing
