@@ -9,7 +9,7 @@ On a TPU target without TPU hardware, trials are compiled for the TPU topology
 
 plan_trial returns per-device memory from XLA's compiler (memory_analysis of the compiled
 step), `fits` against the chip's HBM, and a roofline prediction of step time and MFU from
-the optimized HLO (trainer/roofline.py; every predicted figure is under a `predicted_` key
+the optimized HLO (trainer/roofline/; every predicted figure is under a `predicted_` key
 or in the "roofline" dict, which carries "predicted": True). A plan over capacity comes
 back with fits=False (the caller marks the trial predicted_oom with the numbers); a step the
 TPU compiler itself refuses for memory raises trainer.topology.PredictedOOM (typed, with
@@ -19,7 +19,7 @@ Planning a space is `paxsearch run` on a plan-only target: the driver settles wh
 can without compiling (search/plan_screen.py: analytic pre-screen, duplicates, larger
 batches of a refused point), worker processes compile the rest in parallel with the
 target's environment (target_env) set before JAX is imported, one compile per point
-(FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline.py, so
+(FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline/, so
 the two unrolled FLOP probes of plan(count_flops=True) are not needed).
 """
 from __future__ import annotations

@@ -220,7 +220,7 @@ def plan_dict(plan) -> dict:
 
 def predicted_figures(program) -> dict:
     """The roofline's predicted step time and MFU of a trial that will also be measured, so
-    that reports can set predicted against measured (search/targets.py, trainer/roofline.py)."""
+    that reports can set predicted against measured (search/targets.py, trainer/roofline/)."""
     from . import targets
 
     devices = jax.devices()
