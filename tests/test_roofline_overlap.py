@@ -153,6 +153,95 @@ ENTRY %main (a: f32[100,500], b: f32[500,100], x: f32[16,125]) -> f32[16,125] {{
     assert roof.step_time_s == pytest.approx(4 * DOT_S + scalars + 4 * 5 * US)
 
 
+
+def _ag_dot(name: str) -> str:
+    """A TPU async-collective fusion: a dot (10 us) carrying a copy of the all-gather of
+    channel 1 (15 us); each copy has its own fused computation, as XLA writes them."""
+    return f"""%{name} (p0: f32[100,500], p1: f32[500,100], p2: f32[16,125]) -> (f32[100,100], f32[64,125]) {{
+  %p0 = f32[100,500]{{1,0}} parameter(0)
+  %p1 = f32[500,100]{{1,0}} parameter(1)
+  %p2 = f32[16,125]{{1,0}} parameter(2)
+  %d = f32[100,100]{{1,0}} dot(f32[100,500]{{1,0}} %p0, f32[500,100]{{1,0}} %p1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %g = f32[64,125]{{1,0}} all-gather(f32[16,125]{{1,0}} %p2), channel_id=1, replica_groups={{{{0,1,2,3}}}}, dimensions={{0}}, use_global_device_ids=true
+  ROOT %t = (f32[100,100]{{1,0}}, f32[64,125]{{1,0}}) tuple(%d, %g)
+}}
+
+"""
+
+
+def _carry(n: str, fused: str) -> str:
+    return (f"  %{n} = (f32[100,100]{{1,0}}, f32[64,125]{{1,0}}) fusion(f32[100,500]{{1,0}} %a, f32[500,100]{{1,0}} %b, "
+            f"f32[16,125]{{1,0}} %x), kind=kOutput, calls=%{fused}\n")
+
+
+WINDOWED_LOOP = f"""HloModule m, is_scheduled=true
+
+{_ag_dot("ag_start")}{_ag_dot("ag_step_1")}{_ag_dot("ag_step_2")}{_ag_dot("ag_done")}%windowed_dot_general_body_ag (p: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> (s32[], f32[100,500], f32[500,100], f32[16,125]) {{
+  %p = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %a = f32[100,500]{{1,0}} get-tuple-element(%p), index=1
+  %b = f32[500,100]{{1,0}} get-tuple-element(%p), index=2
+  %x = f32[16,125]{{1,0}} get-tuple-element(%p), index=3
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+{_carry("f1", "ag_step_1")}  %cp1 = f32[16,125]{{1,0}} collective-permute(f32[16,125]{{1,0}} %x), channel_id=2, source_target_pairs={FORWARD}
+{_carry("f2", "ag_step_2")}  %cp2 = f32[16,125]{{1,0}} collective-permute(f32[16,125]{{1,0}} %cp1), channel_id=3, source_target_pairs={FORWARD}
+  ROOT %t = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%next, %a, %b, %cp2)
+}}
+
+%cond (q: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> pred[] {{
+  %q = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}}
+
+ENTRY %main (a: f32[100,500], b: f32[500,100], x: f32[16,125]) -> f32[16,125] {{
+  %a = f32[100,500]{{1,0}} parameter(0)
+  %b = f32[500,100]{{1,0}} parameter(1)
+  %x = f32[16,125]{{1,0}} parameter(2)
+  %zero = s32[] constant(0)
+{_carry("s", "ag_start")}  %init = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%zero, %a, %b, %x)
+  %w = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) while(%init), condition=%cond, body=%windowed_dot_general_body_ag
+{_carry("e", "ag_done")}  ROOT %out = f32[16,125]{{1,0}} get-tuple-element(%w), index=3
+}}
+"""
+
+
+def test_a_chain_started_before_a_windowed_einsum_loop_is_one_transfer_hidden_by_the_loop():
+    # The shape of a TPU tensor-parallel layer (v5e-64, fsdp 4 x tensor 16, the 128B's widths):
+    # the layer body starts an async-collective chain (channel 1) in one fusion, runs XLA's
+    # windowed-einsum loop, whose body computes in fusions carrying copies of the same
+    # channel and sends the next shard with plain (synchronous) collective-permutes, and
+    # ends the chain in a fusion after the loop. By hand: the chain is one all-gather of 15 us,
+    # issued after %s (10 us) and done at %e after the loop's 4 x (10 + 9 + 10 + 9) us: hidden.
+    # The permutes are synchronous: 8 x 9 us, all exposed. Step: 10 + 4 x 38 + 10 us + the
+    # loop counter's scalar ops. (Read as a chain started and done in every iteration, the
+    # gather ran 4 times, 60 us, and each iteration's first permute queued behind it: 24 us.)
+    roof = analyze(WINDOWED_LOOP)
+    assert roof.trip_counts == {"w": 4}
+    from paxsearch.trainer.roofline.collectives import chain_homes
+    module = R.parse_module(WINDOWED_LOOP)
+    assert chain_homes(module, R.call_graph(module)) == {"all-gather:1": {"main"}}
+    body = module.computations["windowed_dot_general_body_ag"]
+    assert R.events(module, body) == {"cp1": ("sync", ["collective-permute:2"]),
+                                      "cp2": ("sync", ["collective-permute:3"])}
+    assert R.events(module, module.computations["main"]) == {"s": ("open", ["all-gather:1"]),
+                                                             "e": ("close", ["all-gather:1"])}
+    by_kind = {c.kind: c for c in roof.collectives if c.kind == "all-gather"}
+    gather = by_kind["all-gather"]
+    assert gather.executions == 1 and gather.seconds == pytest.approx(GATHER_S)
+    assert gather.exposed_s == pytest.approx(0.0, abs=1e-15)
+    permutes = [c for c in roof.collectives if c.kind == "collective-permute"]
+    assert [c.executions for c in permutes] == [4, 4]
+    assert sum(c.exposed_s for c in permutes) == pytest.approx(8 * PERMUTE_S)
+    assert roof.comm_s == pytest.approx(GATHER_S + 8 * PERMUTE_S)
+    scalars = (4 * 12 + 5 * 9) / HW.hbm_bandwidth
+    assert roof.roofline_s == pytest.approx(10 * DOT_S + scalars)
+    assert roof.exposed_comm_s == pytest.approx(8 * PERMUTE_S)
+    assert roof.step_time_s == pytest.approx(10 * DOT_S + scalars + 8 * PERMUTE_S)
+
+
 def test_unscheduled_hlo_falls_back_to_the_fixed_fraction():
     body = AG_START.format(n="s", src="x", ch=1) + DOT.format(n="d1") + AG_DONE.format(n="g", start="s")
     roof = analyze(module(body, "%d1, %g", scheduled=False))

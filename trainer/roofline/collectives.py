@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .hlo import CallGraph, HloModule, Instr, _balanced, _dims, _operand_shape, _prod, shape_bytes
+from .hlo import CallGraph, HloModule, Instr, _balanced, _called, _dims, _operand_shape, _prod, shape_bytes
 
 if TYPE_CHECKING:
     from .cost import Hardware
@@ -269,6 +269,58 @@ class DeviceLayout:
         return steps
 
 
+def _runs(module: HloModule, name: str, memo: dict[str, set[str]]) -> set[str]:
+    """The computations `name` runs, transitively: while bodies and conditions, calls,
+    branches (not fusions: a fusion's ops run inside it)."""
+    if name in memo:
+        return memo[name]
+    memo[name] = set()  # the call graph is a DAG; this only guards malformed text
+    out: set[str] = set()
+    comp = module.computations.get(name)
+    for ins in comp.instrs if comp is not None else ():
+        for kind, child in _called(ins):
+            if kind != "fused" and child in module.computations:
+                out.add(child)
+                out |= _runs(module, child, memo)
+    memo[name] = out
+    return out
+
+
+def chain_homes(module: HloModule, graph: CallGraph) -> dict[str, set[str]]:
+    """TPU async-collective chains that reach into nested computations: channel key -> the
+    computations the chain is started and done in (its homes).
+
+    A chain is one channel's collective copied into several fusions (the fusions that carry
+    it). When fusions of one channel lie in a computation and also in computations it runs
+    (a while body: XLA's windowed-einsum loop `windowed_dot_general_body_*` between the
+    chain's first and last fusion in the layer body), the chain is one transfer, issued and
+    done in the outer computation; the fusions in the loop body carry its continuation steps
+    while they compute (the collective in each of them is the whole collective, copied, not
+    one more), so they neither start nor end it and its executions are the outer
+    computation's, not the loop's trip count times. Only channels with such nested copies
+    are listed."""
+    holders: dict[str, set[str]] = defaultdict(set)
+    for comp in module.computations.values():
+        if comp.name in graph.fused or graph.multiplier.get(comp.name, 0.0) == 0:
+            continue
+        for ins in comp.instrs:
+            if ins.opcode != "fusion":
+                continue
+            called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+            for i in called.instrs if called is not None else ():
+                if _collective_kind(i.opcode) and i.attr("channel_id") is not None:
+                    holders[transfer_key(called.name, i)].add(comp.name)
+    memo: dict[str, set[str]] = {}
+    out: dict[str, set[str]] = {}
+    for key, comps in holders.items():
+        if len(comps) < 2:
+            continue
+        homes = {c for c in comps if not any(c in _runs(module, o, memo) for o in comps if o != c)}
+        if homes and homes != comps:
+            out[key] = homes
+    return out
+
+
 _MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "REDUCE_SCATTER": "reduce-scatter",
                     "ALL_TO_ALL": "all-to-all", "ONE_TO_ONE": "collective-permute"}
 
@@ -355,6 +407,11 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
             if channel is not None:
                 seen_channels[key] = len(out)
             out.append(cost)
+    homes = chain_homes(module, graph)
+    for k, c in enumerate(out):  # a chain reaching into a loop runs as often as the computation it is done in
+        if c.key in homes:
+            mult = max(graph.multiplier.get(h, 0.0) for h in homes[c.key])
+            out[k] = dataclasses.replace(c, executions=mult, seconds=c.seconds / max(c.executions, 1e-30) * mult)
     return out
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .collectives import CollectiveCost, _collective_kind, _megascale, transfer_key
+from .collectives import CollectiveCost, _collective_kind, _megascale, chain_homes, transfer_key
 from .cost import Hardware, op_seconds
-from .hlo import CallGraph, Computation, HloModule, Instr
+from .hlo import CallGraph, Computation, HloModule, Instr, call_graph
 
 
 @dataclass
@@ -45,13 +45,20 @@ def _start_of(comp: Computation, name: str) -> Instr | None:
     return None
 
 
-def events(module: HloModule, comp: Computation) -> dict[str, tuple[str, list[str]]]:
+def events(module: HloModule, comp: Computation,
+           homes: dict[str, set[str]] | None = None) -> dict[str, tuple[str, list[str]]]:
     """Instruction name -> ("open" | "close" | "sync", transfer keys) in one computation.
 
     open/close: an async pair (`*-start`/`*-done`, `async-start`/`async-done`, a megascale
     `send`/`send-done`), or the first and last instruction of a computation that carry the
     same channel (TPU async-collective fusions: start, the fusions that compute while it
-    moves, done). sync: a plain collective, or a channel carried by one instruction only."""
+    moves, done). sync: a plain collective, or a channel carried by one instruction only.
+    A chain that is started and done in a computation that runs this one (chain_homes, e.g.
+    a windowed-einsum loop body between the layer's first and last fusion of the chain) has
+    no event here: its fusions here compute while it moves. `homes`: chain_homes of the
+    module (computed when not given)."""
+    if homes is None:
+        homes = chain_homes(module, call_graph(module))
     out: dict[str, tuple[str, list[str]]] = {}
     carried: dict[str, list[str]] = defaultdict(list)  # key -> instruction names, schedule order
     for ins in comp.instrs:
@@ -84,7 +91,8 @@ def events(module: HloModule, comp: Computation) -> dict[str, tuple[str, list[st
             out[ins.name] = ("sync", [transfer_key(comp.name, ins)])
         elif op == "fusion":
             for key in _carried_keys(module, ins):
-                carried[key].append(ins.name)
+                if key not in homes or comp.name in homes[key]:
+                    carried[key].append(ins.name)
     for key, names in carried.items():
         if len(names) == 1:
             _add(out, names[0], "sync", key)
@@ -141,6 +149,7 @@ class ScheduleReplay:
         self.module, self.graph, self.hw = module, graph, hw
         self.per_execution = {c.key: (c.seconds / c.executions if c.executions else 0.0, c.resource) for c in costs}
         self.memo: dict[str, Timeline] = {}
+        self.homes = chain_homes(module, graph)
 
     def transfer(self, key: str) -> tuple[float, str]:
         return self.per_execution.get(key, (0.0, "ici"))
@@ -175,7 +184,7 @@ class ScheduleReplay:
         comp = self.module.computations.get(name)
         if comp is None:
             return self.memo[name]
-        evs = events(self.module, comp)
+        evs = events(self.module, comp, self.homes)
         links = _Links()
         now, stalls = 0.0, defaultdict(float)
         in_flight: dict[str, float] = {}  # key -> when it ends
