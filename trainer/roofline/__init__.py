@@ -119,9 +119,11 @@ Combination: overlap read from the compiled schedule.
       another holder are not its homes). Checked on the 128B's widths, 2 layers, compiled
       for v5e-64 (fsdp 4 x tensor 16, sequence_parallel, full remat, flash,
       collective_fusion): 6 chains, each with 2 fusions in the layer body and the loop(s)
-      between them. Read per iteration, each chain was re-issued 8 times per loop, and the
-      loop body's plain collective-permutes queued behind it on the links: tensor all-gather
-      15.1 GB -> 5.7 GB per step, exposed comm 0.539 s -> 0.437 s, step 1.060 s -> 0.958 s.
+      between them. Read per iteration, each chain was re-issued in every iteration (trip
+      count 4), and the loop body's plain collective-permutes queued behind it on the
+      links: tensor all-gather 15.1 GB -> 5.7 GB per step, exposed comm 0.539 s -> 0.437 s,
+      step 1.060 s -> 0.958 s (the 128B on v5e-256, fsdp 16 x tensor 16: 0.40 -> 0.49 of its
+      published MFU, benchmarks/RESULTS.md).
       The permutes in those loop bodies are plain `collective-permute` (synchronous in the
       schedule: the two directions one after the other, between the shard's dots) and stay
       fully exposed.
