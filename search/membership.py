@@ -111,11 +111,16 @@ def _tpu_membership(workers: list[str], index: int, env: Mapping[str, str], sour
                     index + slice_id * len(workers), source)
 
 
-def from_gke(env: Mapping[str, str]) -> Membership | None:
+def from_gke(env: Mapping[str, str], tpu_machine: bool | None = None) -> Membership | None:
+    """Only on a machine with TPUs (as jax's GkeTpuCluster): the same variables are set, with
+    one host, for compile-only TPU topologies on a CPU (trainer/topology.compile_only_env)."""
     hosts = env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES")
-    if not hosts or "TPU_WORKER_ID" not in env:
+    if not hosts or "TPU_WORKER_ID" not in env or not (on_tpu_vm() if tpu_machine is None else tpu_machine):
         return None
-    return _tpu_membership(hosts.split(","), _int(env, "TPU_WORKER_ID", "GKE"), env, "GKE")
+    workers = hosts.split(",")
+    if len(workers) == 1 and int(env.get("MEGASCALE_NUM_SLICES") or 1) == 1:
+        return None  # one host works alone
+    return _tpu_membership(workers, _int(env, "TPU_WORKER_ID", "GKE"), env, "GKE")
 
 
 def metadata_getter(env: Mapping[str, str]) -> Callable[[str], str | None]:
@@ -138,9 +143,11 @@ def on_tpu_vm() -> bool:
     return bool(glob.glob("/dev/accel*") or [p for p in glob.glob("/dev/vfio/*") if p.split("/")[-1].isdigit()])
 
 
-def from_cloud_tpu(env: Mapping[str, str], get: Callable[[str], str | None] | None = None) -> Membership | None:
+def from_cloud_tpu(env: Mapping[str, str], tpu_machine: bool | None = None,
+                   get: Callable[[str], str | None] | None = None) -> Membership | None:
     if get is None:
-        if env.get("TPU_SKIP_MDS_QUERY") is not None or not ("GCE_METADATA_IP" in env or on_tpu_vm()):
+        tpu = on_tpu_vm() if tpu_machine is None else tpu_machine
+        if env.get("TPU_SKIP_MDS_QUERY") is not None or not ("GCE_METADATA_IP" in env or tpu):
             return None
         get = metadata_getter(env)
     number = get("agent-worker-number")
@@ -161,16 +168,15 @@ def from_cloud_tpu(env: Mapping[str, str], get: Callable[[str], str | None] | No
 
 
 def resolve(coordinator: str | None = None, num_hosts: int | None = None, host_index: int | None = None,
-            env: Mapping[str, str] | None = None, detect: bool = True) -> Membership | None:
+            env: Mapping[str, str] | None = None, detect: bool = True,
+            tpu_machine: bool | None = None) -> Membership | None:
     """The gang this process belongs to: the command line's, else the launcher's (when
-    `detect`); None when this host works alone (one host, or nothing to detect)."""
+    `detect`); None when this host works alone (one host, or nothing to detect).
+    `tpu_machine`: whether this machine has TPUs (None: look for their device files)."""
     env = os.environ if env is None else env
     found = explicit(coordinator, num_hosts, host_index)
     if found is None and detect:
-        for probe in (from_slurm, from_gke, from_cloud_tpu):
-            found = probe(env)
-            if found is not None:
-                break
+        found = (from_slurm(env) or from_gke(env, tpu_machine) or from_cloud_tpu(env, tpu_machine))
     if found is None or found.num_hosts == 1:
         return None
     return found

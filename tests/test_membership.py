@@ -40,12 +40,24 @@ def test_slurm_membership_follows_jax_conventions():
 
 def test_gke_jobset_membership_single_and_multi_slice():
     env = {"TPU_WORKER_ID": "1", "TPU_WORKER_HOSTNAMES": "js-0-0.svc,js-0-1.svc,js-0-2.svc,js-0-3.svc"}
-    m = M.resolve(env=env)
+    m = M.resolve(env=env, tpu_machine=True)
     assert (m.coordinator, m.num_hosts, m.host_index, m.source) == ("js-0-0.svc:8482", 4, 1, "GKE")
     multi = {**env, "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1",
              "MEGASCALE_COORDINATOR_ADDRESS": "js-0-0.svc:8080"}
-    m = M.resolve(env=multi)
+    m = M.resolve(env=multi, tpu_machine=True)
     assert (m.coordinator, m.num_hosts, m.host_index) == ("js-0-0.svc:8482", 8, 5)
+    assert M.resolve(env=env, tpu_machine=False) is None  # the variables alone, on a machine without TPUs
+
+
+def test_compile_only_tpu_variables_on_a_cpu_machine_form_no_gang():
+    """Planning sets TPU_WORKER_HOSTNAMES=localhost (and libtpu may write a warning into
+    TPU_WORKER_ID); a worker started from that environment must work alone, not fail."""
+    from paxsearch.trainer import topology
+
+    env = {**topology.compile_only_env(topology.parse_slice("v5e-16")),
+           "TPU_WORKER_ID": "WARNING: could not determine TPU worker number"}
+    assert M.resolve(env=env) is None
+    assert M.resolve(env=env, tpu_machine=True) is None  # one worker listed: alone
 
 
 class _Metadata(http.server.BaseHTTPRequestHandler):
@@ -67,7 +79,7 @@ def test_cloud_tpu_vm_membership_from_the_metadata_server():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         env = {"GCE_METADATA_IP": f"127.0.0.1:{server.server_port}"}
-        m = M.resolve(env=env)
+        m = M.resolve(env=env, tpu_machine=False)  # GCE_METADATA_IP says where to ask
         assert (m.coordinator, m.num_hosts, m.host_index, m.source) == ("10.1.0.4:8482", 3, 2,
                                                                         "Cloud TPU metadata")
         assert M.resolve(env={**env, "TPU_SKIP_MDS_QUERY": "1"}) is None
