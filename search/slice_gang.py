@@ -26,6 +26,9 @@ from .membership import Membership
 from .pool import READY_TIMEOUT_S, WorkerGang, WorkerSlot, WorkerStartError
 from .targets import Target
 
+# outcomes every host reaches alike (decided before training, or from the global loss): the gang
+# stays formed after them
+SAME_ON_EVERY_HOST = (None, failures.INVALID, failures.PREDICTED_OOM, failures.COMPILE_ERROR, failures.NAN_LOSS)
 JOIN_TIMEOUT_S = 300  # how long hosts wait for the whole gang (jax.distributed's own default)
 JOIN_TRY_S = 30  # hosts 1..N-1 try to join this long at a time, looking at the study in between
 SHUTDOWN_WAIT_S = 60.0  # host 0's worker leaves only when every host has (jax.distributed.shutdown)
@@ -65,6 +68,14 @@ class SliceGang(WorkerGang):
             raise WorkerStartError(f"the slice gang at {m.coordinator} did not form ({e}); each of the {m.num_hosts} "
                                    f"hosts must run `paxsearch worker` on this study with --num-hosts {m.num_hosts} "
                                    f"within {self.join_timeout:.0f} s of each other") from None
+
+    def run(self, job: dict, timeout: float, on_report=None) -> dict:
+        """As WorkerGang.run; after a failure that may have left another host inside a collective
+        (a crash, an OOM mid-step), the gang is started afresh before the next trial."""
+        result = super().run(job, timeout, on_report)
+        if result.get("failure_kind") not in SAME_ON_EVERY_HOST:
+            self.kill()
+        return result
 
     def restart(self, flags: str) -> None:
         """Host 0: the whole gang leaves, to start again with compiler flag set `flags`."""
