@@ -144,6 +144,12 @@ def study_finished(ctx: StudyContext) -> bool:
     return not running and not has_work(ctx)
 
 
+def first_flag_set(ctx: StudyContext) -> str:
+    """The compiler flag set the study's workers start with: the first config's (a known set)."""
+    flags = configio.build(ctx.space.first_config()).flags
+    return flags if flags in flagsets.FLAG_SETS else "default"
+
+
 class Driver:
     def __init__(self, ctx: StudyContext, progress: bool = True,
                  slots: Callable[[int], WorkerSlot] | None = None):
@@ -156,7 +162,7 @@ class Driver:
         ctx.study.sampler = make_sampler(s, ctx.space, ctx.seed)
         first_cfg = configio.build(ctx.space.first_config())
         ctx.study.pruner = make_pruner(s, first_cfg.steps)
-        self.first_flags = first_cfg.flags if first_cfg.flags in flagsets.FLAG_SETS else "default"
+        self.first_flags = first_flag_set(ctx)
         self.relay = s.pruner != "none" and len(self.objectives) == 1 and self.objectives[0] != "memory"
         self.proposer = make_proposer(s, ctx.space, ctx.seed)
         self.budget, self.space_size = budget_of(ctx)

@@ -188,7 +188,5 @@ class GangChannel:
         return _blocking_get(self.client, f"paxsearch/prune/{seq}/{step}") == "1"
 
     def post_result(self, seq: int, result: dict) -> None:
-        keep = {k: result.get(k) for k in ("failure_kind", "failure_message", "counters")}
-        measured = result.get("measured") or {}
-        keep["loss"] = measured.get("loss")
+        keep = {k: result.get(k) for k in ("failure_kind", "failure_message")}
         self.client.key_value_set(f"paxsearch/result/{seq}/{self.host}", json.dumps(keep))

@@ -156,7 +156,7 @@ class WorkerGang:
         if self.target.plan_only:  # compiled for the TPU topology on this CPU, libtpu kept quiet
             env.update(target_env(self.target))
         if self.cuda_devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.cuda_devices[i % len(self.cuda_devices)]
+            env["CUDA_VISIBLE_DEVICES"] = self.cuda_devices[i]
         env.update(flagsets.env_for(self.flags, self.target.platform, env))  # before the backend starts
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         dist = dict(dist_base, process_id=i) if dist_base else None

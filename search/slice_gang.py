@@ -118,20 +118,11 @@ class SliceSlot(WorkerSlot):
         return super().gang(flags)
 
 
-def first_flags(ctx) -> str:
-    """The compiler flag set host 0 starts with (the same rule as the driver's)."""
-    from ..trainer import flagsets
-    from . import configio
-
-    flags = configio.build(ctx.space.first_config()).flags
-    return flags if flags in flagsets.FLAG_SETS else "default"
-
-
 def follow(ctx, membership: Membership, join_timeout: float = JOIN_TIMEOUT_S, say=print) -> int:
     """Hosts 1..N-1: keep this host's worker in the gang until host 0 ends the study."""
-    from .driver import DriverError, study_finished
+    from .driver import DriverError, first_flag_set, study_finished
 
-    flags = first_flags(ctx)
+    flags = first_flag_set(ctx)
     trying_since = time.monotonic()
     while True:  # one try to join lasts at most JOIN_TRY_S, so that a finished study is noticed
         gang = SliceGang(ctx.target, membership, ctx.run_dir, flags, ctx.settings.imports,

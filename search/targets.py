@@ -204,25 +204,15 @@ def hardware_for(target: Target, devices: Sequence):
 
     entry = hardware.TABLE.get(target.chip or "") or hardware.find_device_kind(devices[0].device_kind)
     if entry is not None:
-        return _roofline_hardware(Hardware, entry)
+        return Hardware(name=entry.name, peak_flops=entry.peak_bf16_flops.value,
+                        hbm_bandwidth=entry.hbm_bandwidth.value, ici_link_bandwidth=entry.ici_link_bandwidth,
+                        dcn_bandwidth=entry.dcn_bandwidth.value, physical_dims=int(entry.torus_dims.value),
+                        ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value)
     local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
     peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)
     bw = _host_memory_bandwidth() / max(local, 1)
     return Hardware(name=devices[0].platform, peak_flops=peak, hbm_bandwidth=bw, ici_link_bandwidth=bw / 2,
                     dcn_bandwidth=bw / 2, physical_dims=1)
-
-
-def _roofline_hardware(hardware_cls, entry):
-    """`hardware_cls` (roofline.Hardware) from a hardware-table entry, by keyword; the per-hop
-    latencies only where that class has fields for them."""
-    kwargs = dict(name=entry.name, peak_flops=entry.peak_bf16_flops.value, hbm_bandwidth=entry.hbm_bandwidth.value,
-                  ici_link_bandwidth=entry.ici_link_bandwidth, dcn_bandwidth=entry.dcn_bandwidth.value,
-                  physical_dims=int(entry.torus_dims.value))
-    fields = {f.name for f in dataclasses.fields(hardware_cls)}
-    for field in ("ici_latency_s", "dcn_latency_s"):
-        if field in fields:
-            kwargs[field] = getattr(entry, field).value
-    return hardware_cls(**kwargs)
 
 
 _HOST_BW: list[float] = []

@@ -8,7 +8,6 @@ import pytest
 
 from paxsearch.search import targets as T
 from paxsearch.trainer import flops, hardware, topology
-from paxsearch.trainer.roofline import Hardware
 
 # what each kind of source says about the number: a document, or how it was obtained
 SOURCE_KINDS = ("https://", "measured:", "estimate:", "assumption:", "model:", "one TensorCore", "2 TensorCores",
@@ -94,9 +93,7 @@ def _expected(entry) -> dict:
     expected = {"name": entry.name, "peak_flops": entry.peak_bf16_flops.value,
                 "hbm_bandwidth": entry.hbm_bandwidth.value, "ici_link_bandwidth": entry.ici_link_bandwidth,
                 "dcn_bandwidth": entry.dcn_bandwidth.value, "physical_dims": entry.torus_dims.value}
-    for field in ("ici_latency_s", "dcn_latency_s"):
-        if field in {f.name for f in dataclasses.fields(Hardware)}:
-            expected[field] = getattr(entry, field).value
+    expected.update(ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value)
     return expected
 
 
@@ -118,23 +115,9 @@ def test_planner_hardware_of_a_gpu_comes_from_the_table(kind, name):
     assert hw.ici_link_bandwidth == hardware.TABLE[name].ici_bandwidth.value / 4  # one ring, one direction
 
 
-def test_latencies_are_passed_only_to_a_hardware_class_that_has_them():
-    @dataclasses.dataclass
-    class Before:  # roofline.Hardware without per-hop latencies
-        name: str
-        peak_flops: float
-        hbm_bandwidth: float
-        ici_link_bandwidth: float
-        dcn_bandwidth: float
-        physical_dims: int = 1
-
-    @dataclasses.dataclass
-    class After(Before):
-        ici_latency_s: float = 0.0
-        dcn_latency_s: float = 0.0
-
+def test_latencies_are_passed_to_the_planner_hardware():
     entry = hardware.TABLE["v5p"]
-    before, after = T._roofline_hardware(Before, entry), T._roofline_hardware(After, entry)
-    assert before.peak_flops == after.peak_flops == 459e12 and before.physical_dims == 3
-    assert (after.ici_latency_s, after.dcn_latency_s) == (entry.ici_latency_s.value, entry.dcn_latency_s.value) \
+    hw = T.hardware_for(T.parse_target("tpu:v5p-16"), [])
+    assert hw.peak_flops == 459e12 and hw.physical_dims == 3
+    assert (hw.ici_latency_s, hw.dcn_latency_s) == (entry.ici_latency_s.value, entry.dcn_latency_s.value) \
         == (1e-6, 20e-6)
