@@ -1,18 +1,24 @@
-"""Search benchmarks: time to the best-MFU config against a naive loop, and harness overhead.
+"""Search benchmarks: time to the best-MFU config against a naive loop, with and without
+steering by predictions, and harness overhead.
 
 1. Time to best. The naive loop launches one fresh process per config of the (reduced) mesh
-   sweep, with no screening, no compilation cache and full-length training (--naive-steps),
-   and keeps the best MFU. paxsearch runs the same space (TPE, its short trials, screening,
-   compilation cache, workers reused) and we take the wall time until it first completed a
-   trial with that best config. Goal: <= 0.3 of the naive time, the same best config.
+   sweep, with no screening, no compilation cache and no tuner, and keeps the best MFU. Every
+   config trains exactly as long as its search trial does: the sweep's token budget (8,192
+   tokens, steps = tokens / (global batch x seq_len)), so both sides do the same training.
+   paxsearch runs the same space for the single objective MFU in two arms, one after the
+   other in this script: `tpe` (today's default tuner) and `tpe --steer predicted` (a trial
+   predicted dominated is skipped after compiling, search/steer.py). For each arm: the wall
+   time until it first completed a trial of the naive loop's best config, and until it first
+   measured an MFU within 5% of that best (MFU on a loaded machine is noisy, and near-ties
+   swap). Goal: <= 0.3 of the naive time, the same best config.
 2. Harness overhead per trial: timings.overhead_s of every paxsearch trial (wall time outside
    compilation and training: proposing, storage, worker round trip). Goal: median <= 1 s.
 
-    python benchmarks/bench_search.py                      # reduced sweep (30 configs), ~30-40 min
+    python benchmarks/bench_search.py                      # 30 configs, 3 sides, ~15-20 min
     python benchmarks/bench_search.py --set remat=none     # other --set to shrink/grow the space
+    python benchmarks/bench_search.py --arms tpe           # one search arm only
     python benchmarks/bench_search.py --overhead-only --trials 12
 
-MFU on simulated CPU devices is noisy on a shared machine: near-ties between configs can swap.
 Results go to stdout as JSON lines and to --out (default runs/bench_search/result.json).
 """
 from __future__ import annotations
@@ -28,11 +34,13 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPACE = os.path.join(REPO, "spaces", "mesh_sweep.py")
-DEFAULT_SETS = ["model_size=small", "remat=none"]
+DEFAULT_SETS = ["model_size=small", "remat=none", "attention=dot_product", "rules=default", "flags=default"]
+ARMS = {"tpe": ["--tuner", "tpe"], "tpe+steer": ["--tuner", "tpe", "--steer", "predicted"]}
+WITHIN = 0.05  # "near best": measured MFU >= (1 - WITHIN) x the naive loop's best
 
 
-def _naive_one(config_path: str, steps: int) -> None:
-    """(child process) train one config for `steps` steps; print its MFU as JSON."""
+def _naive_one(config_path: str) -> None:
+    """(child process) train one config (its steps already the token budget's); print its MFU."""
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     os.environ["JAX_PLATFORMS"] = "cpu"
     import dataclasses
@@ -41,46 +49,52 @@ def _naive_one(config_path: str, steps: int) -> None:
     from paxsearch.trainer.train import train
 
     cfg = configio.build(configio.loads(open(config_path).read()))
-    cfg = dataclasses.replace(cfg, steps=steps, run_dir=None)
-    result = train(cfg)
-    print(json.dumps({"mfu": result.final.mfu if result.final else None}))
+    result = train(dataclasses.replace(cfg, run_dir=None))
+    print(json.dumps({"mfu": result.final.mfu if result.final else None, "steps": result.steps_run}))
 
 
-def naive(sets: list[str], steps: int) -> dict:
+def naive(sets: list[str]) -> dict:
+    """Every config once, in a fresh process, trained for its token budget's steps."""
     from paxsearch.search import configio
+    from paxsearch.search.driver import token_budget
     from paxsearch.search.space import load_space
 
     space = load_space(SPACE)
     space.apply_sets(sets)
+    tokens, devices = space.settings.tokens, int(space.settings.target.split(":")[1])
     points = list(space.points())
     t0 = time.perf_counter()
     best, rows = None, []
     with tempfile.TemporaryDirectory() as tmp:
         for i, point in enumerate(points):
+            cfg = space.config(point)
+            if tokens:  # the same steps as the search trial of this config
+                cfg.steps = token_budget(configio.build(cfg), tokens, devices)["steps"]
             path = os.path.join(tmp, f"{i}.json")
             with open(path, "w") as f:
-                f.write(configio.dumps(space.config(point)))
-            proc = subprocess.run([sys.executable, __file__, "_naive_one", path, str(steps)],
+                f.write(configio.dumps(cfg))
+            proc = subprocess.run([sys.executable, __file__, "_naive_one", path],
                                   capture_output=True, text=True, cwd=REPO)
-            mfu = None
+            mfu = steps = None
             for line in proc.stdout.splitlines()[::-1]:
                 if line.startswith("{"):
-                    mfu = json.loads(line)["mfu"]
+                    out = json.loads(line)
+                    mfu, steps = out["mfu"], out["steps"]
                     break
-            rows.append({"decisions": point, "mfu": mfu, "elapsed_s": time.perf_counter() - t0})
+            rows.append({"decisions": point, "mfu": mfu, "steps": steps, "elapsed_s": time.perf_counter() - t0})
             print(json.dumps({"naive": i + 1, "of": len(points), **rows[-1]}), flush=True)
             if mfu is not None and (best is None or mfu > best["mfu"]):
                 best = rows[-1]
     return {"configs": len(points), "total_s": time.perf_counter() - t0, "best": best, "rows": rows}
 
 
-def search(sets: list[str], trials: int | None, run_dir: str, tuner: str) -> dict:
+def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str]) -> dict:
     import optuna
 
     # the naive loop has no memory budget, so neither does this run (the sweep's own 10 MiB
     # budget would rule out configs the naive loop may find best)
-    cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir,
-           "--tuner", tuner, "--no-progress", "--memory-budget", "1GiB"] + [a for s in sets for a in ("--set", s)]
+    cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir, "--objective", "mfu",
+           "--no-progress", "--memory-budget", "1GiB", *arm] + [a for s in sets for a in ("--set", s)]
     if trials:
         cmd += ["--trials", str(trials)]
     t0 = time.time()
@@ -92,48 +106,71 @@ def search(sets: list[str], trials: int | None, run_dir: str, tuner: str) -> dic
     for t in study.get_trials():
         m = t.user_attrs.get("measured") or {}
         rows.append({"number": t.number, "decisions": t.user_attrs.get("decisions"), "mfu": m.get("mfu"),
+                     "steps": m.get("steps"), "predicted_mfu": (t.user_attrs.get("plan") or {}).get("predicted_mfu"),
+                     "skipped": bool(t.user_attrs.get("steered")),
                      "done_s": t.datetime_complete.timestamp() - t0 if t.datetime_complete else None,
                      "overhead_s": (t.user_attrs.get("timings") or {}).get("overhead_s"),
                      "failure_kind": t.user_attrs.get("failure_kind")})
     return {"total_s": total, "rows": rows}
 
 
+def time_to_best(found: dict, base: dict) -> dict:
+    """When a search arm first measured the naive loop's best config, and a config within WITHIN of it."""
+    best = base["best"]
+    rows = [r for r in found["rows"] if r["done_s"] is not None]
+    measured = [r for r in rows if r["mfu"] is not None]
+    hits = [r["done_s"] for r in measured if r["decisions"] == best["decisions"]]
+    near = [r["done_s"] for r in measured if r["mfu"] >= (1 - WITHIN) * best["mfu"]]
+    own = max(measured, key=lambda r: r["mfu"]) if measured else None
+    return {"naive_best": best["decisions"], "naive_best_mfu": best["mfu"],
+            "search_best": own["decisions"] if own else None, "search_best_mfu": own["mfu"] if own else None,
+            "same_best": bool(own) and own["decisions"] == best["decisions"],
+            "best_skipped": any(r["skipped"] and r["decisions"] == best["decisions"] for r in rows),
+            "search_s": min(hits) if hits else None, "naive_s": base["total_s"],
+            "ratio": (min(hits) / base["total_s"]) if hits else None,
+            "near_s": min(near) if near else None, "near_ratio": (min(near) / base["total_s"]) if near else None,
+            "search_total_s": found["total_s"], "trained": len(measured),
+            "skipped": sum(r["skipped"] for r in rows), "goal_ratio": 0.3}
+
+
+def overhead(found: dict) -> dict:
+    values = [r["overhead_s"] for r in found["rows"] if r["overhead_s"] is not None]
+    return {"median_s": statistics.median(values) if values else None, "max_s": max(values) if values else None,
+            "trials": len(values), "goal_s": 1.0}
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_naive_one":
-        _naive_one(sys.argv[2], int(sys.argv[3]))
+        _naive_one(sys.argv[2])
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", dest="sets", action="append", default=None, help="decisions fixed (default: "
                     + " ".join(DEFAULT_SETS) + ")")
-    ap.add_argument("--naive-steps", type=int, default=100, help="training steps per config in the naive loop")
     ap.add_argument("--trials", type=int, default=None, help="paxsearch trial budget (default: the space size)")
-    ap.add_argument("--tuner", default="tpe")
-    ap.add_argument("--overhead-only", action="store_true", help="only run paxsearch and report its overhead")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"search arms, comma-separated, of {', '.join(ARMS)}")
+    ap.add_argument("--overhead-only", action="store_true", help="only run paxsearch (tpe) and report its overhead")
     ap.add_argument("--out", default=os.path.join("runs", "bench_search", "result.json"))
     args = ap.parse_args()
     sets = args.sets if args.sets is not None else DEFAULT_SETS
-    run_dir = os.path.join(os.path.dirname(args.out), f"search-{int(time.time())}")
-    result: dict = {"sets": sets}
-    found = search(sets, args.trials or (12 if args.overhead_only else 1000), run_dir, args.tuner)
-    overheads = [r["overhead_s"] for r in found["rows"] if r["overhead_s"] is not None]
-    result["overhead"] = {"median_s": statistics.median(overheads) if overheads else None,
-                          "max_s": max(overheads) if overheads else None, "trials": len(overheads), "goal_s": 1.0}
-    result["search"] = found
+    arms = ["tpe"] if args.overhead_only else args.arms.split(",")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        sys.exit(f"bench_search: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    stamp = int(time.time())
+    result: dict = {"sets": sets, "arms": {}}
+    for arm in arms:
+        run_dir = os.path.join(os.path.dirname(args.out), f"search-{arm}-{stamp}")
+        found = search(sets, args.trials or (12 if args.overhead_only else 1000), run_dir, ARMS[arm])
+        result["arms"][arm] = {"overhead": overhead(found), "search": found}
     if not args.overhead_only:
-        base = naive(sets, args.naive_steps)
+        base = naive(sets)
         result["naive"] = base
-        best = base["best"]["decisions"] if base["best"] else None
-        hits = [r["done_s"] for r in found["rows"] if r["decisions"] == best and r["done_s"] is not None]
-        searched = [r for r in found["rows"] if r["mfu"] is not None]
-        search_best = max(searched, key=lambda r: r["mfu"])["decisions"] if searched else None
-        result["time_to_best"] = {
-            "naive_best": best, "search_best": search_best, "same_best": best == search_best,
-            "search_s": min(hits) if hits else None, "naive_s": base["total_s"],
-            "ratio": (min(hits) / base["total_s"]) if hits else None, "goal_ratio": 0.3}
+        for arm in arms:
+            result["arms"][arm]["time_to_best"] = time_to_best(result["arms"][arm]["search"], base) if base["best"] else None
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2, default=str)
-    summary = {k: v for k, v in result.items() if k in ("overhead", "time_to_best")}
+    summary = {arm: {k: v for k, v in r.items() if k in ("overhead", "time_to_best")} for arm, r in result["arms"].items()}
     print(json.dumps(summary, indent=2, default=str))
 
 

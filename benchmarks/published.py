@@ -43,10 +43,10 @@ rules="sequence_parallel" (trainer/sharding.py); with tensor 1 it is the same la
 Compiler flags: the v5e scripts' LIBTPU_INIT_ARGS are exactly our flag set
 "collective_fusion" (its 7 flags, from MaxText's benchmarks/xla_flags_library.py). The v5p
 scripts set 6 of those 7 (not ..._fuse_all_gather) plus megacore_fusion_allow_ags=false,
-async_collective_permute and ag_backward_pipelining, which no set of ours has; "collective_fusion"
-is refused by the v5p compiler ("FAILED_PRECONDITION: Continuation fusion for AllGather is
-enabled on platform viper", 4 s, the reason the v5p scripts leave that flag out), so the v5p
-rows compile with "default". The v4 script sets only --xla_enable_async_all_gather
+async_collective_permute and ag_backward_pipelining: exactly our set "v5p_collectives", which
+the v5p rows compile with ("collective_fusion" is refused by the v5p compiler:
+"FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform viper", 4 s,
+the reason the v5p scripts leave that flag out). The v4 script sets only --xla_enable_async_all_gather
 (and TPU_MEGACORE=MEGACORE_DENSE, the megacore mode our v4 topology compiles for): "default".
 Attention: MaxText 'flash' (the Pallas TPU flash kernel) = our attention="flash" (splash kernel
 on TPU); MaxText's plain attention (2023-04: MultiHeadDotProductAttention) = "dot_product".
@@ -133,6 +133,7 @@ ROWS = (
         name="v5p-128 32B", preset="maxtext-v5e-32b", target="tpu:v5p-128", chips=64, ici=(1, 16, 4),
         maxtext_per_device_batch=8, remat="minimal", attention="flash", tflops=328, mfu=0.7147,
         formula="6N+causal",
+        flags="v5p_collectives",
         published_in=f"{MAXTEXT} MaxText/configs/v5p/README.md@{C_V5P} and README.md there (1x v5p-128: 328, "
                      "71.47%)",
         config=f"{MAXTEXT} MaxText/configs/v5p/32b.sh@{C_V5P} (per_device_batch_size=8, remat_policy=minimal, "
@@ -162,6 +163,7 @@ ROWS = (
         name="v5p-128 64B", preset="maxtext-v5e-64b", target="tpu:v5p-128", chips=64, ici=(1, 16, 4),
         maxtext_per_device_batch=4, remat="minimal", attention="flash", tflops=323, mfu=0.7031,
         formula="6N+causal",
+        flags="v5p_collectives",
         published_in=f"{MAXTEXT} MaxText/configs/v5p/README.md@{C_V5P} (1x v5p-128: 323, 70.31%)",
         config=f"{MAXTEXT} MaxText/configs/v5p/64b.sh@{C_V5P} (per_device_batch_size=4, remat_policy=minimal, "
                "global_parameter_scale=64, ici_fsdp_parallelism=-1 (16), ici_tensor_parallelism=4, attention='flash')",

@@ -25,6 +25,9 @@ def add_study_options(p, *, for_new: bool) -> None:
                        help="processes per trial (jax.distributed, devices split between them)")
         p.add_argument("--target", default=None, help="devices of one trial, e.g. cpu:8")
         p.add_argument("--seed", type=int, default=None, help="seed of the tuner")
+        p.add_argument("--steer", default=None, choices=("none", "predicted"),
+                       help="predicted: skip a trial after compiling when its predicted MFU and compiled memory "
+                            "say a finished trial dominates it (default none)")
     else:
         p.add_argument("--trust-stored-space", action="store_true",
                        help="when the study's space file is not on this machine, run the copy stored in the "
@@ -37,7 +40,7 @@ def cli_settings(args, *, for_new: bool) -> dict:
     if for_new:
         out.update(tuner=args.tuner, objectives=(args.objective,) if args.objective else None,
                    memory_budget=args.memory_budget, pruner=args.pruner, processes=args.processes,
-                   target=args.target, seed=args.seed)
+                   target=args.target, seed=args.seed, steer=args.steer)
     return out
 
 
@@ -110,16 +113,18 @@ def summarize(study, elapsed_s: float, run_dir: str) -> str:
 
 
 def state_counts(trials) -> dict[str, int]:
-    """complete / failure kinds / pruned / running / waiting counts (superseded trials apart)."""
+    """complete / failure kinds / pruned / skipped / running / waiting counts (superseded trials apart)."""
     c = collections.Counter()
     for t in trials:
         if t.user_attrs.get("superseded"):
             c["superseded"] += 1
+        elif t.user_attrs.get("steered"):
+            c["skipped"] += 1
         elif t.user_attrs.get("failure_kind"):
             c[t.user_attrs["failure_kind"]] += 1
         else:
             c[t.state.name.lower()] += 1
-    order = ["complete", "pruned", "running", "waiting"]
+    order = ["complete", "pruned", "skipped", "running", "waiting"]
     return dict(sorted(c.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 10, kv[0])))
 
 

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from ..trainer import flagsets
 from .errors import UserError
-from . import configio, failures, gpu_assign, plan_screen, records, storage as storage_lib
+from . import configio, failures, gpu_assign, plan_screen, records, steer, storage as storage_lib
 from .pool import WorkerSlot, WorkerStartError
 from .progress import Progress
 from .settings import SettingsError, steps_for_tokens
@@ -131,7 +131,7 @@ def has_work(ctx: StudyContext) -> bool:
         active = [t for t in ctx.study.get_trials(deepcopy=False) if not is_superseded(t)]
         if any(t.state == TrialState.WAITING for t in active):
             return True
-        if len(active) >= budget:
+        if steer.counted(active) >= budget:
             return False
         if size is not None and len(seen_keys(ctx.space, active)) >= size:
             return False
@@ -185,7 +185,7 @@ class Driver:
             return {"elapsed_s": 0.0, "finished": 0}
         trials = ctx.study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state.is_finished() and not is_superseded(t)]
-        self.progress = Progress(self.budget, len(done), self.objectives, enabled=self.progress_enabled,
+        self.progress = Progress(self.budget, steer.counted(done), self.objectives, enabled=self.progress_enabled,
                                  predicted=ctx.target.plan_only)
         self.progress.seed_best(t.values for t in done
                                 if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind"))
@@ -265,7 +265,7 @@ class Driver:
             active = [t for t in trials if not is_superseded(t)]
             waiting = [t for t in active if t.state == TrialState.WAITING]
             if not waiting:
-                if len(active) >= self.budget:
+                if steer.counted(active) >= self.budget:
                     return None
                 if self.proposer is not None:
                     point = self.proposer.propose(space, active)
@@ -303,7 +303,8 @@ class Driver:
                    "log_path": os.path.join(trial_dir, "log.txt"), "memory_budget": ctx.settings.memory_budget,
                    "count_flops": ctx.settings.count_flops, "relay_reports": self.relay,
                    "fault": FAULTS.get(number),
-                   "plan_target": ctx.target.text if ctx.target.plan_only else None}
+                   "plan_target": ctx.target.text if ctx.target.plan_only else None,
+                   "steer": self._steer(trial)}
             with self._heartbeat(trial):
                 try:
                     result = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
@@ -352,6 +353,8 @@ class Driver:
                                   tpu_slice=target.slice_name if target.plan_only else None)
         except ConfigError as e:
             return {"failure_kind": failures.INVALID, "failure_message": str(e)}, config_json, flags
+        if ctx.settings.steer != "none" and not target.plan_only:
+            trial.set_user_attr("math_key", steer.math_key(built, target.num_devices))
         if target.plan_only:  # settled here when the study already knows the answer
             trial.set_user_attr("plan_target", target.name)  # the trial's concrete target
             keys = plan_screen.keys_attrs(built, target)
@@ -424,4 +427,13 @@ class Driver:
             self._requeue_lost(trial)
         self.finished += 1
         feasible = state == TrialState.COMPLETE and not attrs.get("failure_kind")
-        self.progress.finished(records.trial_line(trial.number, state, decisions, attrs, total_s), values, feasible)
+        self.progress.finished(records.trial_line(trial.number, state, decisions, attrs, total_s), values, feasible,
+                               counts=not attrs.get("steered"))
+
+    def _steer(self, trial: optuna.Trial) -> dict | None:
+        """The finished trials a worker may find this one dominated by (search/steer.py)."""
+        if self.ctx.settings.steer == "none" or self.ctx.target.plan_only:
+            return None
+        key = storage_lib.retry(lambda: trial.user_attrs.get("math_key"))
+        trials = storage_lib.retry(self.ctx.study.get_trials, deepcopy=False)
+        return steer.job_steer(trials, self.objectives, key)

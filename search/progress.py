@@ -47,12 +47,13 @@ class Progress:
         if self.best:
             self.bar.set_postfix_str(self.label + "  ".join(f"{k} {_fmt(k, v)}" for k, v in self.best.items()))
 
-    def finished(self, line: str, values=None, feasible: bool = True) -> None:
+    def finished(self, line: str, values=None, feasible: bool = True, counts: bool = True) -> None:
+        """`counts`: the trial uses one of the budget (a steered skip does not)."""
         with self._lock:
             if feasible:
                 self._update_best(values)
             self.bar.write(line, file=sys.stdout)
-            self.bar.update(1)
+            self.bar.update(1 if counts else 0)
             self._postfix()
 
     def note(self, line: str) -> None:

@@ -5,7 +5,7 @@ State and values by outcome:
 - predicted_oom: COMPLETE with the constraint violated (loss +inf, MFU 0, the predicted
   memory), so that constraint-aware samplers (TPE, NSGA-II, GP) learn the infeasible region;
   it carries failure_kind "predicted_oom" and ran no step.
-- pruned by the pruner: PRUNED. Every other failure: FAIL with failure_kind/failure_message.
+- pruned by the pruner, or skipped as predicted dominated (user attr "steered"): PRUNED. Every other failure: FAIL with failure_kind/failure_message.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def outcome(objectives, result: dict) -> tuple[TrialState, list[float] | None, d
     kind = result.get("failure_kind")
     plan, measured = result.get("plan"), result.get("measured")
     attrs: dict = {}
-    if result.get("pruned"):
+    if result.get("pruned"):  # by the pruner, or skipped as predicted dominated (search/steer.py)
         return TrialState.PRUNED, None, {"pruned": True}
     predicted = bool(result.get("predicted"))
     if kind == failures.PREDICTED_OOM and plan:
@@ -79,6 +79,8 @@ def trial_attrs(result: dict, worker_env: dict | None, timings: dict) -> dict:
         attrs["memory_budget"] = result["memory_budget"]
         if plan:
             attrs["constraint"] = [float(plan["peak_bytes"] - result["memory_budget"]["bytes"])]
+    if result.get("steered"):
+        attrs["steered"] = result["steered"]
     if result.get("intermediate"):
         attrs["intermediate"] = result["intermediate"]
     if worker_env is not None:
@@ -107,9 +109,14 @@ def trial_line(number: int, state: TrialState, decisions: dict, attrs: dict, tot
     d = " ".join(f"{k}={v}" for k, v in decisions.items())
     kind = attrs.get("failure_kind")
     m = attrs.get("measured") or {}
-    parts = [f"#{number:<3d} {(kind or state.name.lower()):13s} {d}"]
+    label = kind or ("skipped" if attrs.get("steered") else state.name.lower())
+    parts = [f"#{number:<3d} {label:13s} {d}"]
     plan = attrs.get("plan") or {}
-    if kind == failures.PREDICTED_OOM:
+    if attrs.get("steered"):
+        from .steer import describe
+
+        parts.append(f"{describe(attrs['steered'])}; mem {format_bytes(attrs.get('memory_bytes'))} (compiled)")
+    elif kind == failures.PREDICTED_OOM:
         how = f" ({plan['screen']}, not compiled)" if plan.get("screen") else ""
         parts.append(f"plan {format_bytes(attrs.get('memory_bytes'))} > budget{how}")
     elif attrs.get("predicted") and not kind:

@@ -10,6 +10,7 @@ from .errors import UserError
 OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize"}
 TUNERS = ("tpe", "nsga2", "random", "grid", "evolution")
 PRUNERS = ("none", "median", "hyperband")
+STEERS = ("none", "predicted")  # search/steer.py
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -32,6 +33,9 @@ class StudySettings:
     tokens: a training-token budget per trial ("2M", 65536): every trial trains
     round(tokens / (global batch x seq_len)) steps (steps_for_tokens), and the objective loss
     is its held-out eval loss. None: each config's own steps.
+    steer: "predicted" skips a measured trial, after compiling and before training, when the
+    roofline's prediction says a finished trial dominates it (search/steer.py); "none" trains
+    every proposal.
     imports: module names (dotted identifiers) the driver and every worker import before a
     trial's config is built, e.g. one registering a seqio task; `replace(imports=...)` adds
     to those already set (the command line's --import adds to STUDY's and the study's).
@@ -49,6 +53,7 @@ class StudySettings:
     seed: int = 0
     count_flops: bool = True
     tokens: int | None = None
+    steer: str = "none"
     imports: tuple[str, ...] = ()  # user modules every process imports (search/user_imports.py)
     extra: dict = field(default_factory=dict)  # kept empty, so that studies stored with it still load
 
@@ -81,6 +86,8 @@ class StudySettings:
             raise SettingsError(f"unknown tuner {self.tuner!r}; choose one of {', '.join(TUNERS)}")
         if self.pruner not in PRUNERS:
             raise SettingsError(f"unknown pruner {self.pruner!r}; choose one of {', '.join(PRUNERS)}")
+        if self.steer not in STEERS:
+            raise SettingsError(f"unknown steer {self.steer!r}; choose one of {', '.join(STEERS)}")
         if int(self.trials) < 1 or int(self.processes) < 1 or int(self.workers) < 1:
             raise SettingsError("trials, processes and workers must be >= 1")
         if float(self.timeout) <= 0:

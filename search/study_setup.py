@@ -66,6 +66,9 @@ def check_settings(settings: StudySettings, space: Space) -> Target:
         if settings.pruner != "none":
             raise SetupError(f"target {target.text} is planned, never run: no intermediate loss to prune on; "
                              "use --pruner none")
+        if settings.steer != "none":
+            raise SetupError(f"target {target.text} is planned, never run: every trial is a prediction already, "
+                             "so there is no training to skip; use --steer none")
     if settings.pruner != "none" and len(settings.objectives) > 1:
         raise SetupError(f"pruner {settings.pruner} needs a single objective; pass --objective loss|mfu|memory")
     try:

@@ -1,4 +1,5 @@
-"""One trial inside a worker process: static checks -> plan -> memory screen -> short training.
+"""One trial inside a worker process: static checks -> plan -> memory screen -> steering
+(search/steer.py) -> short training.
 
 Runs with JAX already configured for this process (see worker_proc). Returns a JSON-able
 result; failures are typed from exception classes (and XLA status codes), never from text.
@@ -19,7 +20,7 @@ from ..trainer.config import DistributedConfig, TrainConfig
 from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
 from ..trainer.plan import build_program
 from ..trainer.train import train
-from . import configio, failures
+from . import configio, failures, steer
 
 
 class TrialFailure(Exception):
@@ -155,6 +156,11 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
             raise TrialFailure(failures.PREDICTED_OOM,
                                f"predicted {plan.peak_bytes:,} bytes per device exceeds the budget "
                                f"of {int(budget):,} bytes ({budget_source})")
+        out["steered"] = steer.dominated(job.get("steer"), out["plan"])
+        if out["steered"]:  # predicted dominated by a finished trial: compiled, never trained
+            out["pruned"] = True
+            timings["worker_s"] = time.perf_counter() - t0
+            return out
         # short training
         pruned = {"stop": False}
 

@@ -222,6 +222,19 @@ def test_plan_mode_compiles_with_the_sets_libtpu_args(tmp_path):
 
 
 @needs_libtpu
+def test_the_v5p_set_compiles_for_a_v5p_slice(tmp_path):
+    """MaxText's v5p flags (async collective-permutes among them) are known to this libtpu and
+    accepted by the v5p compiler, where "collective_fusion" is refused (benchmarks/published.py)."""
+    run = tmp_path / "v5p"
+    cli("run", PLAN_SPACE, "--run-dir", run, "--no-progress", "--trials", 1, "--target", "tpu:v5p-32",
+        "--set", "flags=v5p_collectives", "--set", "model_size=small", "--set", "per_device_batch=1",
+        "--set", "peak_lr=0.001")
+    (t,) = optuna.load_study(study_name="tpu_tiny_plan", storage=f"sqlite:///{run}/study.db").get_trials()
+    assert t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("failure_kind"), t.user_attrs
+    assert "--xla_enable_async_collective_permute=true" in t.user_attrs["env"]["libtpu_init_args"].split()
+
+
+@needs_libtpu
 def test_a_libtpu_arg_libtpu_lacks_is_one_line(tmp_path):
     run = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--no-progress", "--set", "flags=latency_hiding",
               env={"LIBTPU_INIT_ARGS": "--xla_tpu_no_such_flag=1"}, check=False)

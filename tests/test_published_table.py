@@ -109,7 +109,7 @@ def test_generated_space_is_the_published_config(row, tmp_path):
     assert {**cfg.model.__dict__, "attention": "auto"} == presets.get(row.preset).__dict__
     assert cfg.mesh.ici == row.ici and cfg.global_batch == row.global_batch and cfg.per_device_batch is None
     assert cfg.remat == P.REMAT[row.remat]
-    assert cfg.flags == row.flags == ("collective_fusion" if row.chip == "v5e" else "default")
+    assert cfg.flags == row.flags == {"v5e": "collective_fusion", "v5p": "v5p_collectives"}.get(row.chip, "default")
     assert cfg.mesh.rules == ("sequence_parallel" if row.ici[2] > 1 else "default")  # MaxText: embed over tensor
 
 

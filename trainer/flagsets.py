@@ -75,6 +75,16 @@ FLAG_SETS: dict[str, FlagSet] = {
          "--xla_tpu_data_parallel_opt_different_sized_ops=true"),
         "continuation fusion of all-gathers and data-parallel all-reduce overlap (TPU)",
         "MaxText benchmarks/xla_flags_library.py: CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP"),
+    "v5p_collectives": FlagSet(
+        (),
+        ("--xla_tpu_megacore_fusion_allow_ags=false", "--xla_enable_async_collective_permute=true",
+         "--xla_tpu_enable_ag_backward_pipelining=true", "--xla_tpu_enable_data_parallel_all_reduce_opt=true",
+         "--xla_tpu_data_parallel_opt_different_sized_ops=true", "--xla_tpu_enable_async_collective_fusion=true",
+         "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
+         "--xla_tpu_overlap_compute_collective_tc=true", "--xla_enable_async_all_gather=true"),
+        "v5p: async collective-permutes (tensor-axis windowed einsums), all-gather backward pipelining, "
+        "collective fusion without the all-gather continuation fusion the v5p compiler refuses (TPU)",
+        "MaxText MaxText/configs/v5p/32b.sh and 64b.sh @76bd53b0 (2023-12-15) LIBTPU_INIT_ARGS"),
     "cpu_eigen_dots": FlagSet(
         ("--xla_cpu_experimental_ynn_fusion_type=",),
         (),
