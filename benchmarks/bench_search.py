@@ -17,6 +17,7 @@ steering by predictions, and harness overhead.
     python benchmarks/bench_search.py                      # 30 configs, 3 sides, ~15-20 min
     python benchmarks/bench_search.py --set remat=none     # other --set to shrink/grow the space
     python benchmarks/bench_search.py --arms tpe           # one search arm only
+    python benchmarks/bench_search.py --seed 1 --naive-from runs/bench_search/result.json  # another tuner seed
     python benchmarks/bench_search.py --overhead-only --trials 12
 
 Results go to stdout as JSON lines and to --out (default runs/bench_search/result.json).
@@ -88,13 +89,13 @@ def naive(sets: list[str]) -> dict:
     return {"configs": len(points), "total_s": time.perf_counter() - t0, "best": best, "rows": rows}
 
 
-def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str]) -> dict:
+def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], seed: int) -> dict:
     import optuna
 
     # the naive loop has no memory budget, so neither does this run (the sweep's own 10 MiB
     # budget would rule out configs the naive loop may find best)
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir, "--objective", "mfu",
-           "--no-progress", "--memory-budget", "1GiB", *arm] + [a for s in sets for a in ("--set", s)]
+           "--no-progress", "--memory-budget", "1GiB", "--seed", str(seed), *arm] + [a for s in sets for a in ("--set", s)]
     if trials:
         cmd += ["--trials", str(trials)]
     t0 = time.time()
@@ -148,6 +149,9 @@ def main() -> None:
                     + " ".join(DEFAULT_SETS) + ")")
     ap.add_argument("--trials", type=int, default=None, help="paxsearch trial budget (default: the space size)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"search arms, comma-separated, of {', '.join(ARMS)}")
+    ap.add_argument("--seed", type=int, default=0, help="tuner seed of both search arms")
+    ap.add_argument("--naive-from", default=None, metavar="RESULT_JSON",
+                    help="reuse the naive loop of an earlier result file of the same --set (it takes ~10 min)")
     ap.add_argument("--overhead-only", action="store_true", help="only run paxsearch (tpe) and report its overhead")
     ap.add_argument("--out", default=os.path.join("runs", "bench_search", "result.json"))
     args = ap.parse_args()
@@ -157,13 +161,19 @@ def main() -> None:
     if unknown:
         sys.exit(f"bench_search: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
     stamp = int(time.time())
-    result: dict = {"sets": sets, "arms": {}}
+    result: dict = {"sets": sets, "seed": args.seed, "arms": {}}
     for arm in arms:
         run_dir = os.path.join(os.path.dirname(args.out), f"search-{arm}-{stamp}")
-        found = search(sets, args.trials or (12 if args.overhead_only else 1000), run_dir, ARMS[arm])
+        found = search(sets, args.trials or (12 if args.overhead_only else 1000), run_dir, ARMS[arm], args.seed)
         result["arms"][arm] = {"overhead": overhead(found), "search": found}
     if not args.overhead_only:
-        base = naive(sets)
+        if args.naive_from:
+            earlier = json.load(open(args.naive_from))
+            if earlier["sets"] != sets:
+                sys.exit(f"bench_search: {args.naive_from} ran --set {earlier['sets']}, not {sets}")
+            base = {**earlier["naive"], "from": args.naive_from}
+        else:
+            base = naive(sets)
         result["naive"] = base
         for arm in arms:
             result["arms"][arm]["time_to_best"] = time_to_best(result["arms"][arm]["search"], base) if base["best"] else None

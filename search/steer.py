@@ -6,10 +6,15 @@ beat a finished trial on any objective is skipped after compiling: it ends PRUNE
 reason under its `steered` user attribute, and no step is trained.
 
 Point p is predicted dominated by a finished trial q when, for every objective:
-  - mfu: q's measured MFU > p's optimistic MFU = p's predicted MFU x R, where R is the
-    largest measured / predicted MFU ratio among the study's finished trials (the most the
-    roofline has underestimated any trial here). No fixed factor: R is read from the study,
-    and nothing is skipped before MIN_MEASURED trials have both figures;
+  - mfu: q's measured MFU > p's optimistic MFU = p's predicted MFU x R. R is the upper
+    bound of a one-sided (1 - RISK) prediction interval for the measured / predicted MFU ratio
+    of a new trial, from the study's finished trials (log-normal: exp(mean + t(n-1) x sd x
+    sqrt(1 + 1/n)) of the log ratios). So a trial is skipped only when even a roofline
+    underestimate as large as this study's own errors allow, at RISK, would not lift it past
+    q. No fixed factor: R is read from the study, it is wide while few trials have been
+    measured (Student's t), and nothing is skipped before MIN_MEASURED trials have both
+    figures. (The largest ratio seen is not a bound: a new trial exceeds the largest of n
+    with probability 1/(n+1).);
   - memory: q's compiled peak bytes <= p's (compiled memory is exact, not predicted);
   - loss: q trained the same math (math_key: the same model, data, optimizer, global batch
     and steps; only the layout differs: mesh, remat, attention kernel, activation sharding,
@@ -17,8 +22,8 @@ Point p is predicted dominated by a finished trial q when, for every objective:
 and it is strictly better on at least one (on MFU, by construction of the test above).
 
 The driver sends the references (finished trials of the same math, or all of them when loss
-is not an objective) with the job; the worker decides after compiling, so every process of
-a trial decides alike. Skipped trials do not count towards the trial budget, up to one
+is not an objective) with the job; the worker decides after compiling, and in a trial of
+several processes process 0's verdict is every process's (search/trial_exec.py). Skipped trials do not count towards the trial budget, up to one
 skip per budgeted trial (the rest count), so a run is bounded.
 """
 from __future__ import annotations
@@ -28,6 +33,7 @@ import json
 import math
 
 MIN_MEASURED = 3  # finished trials with measured and predicted MFU before anything is skipped
+RISK = 0.05  # one-sided: the chance a new trial's measured/predicted ratio is above the bound
 
 # Fields that change how a step is laid out and run, not what it computes. `per_device_batch`
 # and `global_batch` are replaced by the global batch the mesh gives.
@@ -58,8 +64,20 @@ def _scored(t) -> bool:
             and not t.user_attrs.get("superseded") and not t.user_attrs.get("predicted"))
 
 
+def ratio_bound(ratios) -> float:
+    """The upper (1 - RISK) prediction bound of a new trial's measured / predicted ratio."""
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    return math.exp(mean + float(stats.t.ppf(1 - RISK, n - 1)) * sd * math.sqrt(1 + 1 / n))
+
+
 def ratio(trials) -> tuple[float | None, int]:
-    """(largest measured / predicted MFU among finished trials, how many had both figures)."""
+    """(the bound R of the finished trials' measured / predicted MFU ratios, how many there
+    are); None below MIN_MEASURED."""
     ratios = []
     for t in trials:
         if not _scored(t):
@@ -68,14 +86,16 @@ def ratio(trials) -> tuple[float | None, int]:
         predicted = (t.user_attrs.get("plan") or {}).get("predicted_mfu")
         if measured and predicted and math.isfinite(measured) and math.isfinite(predicted) and predicted > 0:
             ratios.append(measured / predicted)
-    return (max(ratios) if ratios else None), len(ratios)
+    if len(ratios) < max(2, MIN_MEASURED):
+        return None, len(ratios)
+    return ratio_bound(ratios), len(ratios)
 
 
 def job_steer(trials, objectives, key: str | None) -> dict | None:
     """What a worker needs to decide (None: nothing may be skipped yet). `key`: the trial's
     math_key (references of another math are left out when loss is an objective)."""
     r, n = ratio(trials)
-    if r is None or n < MIN_MEASURED:
+    if r is None:
         return None
     refs = []
     for t in trials:
@@ -125,8 +145,9 @@ def describe(steered: dict) -> str:
     parts = [f"predicted dominated by #{steered['dominated_by']}"]
     if steered.get("optimistic_mfu") is not None:
         parts.append(f"optimistic MFU {100 * steered['optimistic_mfu']:.1f}% (predicted "
-                     f"{100 * steered['predicted_mfu']:.1f}% x {steered['ratio']:.2f}, the largest measured/predicted "
-                     f"of {steered['ratio_trials']} trials) < measured {100 * steered['reference_mfu']:.1f}%")
+                     f"{100 * steered['predicted_mfu']:.1f}% x {steered['ratio']:.2f}, the {100 * (1 - RISK):.0f}% bound of "
+                     f"measured/predicted over {steered['ratio_trials']} trials) < measured "
+                     f"{100 * steered['reference_mfu']:.1f}%")
     return "skipped: " + "; ".join(parts)
 
 

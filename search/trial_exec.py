@@ -156,7 +156,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
             raise TrialFailure(failures.PREDICTED_OOM,
                                f"predicted {plan.peak_bytes:,} bytes per device exceeds the budget "
                                f"of {int(budget):,} bytes ({budget_source})")
-        out["steered"] = steer.dominated(job.get("steer"), out["plan"])
+        out["steered"] = _steered(job.get("steer"), out["plan"])
         if out["steered"]:  # predicted dominated by a finished trial: compiled, never trained
             out["pruned"] = True
             timings["worker_s"] = time.perf_counter() - t0
@@ -192,6 +192,23 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
         out["failure_kind"], out["failure_message"] = failures.CRASH, _msg(e)
     timings["worker_s"] = time.perf_counter() - t0
     return out
+
+
+def _steered(job_steer: dict | None, plan: dict) -> dict | None:
+    """steer.dominated for this trial; with several processes, process 0's verdict for all
+    (on CPU each process measures its own peak, so their predictions may differ, and a
+    process that trained alone would wait in a collective for ever)."""
+    if not job_steer:
+        return None
+    verdict = steer.dominated(job_steer, plan)
+    if jax.process_count() == 1:
+        return verdict
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    if bool(multihost_utils.broadcast_one_to_all(np.int32(verdict is not None))):
+        return verdict or {"decided_by": "process 0"}
+    return None
 
 
 def _inject(fault: str | None) -> None:

@@ -3,8 +3,10 @@ references a worker gets, the same-math key, and a real study that skips after c
 import dataclasses
 import os
 
+import numpy as np
 import optuna
 import pytest
+from scipy import stats
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -67,11 +69,30 @@ def test_references_and_ratio_come_from_scored_measured_trials_only():
                _trial(4, 0.9, 0.1, superseded=True), _trial(5, 0.9, 0.1, predicted=True),
                _trial(6, 0.9, 0.1, state=TrialState.PRUNED)]
     s = steer.job_steer(trials, ["mfu"], "k")
-    assert s["ratio"] == pytest.approx(0.75) and s["ratio_trials"] == 3
+    assert s["ratio"] == pytest.approx(_bound([0.5, 0.75, 0.4])) and s["ratio_trials"] == 3
     assert [r["number"] for r in s["references"]] == [0, 1, 2]
     with_loss = steer.job_steer(trials, ["loss", "mfu"], "k")  # loss: only trials of the same math
     assert [r["number"] for r in with_loss["references"]] == [0, 1]
     assert steer.job_steer(trials, ["loss", "mfu"], "nothing-alike") is None
+
+
+def _bound(ratios, risk=steer.RISK):
+    """The one-sided prediction bound, computed here with numpy and scipy's t quantile."""
+    logs = np.log(ratios)
+    n = len(logs)
+    return float(np.exp(logs.mean() + stats.t.ppf(1 - risk, n - 1) * logs.std(ddof=1) * np.sqrt(1 + 1 / n)))
+
+
+def test_the_ratio_bound_is_a_prediction_bound_not_the_largest_ratio():
+    ratios = [0.55, 0.62, 0.58, 0.71]
+    assert steer.ratio_bound(ratios) == pytest.approx(_bound(ratios))
+    assert steer.ratio_bound(ratios) > max(ratios)  # a new trial may be underestimated more than any so far
+    assert steer.ratio_bound(ratios[:3]) > steer.ratio_bound(ratios[:3] * 3)  # wider with fewer trials
+    assert steer.ratio_bound([0.6, 0.6, 0.6]) == pytest.approx(0.6)
+    rng = np.random.default_rng(0)  # the bound holds at its level on log-normal ratios
+    draws = np.exp(rng.normal(-0.5, 0.3, size=(4000, 6)))
+    misses = np.mean([d[-1] > steer.ratio_bound(d[:-1]) for d in draws])
+    assert abs(misses - steer.RISK) < 0.015
 
 
 def test_math_key_ignores_layout_only():
@@ -125,11 +146,11 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
         assert ref.user_attrs["measured"]["mfu"] == s["reference_mfu"] > s["predicted_mfu"] * s["ratio"]
         assert s["ratio_trials"] >= steer.MIN_MEASURED
         assert f"#{t.number:<3d} skipped" in out.stdout
-    # the ratio is the largest measured/predicted among the trials finished before
+    # the ratio is the bound from the trials finished before
     first = skipped[0]
     before = [t for t in trained if t.number < first.number and t.state == TrialState.COMPLETE]
     assert first.user_attrs["steered"]["ratio"] == pytest.approx(
-        max(t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"] for t in before))
+        _bound([t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"] for t in before]))
     # skips do not use the budget (8 trained, or every point seen)
     assert len(trained) == 8 or len(trials) == space.size()
     assert f"{len(skipped)} skipped" in out.stdout
@@ -144,3 +165,20 @@ def test_steer_on_a_planned_target_is_one_line(tmp_path):
     assert not (tmp_path / "p" / "study.db").exists()
     out = cli("run", STEER_SPACE, "--run-dir", tmp_path / "q", "--steer", "sometimes", check=False)
     assert out.returncode == 2 and "--steer" in out.stderr
+
+
+@pytest.mark.slow
+def test_processes_of_a_trial_skip_together(tmp_path):
+    """Two processes per trial: process 0's verdict is every process's (a process that trained
+    alone would wait in a collective until the timeout)."""
+    space = load_space(STEER_SPACE)
+    seed = _seed_with_wide_first(space, steer.MIN_MEASURED + 1)
+    run = tmp_path / "steer2"
+    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", 5, "--processes", 2,
+              "--timeout", 180, "--no-progress")
+    trials = load(run, "steer_space").get_trials()
+    assert not [t.user_attrs.get("failure_message") for t in trials if t.user_attrs.get("failure_kind")]
+    skipped = [t for t in trials if t.user_attrs.get("steered")]
+    assert skipped, out.stdout
+    assert all(t.user_attrs["steered"]["dominated_by"] is not None for t in skipped)  # process 0's own verdict
+    assert all(t.user_attrs["env"]["process_count"] == 2 for t in trials)
