@@ -285,3 +285,48 @@ ENTRY %main (acts: bf16[32,6,64], i: s32[], w: bf16[64,64]) -> bf16[6,64] {
                               "%layer = bf16[6,64]{1,0} fusion(%p0, %p1), kind=kLoop, calls=%inner\n"
                               "  %all = bf16[32,6,64]{2,1,0} negate(%p0)")
     assert _one_instruction_bytes(read_whole, "f") == 32 * one_layer + index + weight + out
+
+
+def test_an_all_reduce_fused_with_its_slice_is_a_reduce_scatter():
+    """The TPU compiler writes a reduce-scatter (the fsdp gradient reduction) as a fusion around
+    an all-reduce whose output is the device's 1/n slice: one pass of (n-1)/n of the operand,
+    not an all-reduce's two. An all-reduce fused with work that keeps its full size stays one."""
+    text = """HloModule m, num_partitions=4
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+%all-reduce-scatter.1 (input_0: f32[256], pid: u32[]) -> f32[64] {
+  %input_0 = f32[256]{0} parameter(0)
+  %pid = u32[] parameter(1)
+  %all-reduce.1 = f32[256]{0} all-reduce(%input_0), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add
+  %c64 = u32[] constant(64)
+  %off = u32[] multiply(%pid, %c64)
+  ROOT %ds = f32[64]{0} dynamic-slice(%all-reduce.1, %off), dynamic_slice_sizes={64}
+}
+
+%all-reduce-fused.2 (input_1: f32[256]) -> f32[256] {
+  %input_1 = f32[256]{0} parameter(0)
+  %all-reduce.2 = f32[256]{0} all-reduce(%input_1), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add
+  ROOT %neg = f32[256]{0} negate(%all-reduce.2)
+}
+
+ENTRY %main (a: f32[256], b: f32[256], p: u32[]) -> (f32[64], f32[256]) {
+  %a = f32[256]{0} parameter(0)
+  %b = f32[256]{0} parameter(1)
+  %p = u32[] parameter(2)
+  %fusion.1 = f32[64]{0} fusion(%a, %p), kind=kOutput, calls=%all-reduce-scatter.1
+  %fusion.2 = f32[256]{0} fusion(%b), kind=kOutput, calls=%all-reduce-fused.2
+  ROOT %t = (f32[64]{0}, f32[256]{0}) tuple(%fusion.1, %fusion.2)
+}
+"""
+    roof = R.analyze(text, HW)
+    by_name = {c.name: c for c in roof.collectives}
+    scatter, full = by_name["all-reduce.1"], by_name["all-reduce.2"]
+    assert (scatter.kind, scatter.group_size) == ("reduce-scatter", 4)
+    assert scatter.bytes_per_execution == pytest.approx(1024 * 3 / 4)
+    assert (full.kind, full.bytes_per_execution) == ("all-reduce", pytest.approx(2 * 1024 * 3 / 4))
+    assert scatter.seconds == pytest.approx(full.seconds / 2)

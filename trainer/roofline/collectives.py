@@ -348,11 +348,33 @@ def _megascale(ins: Instr) -> tuple[str, int] | None:
     return kind, n
 
 
+def _fusion_output_bytes(module: HloModule) -> dict[str, float]:
+    """Fused computation -> bytes of the fusion that calls it (the smallest, if several do)."""
+    out: dict[str, float] = {}
+    for comp in module.computations.values():
+        for ins in comp.instrs:
+            if ins.opcode != "fusion":
+                continue
+            for kind, name in _called(ins):
+                if kind == "fused":
+                    out[name] = min(out.get(name, float("inf")), shape_bytes(ins.shape))
+    return out
+
+
+def _scatters(kind: str, operand_bytes: float, n: int, fusion_bytes: float | None) -> bool:
+    """An all-reduce fused with the slice of its result each device keeps is a reduce-scatter:
+    the TPU compiler writes reduce-scatters so (an `all-reduce-scatter` fusion whose output is
+    1/n of the all-reduce). Each device then moves (n-1)/n of the operand once, not twice."""
+    return (kind == "all-reduce" and n > 1 and fusion_bytes is not None and operand_bytes > 0
+            and abs(fusion_bytes * n - operand_bytes) <= 0.01 * operand_bytes)
+
+
 def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: Hardware,
                 num_devices: int) -> list[CollectiveCost]:
     out: list[CollectiveCost] = []
     seen_channels: dict[str, int] = {}
     layout.use_partitions(module.num_partitions)
+    fused_out = _fusion_output_bytes(module)
     for comp in module.computations.values():
         mult = graph.multiplier.get(comp.name, 0.0)
         if mult == 0:
@@ -385,6 +407,8 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
                 operand_bytes = shape_bytes(ins.shape)
             groups = replica_groups(ins, num_devices)
             n = max((len(g) for g in groups), default=1)
+            if _scatters(kind, operand_bytes, n, fused_out.get(comp.name)):
+                kind = "reduce-scatter"
             axes, link, phys = layout.span(groups, kind)
             if layout.shape is None and n > 1:
                 link = "ici"
