@@ -5,7 +5,8 @@ State and values by outcome:
 - predicted_oom: COMPLETE with the constraint violated (loss +inf, MFU 0, the predicted
   memory), so that constraint-aware samplers (TPE, NSGA-II, GP) learn the infeasible region;
   it carries failure_kind "predicted_oom" and ran no step.
-- pruned by the pruner, or skipped as predicted dominated (user attr "steered"): PRUNED. Every other failure: FAIL with failure_kind/failure_message.
+- pruned by the pruner, or skipped as predicted dominated (user attr "steered"): PRUNED.
+  Every other failure: FAIL with failure_kind/failure_message.
 """
 from __future__ import annotations
 

@@ -23,8 +23,9 @@ and it is strictly better on at least one (on MFU, by construction of the test a
 
 The driver sends the references (finished trials of the same math, or all of them when loss
 is not an objective) with the job; the worker decides after compiling, and in a trial of
-several processes process 0's verdict is every process's (search/trial_exec.py). Skipped trials do not count towards the trial budget, up to one
-skip per budgeted trial (the rest count), so a run is bounded.
+several processes process 0's verdict is every process's (search/trial_exec.py). Skipped
+trials do not count towards the trial budget, up to one skip per budgeted trial (the rest
+count), so a run is bounded.
 """
 from __future__ import annotations
 
