@@ -109,6 +109,8 @@ def header_items(info: dict, pareto_objectives: list[str], rtol: float) -> list[
     """(label, text) pairs every report starts with: study, target, conventions, versions."""
     objectives = ", ".join(f"{o['name']} ({o['direction']})" for o in info["objectives"])
     states = ", ".join(f"{n} {s}" for s, n in sorted(info["states"].items())) or "none"
+    if info.get("skipped"):
+        states += f"; {info['skipped']} of them skipped after compiling as predicted dominated (--steer)"
     figures = ("PREDICTED: plan-only study, trials compiled but not run; every score is a "
                "prediction" if info["plan_only"] else
                "PREDICTED: every completed trial's figures are predictions"

@@ -177,6 +177,8 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
         row["measured_peak_source"] = CPU_PEAK_SOURCE if platform == "cpu" else DEVICE_PEAK_SOURCE
     row["failure_kind"] = attrs.get("failure_kind")
     row["failure_message"] = attrs.get("failure_message")
+    steered = attrs.get("steered") or {}  # skipped after compiling as predicted dominated (--steer)
+    row["steered_by"] = steered.get("dominated_by")
     for key, value in (attrs.get("timings") or {}).items():
         row[f"timing.{key}"] = value
     for key, value in (attrs.get("env") or {}).items():
@@ -254,6 +256,7 @@ def study_info(source: Source | OpenedStudy, study_name: str | None = None,
         "n_trials": int(len(frame)),
         "states": {k: int(v) for k, v in frame["state"].value_counts().items()}
         if len(frame) else {},
+        "skipped": int(frame["steered_by"].notna().sum()) if "steered_by" in frame else 0,
     }
     for key in ("device_kind", "platform", "num_devices", "jax", "jaxlib", "libtpu",
                 "peak_flops_per_device", "peak_flops_source", "xla_flags"):

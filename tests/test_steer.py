@@ -154,8 +154,12 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
     # skips do not use the budget (8 trained, or every point seen)
     assert len(trained) == 8 or len(trials) == space.size()
     assert f"{len(skipped)} skipped" in out.stdout
-    # the report reads a study with skipped trials
+    # the report reads a study with skipped trials and says how many were skipped
     cli("report", run)
+    assert f"{len(skipped)} of them skipped after compiling as predicted dominated" in (run / "report.md").read_text()
+    import pandas as pd
+    frame = pd.read_csv(run / "trials.csv")
+    assert frame["steered_by"].notna().sum() == len(skipped)
 
 
 @needs_libtpu
