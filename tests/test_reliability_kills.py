@@ -19,9 +19,23 @@ LONG = ["--set", "steps=100000", "--timeout", "600"]  # a trial that trains unti
 
 
 def _start_run(run_dir, *extra):
+    # PYTHONFAULTHANDLER: a driver that does not exit is sent SIGABRT and prints every thread's stack
     return subprocess.Popen([sys.executable, "-m", "paxsearch.search.cli", "run", TINY, "--run-dir", str(run_dir),
                              "--trials", "2", "--no-progress", *LONG, *extra],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+
+
+def _communicate(proc, timeout: float) -> str:
+    """The driver's output once it exits; a driver still running after `timeout` is aborted
+    and the test fails with its threads' stacks (faulthandler) and its output."""
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out = proc.communicate(timeout=60)[0]
+        raise AssertionError(f"the driver did not exit within {timeout:.0f} s; its threads and output:\n"
+                             f"{out[-8000:]}") from None
 
 
 def _wait_training(proc, run_dir, timeout=300.0) -> int:
@@ -51,7 +65,7 @@ def test_ctrl_c_during_training_requeues_the_trial(tmp_path):
     proc = _start_run(run)
     _wait_training(proc, run)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    out = _communicate(proc, 120)
     assert proc.returncode == 130, out[-3000:]
     trials = load(run).get_trials(deepcopy=False)
     first = trials[0]
@@ -70,7 +84,7 @@ def test_sigkill_from_someone_else_is_a_crash_not_an_oom(tmp_path):
     proc = _start_run(run, "--trials", "1")
     pid = _wait_training(proc, run)
     os.kill(pid, signal.SIGKILL)
-    out, _ = proc.communicate(timeout=300)
+    out = _communicate(proc, 300)
     assert proc.returncode == 0, out[-3000:]
     first = load(run).get_trials(deepcopy=False)[0]
     assert first.state == TrialState.FAIL
