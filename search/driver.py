@@ -144,10 +144,15 @@ def study_finished(ctx: StudyContext) -> bool:
     return not running and not has_work(ctx)
 
 
+def worker_flags(cfg) -> str:
+    """The compiler flag set a config's worker runs with: its own when known, else "default"
+    (an unknown name fails the trial in the driver, before any worker)."""
+    return cfg.flags if cfg.flags in flagsets.FLAG_SETS else "default"
+
+
 def first_flag_set(ctx: StudyContext) -> str:
-    """The compiler flag set the study's workers start with: the first config's (a known set)."""
-    flags = configio.build(ctx.space.first_config()).flags
-    return flags if flags in flagsets.FLAG_SETS else "default"
+    """The compiler flag set the study's workers start with: the first config's."""
+    return worker_flags(configio.build(ctx.space.first_config()))
 
 
 class Driver:
@@ -162,7 +167,7 @@ class Driver:
         ctx.study.sampler = make_sampler(s, ctx.space, ctx.seed)
         first_cfg = configio.build(ctx.space.first_config())
         ctx.study.pruner = make_pruner(s, first_cfg.steps)
-        self.first_flags = first_flag_set(ctx)
+        self.first_flags = worker_flags(first_cfg)
         self.relay = s.pruner != "none" and len(self.objectives) == 1 and self.objectives[0] != "memory"
         self.proposer = make_proposer(s, ctx.space, ctx.seed)
         self.budget, self.space_size = budget_of(ctx)
@@ -328,7 +333,7 @@ class Driver:
             built = configio.build(cfg)
         except (SpaceError, configio.ConfigFileError, TypeError, ValueError) as e:
             return {"failure_kind": failures.INVALID, "failure_message": str(e)}, None, "default"
-        flags = built.flags if built.flags in flagsets.FLAG_SETS else "default"
+        flags = worker_flags(built)
         budget = None
         if ctx.settings.tokens and not ctx.target.plan_only:
             try:

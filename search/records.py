@@ -14,7 +14,7 @@ import math
 
 from optuna.trial import TrialState
 
-from . import failures
+from . import failures, steer
 from .settings import format_bytes
 
 MEASURED_KEYS = ("loss", "eval_loss", "mfu", "hfu", "tokens_per_sec", "step_time", "peak_bytes", "steps")
@@ -114,9 +114,7 @@ def trial_line(number: int, state: TrialState, decisions: dict, attrs: dict, tot
     parts = [f"#{number:<3d} {label:13s} {d}"]
     plan = attrs.get("plan") or {}
     if attrs.get("steered"):
-        from .steer import describe
-
-        parts.append(f"{describe(attrs['steered'])}; mem {format_bytes(attrs.get('memory_bytes'))} (compiled)")
+        parts.append(f"{steer.describe(attrs['steered'])}; mem {format_bytes(attrs.get('memory_bytes'))} (compiled)")
     elif kind == failures.PREDICTED_OOM:
         how = f" ({plan['screen']}, not compiled)" if plan.get("screen") else ""
         parts.append(f"plan {format_bytes(attrs.get('memory_bytes'))} > budget{how}")

@@ -112,33 +112,39 @@ def test_permutes_in_opposite_directions_run_side_by_side_and_the_same_direction
     assert roof.step_time_s == pytest.approx(DOT_S + exposed)
 
 
-def test_a_loop_body_exposes_its_stall_once_per_iteration():
-    text = f"""HloModule m, is_scheduled=true
-
-%body (p: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> (s32[], f32[100,500], f32[500,100], f32[16,125]) {{
-  %p = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) parameter(0)
+# The loop both loop tests share: state (counter, a, b, x), 4 iterations; the body's
+# parameters and counter, the condition, and the entry's parameters up to the loop's init.
+LOOP_BODY_HEAD = """(p: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> (s32[], f32[100,500], f32[500,100], f32[16,125]) {
+  %p = (s32[], f32[100,500]{1,0}, f32[500,100]{1,0}, f32[16,125]{1,0}) parameter(0)
   %i = s32[] get-tuple-element(%p), index=0
-  %a = f32[100,500]{{1,0}} get-tuple-element(%p), index=1
-  %b = f32[500,100]{{1,0}} get-tuple-element(%p), index=2
-  %x = f32[16,125]{{1,0}} get-tuple-element(%p), index=3
+  %a = f32[100,500]{1,0} get-tuple-element(%p), index=1
+  %b = f32[500,100]{1,0} get-tuple-element(%p), index=2
+  %x = f32[16,125]{1,0} get-tuple-element(%p), index=3
   %one = s32[] constant(1)
   %next = s32[] add(%i, %one)
-{AG_START.format(n="s", src="x", ch=1)}{DOT.format(n="d")}{AG_DONE.format(n="g", start="s")}  ROOT %t = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%next, %a, %b, %x)
-}}
-
-%cond (q: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> pred[] {{
-  %q = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) parameter(0)
+"""
+LOOP_COND_AND_ENTRY_HEAD = """%cond (q: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> pred[] {
+  %q = (s32[], f32[100,500]{1,0}, f32[500,100]{1,0}, f32[16,125]{1,0}) parameter(0)
   %j = s32[] get-tuple-element(%q), index=0
   %n = s32[] constant(4)
   ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (a: f32[100,500], b: f32[500,100], x: f32[16,125]) -> f32[16,125] {
+  %a = f32[100,500]{1,0} parameter(0)
+  %b = f32[500,100]{1,0} parameter(1)
+  %x = f32[16,125]{1,0} parameter(2)
+  %zero = s32[] constant(0)
+"""
+
+
+def test_a_loop_body_exposes_its_stall_once_per_iteration():
+    text = f"""HloModule m, is_scheduled=true
+
+%body {LOOP_BODY_HEAD}{AG_START.format(n="s", src="x", ch=1)}{DOT.format(n="d")}{AG_DONE.format(n="g", start="s")}  ROOT %t = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%next, %a, %b, %x)
 }}
 
-ENTRY %main (a: f32[100,500], b: f32[500,100], x: f32[16,125]) -> f32[16,125] {{
-  %a = f32[100,500]{{1,0}} parameter(0)
-  %b = f32[500,100]{{1,0}} parameter(1)
-  %x = f32[16,125]{{1,0}} parameter(2)
-  %zero = s32[] constant(0)
-  %init = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%zero, %a, %b, %x)
+{LOOP_COND_AND_ENTRY_HEAD}  %init = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%zero, %a, %b, %x)
   %w = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) while(%init), condition=%cond, body=%body
   ROOT %out = f32[16,125]{{1,0}} get-tuple-element(%w), index=3
 }}
@@ -176,32 +182,12 @@ def _carry(n: str, fused: str) -> str:
 
 WINDOWED_LOOP = f"""HloModule m, is_scheduled=true
 
-{_ag_dot("ag_start")}{_ag_dot("ag_step_1")}{_ag_dot("ag_step_2")}{_ag_dot("ag_done")}%windowed_dot_general_body_ag (p: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> (s32[], f32[100,500], f32[500,100], f32[16,125]) {{
-  %p = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) parameter(0)
-  %i = s32[] get-tuple-element(%p), index=0
-  %a = f32[100,500]{{1,0}} get-tuple-element(%p), index=1
-  %b = f32[500,100]{{1,0}} get-tuple-element(%p), index=2
-  %x = f32[16,125]{{1,0}} get-tuple-element(%p), index=3
-  %one = s32[] constant(1)
-  %next = s32[] add(%i, %one)
-{_carry("f1", "ag_step_1")}  %cp1 = f32[16,125]{{1,0}} collective-permute(f32[16,125]{{1,0}} %x), channel_id=2, source_target_pairs={FORWARD}
+{_ag_dot("ag_start")}{_ag_dot("ag_step_1")}{_ag_dot("ag_step_2")}{_ag_dot("ag_done")}%windowed_dot_general_body_ag {LOOP_BODY_HEAD}{_carry("f1", "ag_step_1")}  %cp1 = f32[16,125]{{1,0}} collective-permute(f32[16,125]{{1,0}} %x), channel_id=2, source_target_pairs={FORWARD}
 {_carry("f2", "ag_step_2")}  %cp2 = f32[16,125]{{1,0}} collective-permute(f32[16,125]{{1,0}} %cp1), channel_id=3, source_target_pairs={FORWARD}
   ROOT %t = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%next, %a, %b, %cp2)
 }}
 
-%cond (q: (s32[], f32[100,500], f32[500,100], f32[16,125])) -> pred[] {{
-  %q = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) parameter(0)
-  %j = s32[] get-tuple-element(%q), index=0
-  %n = s32[] constant(4)
-  ROOT %lt = pred[] compare(%j, %n), direction=LT
-}}
-
-ENTRY %main (a: f32[100,500], b: f32[500,100], x: f32[16,125]) -> f32[16,125] {{
-  %a = f32[100,500]{{1,0}} parameter(0)
-  %b = f32[500,100]{{1,0}} parameter(1)
-  %x = f32[16,125]{{1,0}} parameter(2)
-  %zero = s32[] constant(0)
-{_carry("s", "ag_start")}  %init = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%zero, %a, %b, %x)
+{LOOP_COND_AND_ENTRY_HEAD}{_carry("s", "ag_start")}  %init = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) tuple(%zero, %a, %b, %x)
   %w = (s32[], f32[100,500]{{1,0}}, f32[500,100]{{1,0}}, f32[16,125]{{1,0}}) while(%init), condition=%cond, body=%windowed_dot_general_body_ag
 {_carry("e", "ag_done")}  ROOT %out = f32[16,125]{{1,0}} get-tuple-element(%w), index=3
 }}

@@ -370,7 +370,9 @@ def _scatters(kind: str, operand_bytes: float, n: int, fusion_bytes: float | Non
 
 
 def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: Hardware,
-                num_devices: int) -> list[CollectiveCost]:
+                num_devices: int, homes: dict[str, set[str]] | None = None) -> list[CollectiveCost]:
+    """Every collective's cost per step. `homes`: chain_homes of the module (computed when
+    not given)."""
     out: list[CollectiveCost] = []
     seen_channels: dict[str, int] = {}
     layout.use_partitions(module.num_partitions)
@@ -431,7 +433,7 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
             if channel is not None:
                 seen_channels[key] = len(out)
             out.append(cost)
-    homes = chain_homes(module, graph)
+    homes = chain_homes(module, graph) if homes is None else homes
     for k, c in enumerate(out):  # a chain reaching into a loop runs as often as the computation it is done in
         if c.key in homes:
             mult = max(graph.multiplier.get(h, 0.0) for h in homes[c.key])

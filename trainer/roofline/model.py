@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .collectives import CollectiveCost, DeviceLayout, collectives
+from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
 from .cost import Hardware, op_seconds
 from .hlo import call_graph, parse_module
 from .schedule import exposed_by_schedule
@@ -98,10 +98,11 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
             compute += f / hw.peak_flops * mult
             memory += b / hw.hbm_bandwidth * mult
             roof += t * mult
-    colls = collectives(module, graph, layout, hw, num_devices)
+    homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
+    colls = collectives(module, graph, layout, hw, num_devices, homes)
     comm = sum(c.seconds for c in colls)
     if module.is_scheduled:
-        by_key = exposed_by_schedule(module, graph, hw, colls)
+        by_key = exposed_by_schedule(module, graph, hw, colls, homes)
         for c in colls:
             c.exposed_s = by_key.get(c.key, 0.0)
         exposed, fraction, how = sum(c.exposed_s for c in colls), None, OVERLAP_SCHEDULE

@@ -145,11 +145,12 @@ class _Links:
 class ScheduleReplay:
     """Replays the non-fused computations of a scheduled module (memoized per computation)."""
 
-    def __init__(self, module: HloModule, graph: CallGraph, hw: Hardware, costs: list[CollectiveCost]):
+    def __init__(self, module: HloModule, graph: CallGraph, hw: Hardware, costs: list[CollectiveCost],
+                 homes: dict[str, set[str]] | None = None):
         self.module, self.graph, self.hw = module, graph, hw
         self.per_execution = {c.key: (c.seconds / c.executions if c.executions else 0.0, c.resource) for c in costs}
         self.memo: dict[str, Timeline] = {}
-        self.homes = chain_homes(module, graph)
+        self.homes = chain_homes(module, graph) if homes is None else homes
 
     def transfer(self, key: str) -> tuple[float, str]:
         return self.per_execution.get(key, (0.0, "ici"))
@@ -221,11 +222,12 @@ class ScheduleReplay:
         return t
 
 
-def exposed_by_schedule(module: HloModule, graph: CallGraph, hw: Hardware,
-                        costs: list[CollectiveCost]) -> dict[str, float]:
+def exposed_by_schedule(module: HloModule, graph: CallGraph, hw: Hardware, costs: list[CollectiveCost],
+                        homes: dict[str, set[str]] | None = None) -> dict[str, float]:
     """Exposed seconds per step of each transfer (by key): its stalls in every computation
-    that runs on its own, times that computation's executions per step."""
-    replay = ScheduleReplay(module, graph, hw, costs)
+    that runs on its own, times that computation's executions per step. `homes`:
+    chain_homes of the module (computed when not given)."""
+    replay = ScheduleReplay(module, graph, hw, costs, homes)
     exposed: dict[str, float] = defaultdict(float)
     wrapped = {c.name for comp in module.computations.values() for i in comp.instrs if i.opcode == "async-start"
                for c in [_wrapped(module, i)] if c is not None and any(_collective_kind(x.opcode) for x in c.instrs)}
