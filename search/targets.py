@@ -197,7 +197,8 @@ def target_devices(target: Target) -> list:
 def hardware_for(target: Target, devices: Sequence):
     """roofline.Hardware of one device of `target`: the figures of trainer/hardware.py's entry
     for the target's chip or the devices' kind; simulated CPU devices get the host's measured
-    memory bandwidth (collectives are memory copies) and the measured matmul peak."""
+    memory bandwidth (collectives are memory copies) and the measured matmul peak (matmul
+    efficiency 1: that peak is itself a sustained matmul rate)."""
     from ..trainer import flops as flops_lib
     from ..trainer import hardware
     from ..trainer.roofline import Hardware
@@ -207,7 +208,8 @@ def hardware_for(target: Target, devices: Sequence):
         return Hardware(name=entry.name, peak_flops=entry.peak_bf16_flops.value,
                         hbm_bandwidth=entry.hbm_bandwidth.value, ici_link_bandwidth=entry.ici_link_bandwidth,
                         dcn_bandwidth=entry.dcn_bandwidth.value, physical_dims=int(entry.torus_dims.value),
-                        ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value)
+                        ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
+                        matmul_efficiency=entry.matmul_efficiency.value)
     local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
     peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)
     bw = _host_memory_bandwidth() / max(local, 1)

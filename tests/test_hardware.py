@@ -93,7 +93,8 @@ def _expected(entry) -> dict:
     expected = {"name": entry.name, "peak_flops": entry.peak_bf16_flops.value,
                 "hbm_bandwidth": entry.hbm_bandwidth.value, "ici_link_bandwidth": entry.ici_link_bandwidth,
                 "dcn_bandwidth": entry.dcn_bandwidth.value, "physical_dims": entry.torus_dims.value}
-    expected.update(ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value)
+    expected.update(ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
+                    matmul_efficiency=entry.matmul_efficiency.value)
     return expected
 
 
@@ -121,3 +122,18 @@ def test_latencies_are_passed_to_the_planner_hardware():
     assert hw.peak_flops == 459e12 and hw.physical_dims == 3
     assert (hw.ici_latency_s, hw.dcn_latency_s) == (entry.ici_latency_s.value, entry.dcn_latency_s.value) \
         == (1e-6, 20e-6)
+
+
+def test_matmul_efficiency_is_a_measured_share_of_peak_with_its_measurement():
+    v5e = hardware.TABLE["v5e"].matmul_efficiency
+    assert v5e.value == 0.923 and "181.8 TFLOP/s" in v5e.source and "pallas/tpu/matmul" in v5e.source
+    assert round(181.8e12 / hardware.TABLE["v5e"].peak_bf16_flops.value, 3) == v5e.value  # the source's arithmetic
+    for name in ("v4", "v5p", "v6e"):  # no measurement of their own: said so, and v5e's figure
+        figure = hardware.TABLE[name].matmul_efficiency
+        assert figure.source.startswith("assumption:") and figure.value == v5e.value
+    for name, tflops in (("a100", 271.2), ("h100", 794.5), ("h200", 794.5)):
+        entry = hardware.TABLE[name]
+        assert entry.matmul_efficiency.value == round(tflops * 1e12 / entry.peak_bf16_flops.value, 3)
+        assert str(tflops) in entry.matmul_efficiency.source and "ml-engineering" in entry.matmul_efficiency.source
+    cpu = types.SimpleNamespace(device_kind="cpu", platform="cpu", process_index=0)
+    assert T.hardware_for(T.parse_target("cpu:1"), [cpu]).matmul_efficiency == 1.0  # a measured peak already

@@ -193,6 +193,23 @@ def test_predicted_step_time_combines_roofline_and_exposed_comm():
     assert d["predicted"] is True and d["step_time_s"] == 4.0
 
 
+def test_flops_are_priced_at_peak_times_matmul_efficiency(mesh):
+    a = jax.device_put(jnp.ones((256, 512), jnp.float32), NamedSharding(mesh, P()))
+    b = jax.device_put(jnp.ones((512, 128), jnp.float32), NamedSharding(mesh, P()))
+    text = jax.jit(jnp.dot).lower(a, b).compile().as_text()
+    fast = R.Hardware("x", peak_flops=1e9, hbm_bandwidth=1e15, ici_link_bandwidth=1e9, dcn_bandwidth=1e9)
+    slow = R.Hardware("x", peak_flops=1e9, hbm_bandwidth=1e15, ici_link_bandwidth=1e9, dcn_bandwidth=1e9,
+                      matmul_efficiency=0.5)
+    at_peak, at_half = R.analyze(text, fast, mesh=mesh), R.analyze(text, slow, mesh=mesh)
+    assert at_peak.flops_per_step == at_half.flops_per_step >= 2 * 256 * 512 * 128
+    assert at_peak.compute_s == pytest.approx(at_peak.flops_per_step / 1e9)  # compute-bound: bandwidth is huge
+    assert at_half.compute_s == pytest.approx(2 * at_peak.compute_s)
+    assert at_half.step_time_s == pytest.approx(2 * at_peak.step_time_s)
+    # MFU stays against the nominal peak: half the sustained rate, half the MFU
+    model_flops = 2 * 256 * 512 * 128
+    assert at_half.predicted_mfu(model_flops, 1, 1e9) == pytest.approx(at_peak.predicted_mfu(model_flops, 1, 1e9) / 2)
+
+
 def _one_instruction_bytes(text: str, name: str) -> float:
     module = R.parse_module(text)
     comp = module.computations[module.entry]

@@ -58,6 +58,7 @@ class DeviceSpec:
     dcn_latency_s: Figure
     torus_dims: Figure  # 2 (v5e, v6e), 3 (v4, v5p); 1 for an NVSwitch GPU node
     cores_per_chip: Figure  # TensorCores per JAX device (v4 / v5p slice names count these)
+    matmul_efficiency: Figure  # share of peak_bf16_flops a large bf16 matmul was measured to sustain
     kind_excludes: tuple[str, ...] = ()  # GPU: words of a device name that make it another part
 
     @property
@@ -100,6 +101,14 @@ _ONE_RING = "model: one bidirectional ring through NVSwitch (NVLink/4 per direct
 _NVSWITCH = "model: an NVSwitch node has no torus; collectives are modelled as rings over 1 dimension"
 _MEGACORE = "one TensorCore per chip: {}"
 _TWO_CORES = "2 TensorCores per chip, one JAX device in megacore mode: {}"
+_PALLAS_MATMUL = ("https://docs.jax.dev/en/latest/pallas/tpu/matmul.html (jax-ml/jax "
+                  "docs/pallas/tpu/matmul.ipynb, the 'XLA matmul' cell's output: jnp.matmul of bf16 "
+                  "8192x8192x8192 on one TPU v5e, 6.047 ms = 181.8 TFLOP/s = 92.30% of 197 TFLOP/s; 4096^3: "
+                  "84.33%; timed with Python dispatch included)")
+_V5E_MATMUL = ("assumption: no published XLA matmul measurement traced for this chip; TPU v5e's measured "
+               "92.3% is used (" + _PALLAS_MATMUL + ")")
+_MAMF = ("https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md "
+         "('Maximum Achievable Matmul FLOPS comparison table', BF16, mean of 100 iterations: {})")
 _JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX preallocates 75% of "
                 "the GPU's memory (XLA_PYTHON_CLIENT_MEM_FRACTION=.75)")
 
@@ -111,16 +120,17 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         Figure(usable_gib * GiB, _OOM.format(f"{usable_gib}G")), Figure(hbm_bw, s["hbm_bw"]),
         Figure(ici, s["ici"]), Figure(ports, s["ports"]), Figure(dcn, s["dcn"]),
         Figure(1e-6, _ICI_LAT), Figure(20e-6, _DCN_LAT), Figure(dims, s["ports"]),
-        Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])))
+        Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])),
+        Figure(0.923, s.get("matmul", _V5E_MATMUL)))
 
 
-def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, sources, excludes) -> DeviceSpec:
+def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
     s = sources
     return DeviceSpec(
         name, "gpu", kinds, Figure(peak, s["peak"]), Figure(hbm, s["peak"]),
         Figure(0.75 * hbm, _JAX_GPU_MEM), Figure(hbm_bw, s["peak"]), Figure(nvlink, s["peak"]),
         Figure(2, _ONE_RING), Figure(nic, s["nic"]), Figure(1e-6, _NVLINK_LAT), Figure(20e-6, _IB_LAT),
-        Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), excludes)
+        Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]), excludes)
 
 
 TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
@@ -138,7 +148,8 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "hbm_bw": _CLOUD + "v5e (819 GB/s HBM bandwidth)",
         "ici": _CLOUD + "v5e (ICI 1,600 Gbps per chip one way = 400 GB/s both ways)",
         "ports": _CLOUD + "v5e (2D torus, 4 ICI ports per chip)",
-        "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)"}),
+        "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)",
+        "matmul": _PALLAS_MATMUL}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",
@@ -154,21 +165,27 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
                         "said 3,584 Gbps)",
         "ports": _CLOUD + "v6e (2D torus, 4 ICI ports per chip)",
         "dcn": _CLOUD + "v6e (DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip)"}),
-    _gpu("a100", ("NVIDIA A100-SXM4-80GB",), 312e12, 80e9, 2039e9, 600e9, 200e9 / 8, {
+    _gpu("a100", ("NVIDIA A100-SXM4-80GB",), 312e12, 80e9, 2039e9, 600e9, 200e9 / 8, 0.869, {
         "peak": "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 312 TFLOP/s bf16 dense, "
                 "80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)",
         "nic": "https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html (DGX A100: "
-               "8 x 200 Gb/s ConnectX-6 for 8 GPUs, one per GPU)"}, ("pcie", "40gb")),
-    _gpu("h100", ("NVIDIA H100 80GB HBM3",), 989e12, 80e9, 3.35e12, 900e9, 400e9 / 8, {
+               "8 x 200 Gb/s ConnectX-6 for 8 GPUs, one per GPU)",
+        "matmul": _MAMF.format("A100 SXM 271.2 of 312 TFLOP/s = 86.9%, 1024x10240x5120, torch 2.6.0+cu126")},
+         ("pcie", "40gb")),
+    _gpu("h100", ("NVIDIA H100 80GB HBM3",), 989e12, 80e9, 3.35e12, 900e9, 400e9 / 8, 0.803, {
         "peak": "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: 989 TFLOP/s bf16 dense, 80 GB "
                 "HBM3 at 3.35 TB/s, NVLink 900 GB/s)",
         "nic": "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html (DGX H100: "
-               "8 x 400 Gb/s ConnectX-7 for 8 GPUs, one per GPU)"}, ("pcie", "nvl")),
-    _gpu("h200", ("NVIDIA H200",), 989e12, 141e9, 4.8e12, 900e9, 400e9 / 8, {
+               "8 x 400 Gb/s ConnectX-7 for 8 GPUs, one per GPU)",
+        "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, 2048x2048x13312, torch 2.7.0+cu126")},
+         ("pcie", "nvl")),
+    _gpu("h200", ("NVIDIA H200",), 989e12, 141e9, 4.8e12, 900e9, 400e9 / 8, 0.803, {
         "peak": "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: 989 TFLOP/s bf16 dense, 141 GB "
                 "HBM3e at 4.8 TB/s, NVLink 900 GB/s)",
         "nic": "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html (DGX H200 "
-               "shares DGX H100's 8 x 400 Gb/s ConnectX-7, one per GPU)"}, ("nvl",)),
+               "shares DGX H100's 8 x 400 Gb/s ConnectX-7, one per GPU)",
+        "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, noted 'H200 is the same'; H200 and "
+                               "H100 SXM share the compute die and clocks")}, ("nvl",)),
 )}
 
 

@@ -96,7 +96,7 @@ Combination: overlap read from the compiled schedule.
   computation's instructions in the order they execute. Every computation that runs on its
   own (ENTRY, loop bodies and conditions, branches) is replayed in that order once:
     * a compute stream: each instruction that runs on its own takes
-        max(flops / peak, hbm bytes / HBM bandwidth)
+        max(flops / (peak x matmul efficiency), hbm bytes / HBM bandwidth)
       (the per-op roofline), a while loop trip count x its body's replayed duration (+ the
       condition's), a call / conditional its callee's (branches averaged);
     * transfers beside it: an async collective is issued where it starts and must be
@@ -162,9 +162,18 @@ Combination: overlap read from the compiled schedule.
   topological order, not the execution order): the former fixed rule
       exposed comm = max(0, comm - OVERLAP_FRACTION x per-op roofline),  OVERLAP_FRACTION = 0.5
   and Roofline.overlap says "fixed_fraction".
-  compute_s (= flops / peak) and memory_s (= bytes / bandwidth) are reported beside it.
-  Peak is the dense bf16 peak: the prediction assumes every matmul runs at MXU peak, so
-  predicted step time is a lower bound and predicted MFU an upper bound.
+  compute_s (= flops / sustained FLOP/s) and memory_s (= bytes / bandwidth) are reported
+  beside it.
+Matmul efficiency (Hardware.matmul_efficiency, default 1). A chip's dense bf16 peak is not
+  what its matmuls sustain: the FLOPs are priced at peak x the share of peak that a large,
+  well-shaped bf16 matmul was measured to reach on that chip (trainer/hardware.py carries
+  the figure and its source per chip: TPU v5e 92.3%, XLA's own 8192^3 matmul in the JAX
+  Pallas matmul guide; NVIDIA A100 86.9%, H100/H200 80.3%, the "maximum achievable matmul
+  FLOPS" measurements of stas00/ml-engineering). One figure per chip, the best measured
+  shape, not fitted to any training run: smaller or oddly shaped matmuls run lower still, so
+  the prediction stays a lower bound on step time and an upper bound on MFU. Simulated CPU
+  devices keep 1: their peak is itself a measured matmul rate. MFU stays against the
+  nominal peak (the MFU convention):
     predicted MFU = model FLOPs per step / devices / predicted step time / peak
   (model FLOPs as in trainer/flops.py).
 """

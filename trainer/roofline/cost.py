@@ -38,6 +38,12 @@ class Hardware:
     physical_dims: int = 1  # torus dimensions (2 for v5e/v6e, 3 for v4/v5p)
     ici_latency_s: float = ICI_STEP_LATENCY_S  # per collective hop (ring step) over ICI
     dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
+    matmul_efficiency: float = 1.0  # share of peak_flops a large bf16 matmul sustains (measured, sourced)
+
+    @property
+    def sustained_flops(self) -> float:
+        """FLOP/s the per-op roofline prices FLOPs at: peak x matmul efficiency."""
+        return self.peak_flops * self.matmul_efficiency
 
 
 # ----------------------------------------------------------------------------- FLOPs and bytes
@@ -236,7 +242,7 @@ def _fusion_is_collective(module: HloModule, ins: Instr) -> bool:
 
 
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
-    """(FLOPs, HBM bytes, seconds = max(FLOPs / peak, bytes / HBM bandwidth)) of one instruction
+    """(FLOPs, HBM bytes, seconds = max(FLOPs / sustained FLOP/s, bytes / HBM bandwidth)) of one instruction
     that runs on its own, once; None for what has no work of its own (bookkeeping, control
     flow, collectives and their -done halves, TPU async-collective wrappers)."""
     if ins.opcode in _NO_TRAFFIC or _collective_kind(ins.opcode) or ins.opcode.endswith("-done"):
@@ -245,4 +251,4 @@ def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -
     if f == 0 and ins.opcode == "fusion" and _fusion_is_collective(module, ins):
         return None  # a TPU async-collective wrapper: its traffic is the collective's
     b = instr_bytes(module, comp, ins)
-    return f, b, max(f / hw.peak_flops, b / hw.hbm_bandwidth)
+    return f, b, max(f / hw.sustained_flops, b / hw.hbm_bandwidth)

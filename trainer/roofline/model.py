@@ -95,7 +95,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
             f, b, t = cost
             flops += f * mult
             bytes_ += b * mult
-            compute += f / hw.peak_flops * mult
+            compute += f / hw.sustained_flops * mult
             memory += b / hw.hbm_bandwidth * mult
             roof += t * mult
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
