@@ -54,7 +54,7 @@ def space():
     return fdl.Config(
         TrainConfig,
         # one-value choices: a space marks at least one; the point is the published config
-        model=preset({preset!r}, attention=pg.oneof([{attention!r}], name="attention")),
+        model=preset({preset!r}, attention=pg.oneof([{attention!r}], name="attention"){model_fields}),
         mesh=fdl.Config(MeshConfig, ici={ici!r}, rules={rules!r}),
         per_device_batch=None,
         global_batch={global_batch},
@@ -71,11 +71,13 @@ def slug(name: str) -> str:
     return name.replace(" ", "_").replace("-", "").lower()
 
 
-def space_text(row: P.Published, timeout: int) -> str:
+def space_text(row: P.Published, timeout: int, model_fields: dict | None = None) -> str:
+    """The row's one-point space; `model_fields` change preset fields (a diagnostic: n_layers=2)."""
+    fields = "".join(f", {k}={v!r}" for k, v in (model_fields or {}).items())
     return SPACE.format(name=row.name, published_in=row.published_in, config=row.config, target=row.target,
                         timeout=timeout, preset=row.preset, attention=P.ATTENTION[row.attention], ici=row.ici,
                         global_batch=row.global_batch, remat=P.REMAT[row.remat], rules=P.rules(row),
-                        flags=row.flags)
+                        flags=row.flags, model_fields=fields)
 
 
 def roofline_commit() -> str:
@@ -84,7 +86,7 @@ def roofline_commit() -> str:
                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
 
-def plan_row(row: P.Published, out: str, timeout: int) -> dict:
+def plan_row(row: P.Published, out: str, timeout: int, model_fields: dict | None = None) -> dict:
     """Run `paxsearch run` on the row's space; return its stored trial (plan, failure)."""
     import optuna
 
@@ -92,7 +94,7 @@ def plan_row(row: P.Published, out: str, timeout: int) -> dict:
     os.makedirs(run_dir, exist_ok=True)
     space = os.path.join(run_dir, "space.py")
     with open(space, "w") as f:
-        f.write(space_text(row, timeout))
+        f.write(space_text(row, timeout, model_fields))
     study_dir = os.path.join(run_dir, "run")
     shutil.rmtree(study_dir, ignore_errors=True)  # a fresh study: an old one has used up its one-trial budget
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", space, "--run-dir", study_dir, "--no-progress",

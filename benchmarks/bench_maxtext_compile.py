@@ -1,0 +1,240 @@
+"""MaxText's own compiled step beside ours, for the published configs (compile-only, on this CPU).
+
+For each row of benchmarks/published.py this compiles MaxText's train step for the row's TPU
+slice with MaxText's `train_compile` (its AOT entry point, MaxText 0.2.5: the dims, mesh,
+per-chip batch, remat and attention of the row, the row's compiler flags), then reads that
+compiled program the way the planner reads ours: memory_analysis() for the memory figure,
+the optimized HLO through the roofline (trainer/roofline) for the predicted step time, and
+MFU with the same model FLOPs (trainer/flops.py; same dims, so the same count). Our side is
+bench_published's plan of the same row, run by the same interpreter (same jax, same libtpu).
+So the table separates the two causes of a miss: where MaxText's program and ours differ
+(memory, FLOPs, collectives), the trainer differs; where they agree and both miss the
+published figure, the roofline is what is off.
+
+Needs an environment holding both trainers with one jax, e.g. (benchmarks/RESULTS.md):
+    ~/.pyenv/versions/3.12.1/bin/python -m venv /work/mt312
+    /work/mt312/bin/pip install "maxtext[tpu]==0.2.5"
+    /work/mt312/bin/pip freeze | grep -E "^(jax|jaxlib|libtpu|flax|optax|orbax-checkpoint|numpy)==" > /tmp/c.txt
+    /work/mt312/bin/pip install -c /tmp/c.txt -e .
+    /work/mt312/bin/python benchmarks/bench_maxtext_compile.py --only "v5p-128 64B"
+    /work/mt312/bin/python benchmarks/bench_maxtext_compile.py --report
+
+Results: --out (default runs/bench_maxtext_compile/): <row>.maxtext.json per row, and ours in
+--out/ours/ (bench_published's files). Rows already there are re-used unless --fresh.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import bench_published as B  # noqa: E402
+import published as P  # noqa: E402
+
+GiB = 2 ** 30
+REMAT = {"full": "full", "minimal": "minimal"}  # MaxText 0.2.5's names: "minimal" saves every projection/MLP dot
+ATTENTION = {"flash": "flash", "mha": "dot_product"}
+
+
+def model_of(row: P.Published, layers: int | None = None):
+    """The row's ModelConfig (its preset), with `layers` decoder layers when given."""
+    from paxsearch.trainer import presets
+
+    return presets.replace(row.preset, n_layers=layers) if layers else presets.get(row.preset)
+
+
+def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> list[str]:
+    """MaxText 0.2.5 config overrides that build the row's model, mesh, batch and remat."""
+    m = model_of(row, layers)
+    d, f, t = row.ici
+    return [
+        "train_compile", base_yml, "run_name=peer", f"compile_topology={row.target.split(':')[1]}",
+        "compile_topology_num_slices=1", "decoder_block=default", f"base_emb_dim={m.d_model}",
+        f"base_num_query_heads={m.n_heads}", f"base_num_kv_heads={m.n_kv_heads or m.n_heads}",
+        f"head_dim={m.head_dim}", f"base_mlp_dim={m.d_ff}", f"base_num_decoder_layers={m.n_layers}",
+        f"mlp_activations=[\"{m.activation}\"]", f"logits_via_embedding={str(m.tie_embeddings).lower()}",
+        f"vocab_size={m.vocab_size}", f"max_target_length={m.seq_len}",
+        f"per_device_batch_size={row.maxtext_per_device_batch}", f"ici_data_parallelism={d}",
+        f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}", f"remat_policy={REMAT[row.remat]}",
+        f"attention={ATTENTION[row.attention]}", "dtype=bfloat16", "weight_dtype=float32", "enable_dropout=false",
+        "dataset_type=synthetic", "enable_checkpointing=false", "opt_type=adamw", "skip_jax_distributed_system=true",
+    ]
+
+
+def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) -> None:
+    """In this (fresh) process: compile MaxText's step for the row; write the figures to out_path."""
+    from paxsearch.search import targets as T
+    from paxsearch.trainer import flagsets, topology
+
+    target = T.parse_target(row.target)
+    os.environ.update(T.target_env(target))
+    os.environ.update(flagsets.env_for(row.flags, "tpu"))
+    import jax
+
+    import maxtext
+    from maxtext.trainers.pre_train import train_compile as tc
+
+    from paxsearch.trainer import flops as flops_lib
+    from paxsearch.trainer import roofline as R
+    from paxsearch.trainer.plan import optimized_hlo
+
+    captured: dict = {}
+    get_mesh = tc.get_topology_mesh
+
+    def topology_mesh(config):
+        captured["mesh"] = get_mesh(config)
+        return captured["mesh"]
+
+    compile_lowered = jax.stages.Lowered.compile
+
+    def keep(self, *a, **k):  # the step's Lowered and Compiled, for the HLO fallback of plan.optimized_hlo
+        compiled = compile_lowered(self, *a, **k)
+        captured.update(lowered=self, compiled=compiled)
+        return compiled
+
+    tc.get_topology_mesh, jax.stages.Lowered.compile = topology_mesh, keep
+    argv = maxtext_argv(row, os.path.join(os.path.dirname(maxtext.__file__), "configs", "base.yml"), layers)
+    res = {"name": row.name, "argv": argv, "jax": jax.__version__, "flags": row.flags,
+           "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", ""),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    t0 = time.perf_counter()
+    try:
+        tc.main(argv)
+    except BaseException as e:  # noqa: BLE001  (SystemExit from absl included): recorded, not raised
+        oom = topology.predicted_oom_from(e, target.hbm_bytes_per_device)
+        res.update(error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                   predicted_oom=str(oom) if oom else None, traceback=traceback.format_exc()[-3000:])
+    res["compile_s"] = time.perf_counter() - t0
+    compiled = captured.get("compiled")
+    if compiled is not None and "error" not in res:
+        ma = compiled.memory_analysis()
+        mem = dict(argument=int(ma.argument_size_in_bytes), output=int(ma.output_size_in_bytes),
+                   temp=int(ma.temp_size_in_bytes), alias=int(ma.alias_size_in_bytes),
+                   code=int(getattr(ma, "generated_code_size_in_bytes", 0) or 0))
+        peak = mem["argument"] + mem["output"] - mem["alias"] + mem["temp"] + mem["code"]  # results.MemoryEstimate
+        res.update(memory=mem, peak_bytes=peak, hbm_bytes=target.hbm_bytes_per_device,
+                   fits=peak <= target.hbm_bytes_per_device)
+        text, source, why = optimized_hlo(compiled, captured["lowered"])
+        res["hlo_source"], res["hlo_error"] = source, why
+        if text:
+            with open(out_path.replace(".json", ".hlo.txt"), "w") as f:
+                f.write(text)
+            mesh = captured["mesh"]
+            hw = T.hardware_for(target, list(mesh.devices.flat))
+            roof = R.analyze(text, hw, mesh=mesh)
+            model_flops = flops_lib.model_flops_per_step(model_of(row, layers), row.global_batch)
+            res.update(roofline=roof.to_dict(), model_flops_per_step=model_flops,
+                       predicted_step_time=roof.step_time_s,
+                       predicted_mfu=roof.predicted_mfu(model_flops, mesh.devices.size, hw.peak_flops))
+    with open(out_path, "w") as f:
+        json.dump(res, f, indent=1, default=str)
+
+
+def run_maxtext(row: P.Published, out: str, timeout: int, layers: int | None = None) -> dict:
+    path = os.path.join(out, B.slug(row.name) + ".maxtext.json")
+    cmd = [sys.executable, __file__, "--maxtext-row", row.name, "--out", out] + (["--layers", str(layers)] if layers else [])
+    print(f"[{row.name}] MaxText: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(cmd, cwd=out, stdout=sys.stderr, timeout=timeout)  # MaxText writes maxtext_output/ there
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            json.dump({"name": row.name, "error": f"the MaxText compile process ended ({rc}) and wrote nothing"}, f)
+    with open(path) as f:
+        return json.load(f)
+
+
+def _gib(x):
+    return "-" if x is None else f"{x / GiB:.1f}"
+
+
+def _f(x, fmt):
+    return "-" if x is None else format(x, fmt)
+
+
+def report(rows, ours: dict, theirs: dict) -> str:
+    lines = ["| config | side | fits (peak / HBM GiB) | temp GiB | XLA FLOPs / chip | HBM bytes / chip | predicted "
+             "step s | predicted MFU | / published | compute s | memory s | comm s | exposed comm s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pub = P.converted_mfu(r)
+        o = ours.get(r.name) or {}
+        plan = o.get("plan") or {}
+        m = theirs.get(r.name) or {}
+        for side, peak, hbm, temp, roof, mfu, fail in (
+                ("paxsearch", plan.get("peak_bytes"), plan.get("hbm_bytes"), plan.get("temp_bytes"),
+                 plan.get("roofline") or {}, plan.get("predicted_mfu"),
+                 o.get("failure_kind") and f"{o.get('failure_kind')}: {(o.get('failure_message') or '')[:160]}"),
+                ("MaxText 0.2.5", m.get("peak_bytes"), m.get("hbm_bytes"), (m.get("memory") or {}).get("temp"),
+                 m.get("roofline") or {}, m.get("predicted_mfu"),
+                 m.get("error") and ((m.get("predicted_oom") or m["error"])[:200]))):
+            fits = "-" if peak is None else ("fits" if peak <= (hbm or float("inf")) else "**no**")
+            if fail and peak is None:
+                fits = f"**{fail}**"
+            lines.append(
+                f"| {r.name} | {side} | {fits} ({_gib(peak)} / {_gib(hbm)}) | {_gib(temp)} "
+                f"| {_f(roof.get('flops_per_step'), '.3e')} | {_f(roof.get('hbm_bytes_per_step'), '.3e')} "
+                f"| {_f(roof.get('step_time_s'), '.2f')} | {_f(mfu, '.2%')} | {_f(mfu / pub if mfu else None, '.2f')} "
+                f"| {_f(roof.get('compute_s'), '.2f')} | {_f(roof.get('memory_s'), '.2f')} "
+                f"| {_f(roof.get('comm_s'), '.2f')} | {_f(roof.get('exposed_comm_s'), '.2f')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", action="append", default=[], help="row name (repeatable); default every row")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "bench_maxtext_compile"))
+    ap.add_argument("--report", action="store_true", help="print from stored results only")
+    ap.add_argument("--fresh", action="store_true", help="compile rows that have stored results again")
+    ap.add_argument("--side", choices=("both", "maxtext", "paxsearch"), default="both")
+    ap.add_argument("--timeout", type=int, default=3000, help="per compile, seconds")
+    ap.add_argument("--layers", type=int, help="decoder layers on both sides (a diagnostic: per-layer "
+                    "and fixed memory from two depths); results go to --out/layers<N>/ by default")
+    ap.add_argument("--maxtext-row", help=argparse.SUPPRESS)  # the worker: one MaxText compile in this process
+    args = ap.parse_args(argv)
+    if args.maxtext_row:
+        compile_maxtext(P.BY_NAME[args.maxtext_row], os.path.join(args.out, B.slug(args.maxtext_row) + ".maxtext.json"),
+                        args.layers)
+        return 0
+    if args.layers and args.out == ap.get_default("out"):
+        args.out = os.path.join(args.out, f"layers{args.layers}")
+    unknown = [n for n in args.only if n not in P.BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown row(s) {unknown}; rows: {', '.join(P.BY_NAME)}")
+    try:
+        import maxtext  # noqa: F401
+    except ImportError:
+        raise SystemExit("MaxText is not installed in this interpreter: see this script's docstring") from None
+    rows = [P.BY_NAME[n] for n in args.only] if args.only else list(P.ROWS)
+    os.makedirs(args.out, exist_ok=True)
+    ours_dir = os.path.join(args.out, "ours")
+    os.makedirs(ours_dir, exist_ok=True)
+    ours, theirs = {}, {}
+    for r in rows:
+        path = os.path.join(args.out, B.slug(r.name) + ".maxtext.json")
+        if os.path.exists(path) and not args.fresh:
+            with open(path) as f:
+                theirs[r.name] = json.load(f)
+        elif not args.report and args.side in ("both", "maxtext"):
+            theirs[r.name] = run_maxtext(r, args.out, args.timeout, args.layers)
+        res = None if args.fresh else B.load_result(r, ours_dir)
+        if res is None and not args.report and args.side in ("both", "paxsearch"):
+            res = B.plan_row(r, ours_dir, args.timeout, {"n_layers": args.layers} if args.layers else None)
+        if res is not None:
+            ours[r.name] = res
+        print(report(rows, ours, theirs), "", sep="\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
