@@ -132,6 +132,7 @@ def test_flash_with_a_seq_len_off_the_block_is_one_config_error():
     (dict(position="rope", head_dim=7), "even head_dim"),
     (dict(position="alibi"), "position"),
     (dict(mlp="moe"), "mlp"),
+    (dict(block="hybrid"), "block"),
     (dict(attention="ring"), "attention"),
 ])
 def test_bad_family_fields_are_one_line_config_errors(change, words):
@@ -264,6 +265,31 @@ def test_tied_embeddings_unembed_with_the_embedding_table():
     np.testing.assert_allclose(logits, final @ params["embed"]["embedding"].T, atol=1e-5)
 
 
+@pytest.mark.parametrize("mlp", ["dense", "gated"])
+def test_a_parallel_block_adds_attention_and_mlp_of_one_norm_to_its_input(mlp):
+    """block="parallel" (MaxText's default decoder layer, GPT-J, PaLM): x + attn(norm(x)) + mlp(norm(x))."""
+    m = dataclasses.replace(TINY, block="parallel", mlp=mlp, n_layers=1, scan_layers=False)
+    params = _real_params(m)
+    layer_params = params["layer_0"]
+    assert "norm" in layer_params and not {"attn_norm", "mlp_norm"} & set(layer_params)
+    lm = model_lib.TransformerLM(m, attention_impl="dot_product")
+    tokens, positions, segs = _inputs(m)
+    _, state = jax.jit(lambda p: lm.apply({"params": p}, tokens, positions, segs, capture_intermediates=True))(params)
+    layer = state["intermediates"]["layer_0"]
+    h = layer["norm"]["__call__"][0]
+    first_mlp = "mlp_gate" if mlp == "gated" else "mlp_in"  # the MLP reads the attention's norm output
+    np.testing.assert_allclose(layer[first_mlp]["__call__"][0], h @ layer_params[first_mlp]["kernel"], atol=1e-5)
+    x_in = params["embed"]["embedding"][tokens] + params["pos_embed"]["embedding"][positions]  # learned positions
+    expected = x_in + layer["out"]["__call__"][0] + layer["mlp_out"]["__call__"][0]
+    np.testing.assert_allclose(layer["__call__"][0][0], expected, atol=1e-5)
+    # the same weights in a sequential block give another function (its MLP reads x + attn)
+    seq = dataclasses.replace(m, block="sequential")
+    seq_params = {**params, "layer_0": {**{k: v for k, v in layer_params.items() if k != "norm"},
+                                        "attn_norm": layer_params["norm"], "mlp_norm": layer_params["norm"]}}
+    assert not np.allclose(_apply(seq, seq_params, tokens, positions, segs), _apply(m, params, tokens, positions, segs),
+                           atol=1e-3)
+
+
 # ----------------------------------------------------------------------------- FLOPs and parameters
 
 def _hand_forward_flops(vocab, d, layers, heads, kv_heads, dh, ff, s, gated):
@@ -297,10 +323,10 @@ def test_flops_numbers_for_a_llama_like_config():
     assert flops_lib.forward_flops_per_token(m) == 2 * (32 * per_layer_mults + 4096 * 128256)
 
 
-@pytest.mark.parametrize("mlp, position, n_kv, tied", itertools.product(
-    ("dense", "gated"), ("learned", "rope"), (None, 2, 1), (False, True)))
-def test_param_count_equals_the_initialized_model(mlp, position, n_kv, tied):
-    m = dataclasses.replace(TINY, mlp=mlp, position=position, n_kv_heads=n_kv, tie_embeddings=tied)
+@pytest.mark.parametrize("mlp, position, n_kv, tied, block", itertools.product(
+    ("dense", "gated"), ("learned", "rope"), (None, 2, 1), (False, True), ("sequential", "parallel")))
+def test_param_count_equals_the_initialized_model(mlp, position, n_kv, tied, block):
+    m = dataclasses.replace(TINY, mlp=mlp, position=position, n_kv_heads=n_kv, tie_embeddings=tied, block=block)
     _, params = _init(m)
     real = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
     assert flops_lib.param_count(m) == real

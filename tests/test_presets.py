@@ -95,11 +95,12 @@ def _maxtext_2023_scale(scale: int) -> tuple[int, int, int, int]:
 
 @pytest.mark.parametrize("name", sorted(MAXTEXT_2023_DIMS))
 def test_maxtext_2023_presets_have_the_config_dims_and_architecture(name):
-    """Non-gated ReLU MLP, multi-head attention of 256-wide heads, RoPE, tied embeddings, vocab 32768."""
+    """Parallel blocks (MaxText's DecoderLayer), non-gated ReLU MLP, multi-head attention of 256-wide heads,
+    RoPE, tied embeddings, vocab 32768."""
     m = presets.get(name)
     assert (m.d_model, m.n_layers, m.n_heads, m.d_ff, m.seq_len) == MAXTEXT_2023_DIMS[name]
-    assert (m.mlp, m.activation, m.position, m.tie_embeddings, m.vocab_size, m.head_dim) == (
-        "dense", "relu", "rope", True, 32768, 256)
+    assert (m.mlp, m.block, m.activation, m.position, m.tie_embeddings, m.vocab_size, m.head_dim) == (
+        "dense", "parallel", "relu", "rope", True, 32768, 256)
     assert m.n_kv_heads is None and m.kv_heads == m.n_heads
     if name.startswith("maxtext-v5e-"):
         scale = int(name.split("-")[-1].rstrip("b"))

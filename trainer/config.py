@@ -29,6 +29,9 @@ class ModelConfig:
     # "dense": act(x W1) W2 (GPT-2, 2 matrices); "gated": (act(x W_gate) * x W_up) W2 (3 matrices):
     # gated + silu is SwiGLU (Llama), gated + gelu is GeGLU.
     mlp: str = "dense"
+    # "sequential": x += attn(norm1(x)); x += mlp(norm2(x)) (GPT-2, Llama); "parallel": one norm,
+    # x += attn(norm(x)) + mlp(norm(x)) (GPT-J, PaLM, MaxText's "default" decoder block).
+    block: str = "sequential"
     position: str = "learned"  # "learned" (absolute, GPT-2) | "rope" (rotary, Llama)
     rope_theta: float = 10_000.0
     n_kv_heads: int | None = None  # None: n_heads (MHA); 1: MQA; a divisor of n_heads: GQA

@@ -50,7 +50,8 @@ def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
 def param_count(m: ModelConfig) -> int:
     """Parameters of the model that model.TransformerLM builds for `m`."""
     attn = 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.kv_heads * m.head_dim
-    per_layer = attn + _mlp_matrices(m) * m.d_model * m.d_ff + 2 * m.d_model  # + 2 norms
+    norms = 1 if m.block == "parallel" else 2  # a parallel block's attention and MLP share one norm
+    per_layer = attn + _mlp_matrices(m) * m.d_model * m.d_ff + norms * m.d_model
     embed = m.vocab_size * m.d_model * (1 if m.tie_embeddings else 2)
     positions = m.seq_len * m.d_model if m.position == "learned" else 0
     return m.n_layers * per_layer + embed + positions + m.d_model  # + final norm

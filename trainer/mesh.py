@@ -96,7 +96,8 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
 def _check_family(m, tensor: int) -> None:
     """The model-family fields: names known, K/V heads grouping the query heads, RoPE pairs.
     K/V heads that do not divide over tensor are replicated over it (sharding.rules_for)."""
-    for field, allowed in (("mlp", ("dense", "gated")), ("position", ("learned", "rope")),
+    for field, allowed in (("mlp", ("dense", "gated")), ("block", ("sequential", "parallel")),
+                           ("position", ("learned", "rope")),
                            ("attention", ("dot_product", "flash", "auto"))):
         if getattr(m, field) not in allowed:
             raise ConfigError(f"unknown model.{field} {getattr(m, field)!r}; choose one of {', '.join(allowed)}")

@@ -26,6 +26,7 @@ ACTIVATIONS = {
     "relu": jax.nn.relu,
 }
 MLPS = ("dense", "gated")
+BLOCKS = ("sequential", "parallel")
 POSITIONS = ("learned", "rope")
 
 
@@ -98,7 +99,8 @@ class Proj(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm attention + MLP. Carry-style signature for nn.scan."""
+    """Pre-norm attention + MLP, sequential or parallel (ModelConfig.block). Carry-style
+    signature for nn.scan."""
 
     cfg: ModelConfig
     attention_impl: str = "dot_product"  # a concrete attention.IMPLEMENTATIONS name
@@ -112,7 +114,9 @@ class Block(nn.Module):
         dense = lambda feats, names, name: nn.DenseGeneral(
             feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 
-        h = RMSNorm(c, name="attn_norm")(x_BSE)
+        parallel = c.block == "parallel"
+        x_in_BSE = x_BSE
+        h = RMSNorm(c, name="norm" if parallel else "attn_norm")(x_BSE)
         q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
         kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
         q_BSHD = checkpoint_name(q_BSHD, remat_lib.QUERY)
@@ -130,9 +134,11 @@ class Block(nn.Module):
         attn_BSHD = checkpoint_name(nn.with_logical_constraint(attn_BSHD, q_act), remat_lib.CONTEXT)
         out_BSE = checkpoint_name(Proj((c.n_heads, c.head_dim), (c.d_model,), ("heads", "kv", "embed"), c,
                                        name="out")(attn_BSHD), remat_lib.OUT)
-        x_BSE = nn.with_logical_constraint(x_BSE + out_BSE, ("batch", "length", "act_embed"))
-
-        h = RMSNorm(c, name="mlp_norm")(x_BSE)
+        if parallel:  # the MLP reads the same norm(x) as attention
+            out_BSE = nn.with_logical_constraint(out_BSE, ("batch", "length", "act_embed"))
+        else:  # the MLP reads the stream after attention, through its own norm
+            x_BSE = nn.with_logical_constraint(x_BSE + out_BSE, ("batch", "length", "act_embed"))
+            h = RMSNorm(c, name="mlp_norm")(x_BSE)
         act = ACTIVATIONS[c.activation]
         barrier = grads_behind_barrier if self.mlp_grad_barrier else (lambda fn: fn)
         if c.mlp == "gated":  # (act(x W_gate) * x W_up) W_out; both input matmuls are tagged MLP1
@@ -143,7 +149,12 @@ class Block(nn.Module):
             ff_BSF = barrier(act)(checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_in")(h), remat_lib.MLP1))
         ff_BSF = nn.with_logical_constraint(ff_BSF, ("batch", "length", "act_mlp"))
         ff_BSE = checkpoint_name(dense(c.d_model, ("mlp", "embed"), "mlp_out")(ff_BSF), remat_lib.MLP2)
-        x_BSE = nn.with_logical_constraint(x_BSE + ff_BSE, ("batch", "length", "act_embed"))
+        if parallel:  # both branches read norm(x_in): one residual add of their sum
+            ff_BSE = nn.with_logical_constraint(ff_BSE, ("batch", "length", "act_embed"))
+            x_BSE = x_in_BSE + (out_BSE + ff_BSE)
+        else:
+            x_BSE = x_BSE + ff_BSE
+        x_BSE = nn.with_logical_constraint(x_BSE, ("batch", "length", "act_embed"))
         return x_BSE, None
 
 
