@@ -31,13 +31,13 @@ def model_param_count(model: ModelConfig) -> int:
 
 
 def hand_count(m: ModelConfig) -> int:
-    """The same count by hand from the dimensions: pre-norm blocks (2 RMSNorm scales), Q/O with
+    """The same count by hand from the dimensions: pre-norm blocks (2 RMSNorm scales, 1 when parallel), Q/O with
     n_heads and K/V with n_kv_heads, 2 or 3 MLP matrices, embeddings (and the unembedding unless
     tied), learned positions, the final norm."""
     kv = m.n_kv_heads or m.n_heads
     attention = m.d_model * m.head_dim * (2 * m.n_heads + 2 * kv)
     mlp = (3 if m.mlp == "gated" else 2) * m.d_model * m.d_ff
-    layer = attention + mlp + 2 * m.d_model
+    layer = attention + mlp + (1 if m.block == "parallel" else 2) * m.d_model  # norm scales
     embeddings = m.vocab_size * m.d_model * (1 if m.tie_embeddings else 2)
     positions = m.seq_len * m.d_model if m.position == "learned" else 0
     return m.n_layers * layer + embeddings + positions + m.d_model
