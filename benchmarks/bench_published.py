@@ -115,7 +115,7 @@ def plan_row(row: P.Published, out: str, timeout: int, model_fields: dict | None
         trials = optuna.load_study(study_name=study_name, storage=f"sqlite:///{study_dir}/study.db").get_trials()
         attrs = trials[-1].user_attrs
         result.update(plan=attrs.get("plan"), failure_kind=attrs.get("failure_kind"),
-                      failure_message=attrs.get("failure_message"), environment=attrs.get("environment"))
+                      failure_message=attrs.get("failure_message"), environment=attrs.get("env"))
     except Exception as e:  # a run that stored nothing: say so in the table
         result.update(plan=None, failure_kind="no_trial", failure_message=f"{type(e).__name__}: {e}")
     with open(os.path.join(out, slug(row.name) + ".json"), "w") as f:
