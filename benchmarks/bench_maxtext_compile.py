@@ -192,12 +192,8 @@ def report(rows, ours: dict, theirs: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", action="append", default=[], help="row name (repeatable); default every row")
-    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "bench_maxtext_compile"))
-    ap.add_argument("--report", action="store_true", help="print from stored results only")
-    ap.add_argument("--fresh", action="store_true", help="compile rows that have stored results again")
+    B.add_row_args(ap, os.path.join(ROOT, "runs", "bench_maxtext_compile"))
     ap.add_argument("--side", choices=("both", "maxtext", "paxsearch"), default="both")
-    ap.add_argument("--timeout", type=int, default=3000, help="per compile, seconds")
     ap.add_argument("--layers", type=int, help="decoder layers on both sides (a diagnostic: per-layer "
                     "and fixed memory from two depths); results go to --out/layers<N>/ by default")
     ap.add_argument("--maxtext-row", help=argparse.SUPPRESS)  # the worker: one MaxText compile in this process
@@ -208,14 +204,11 @@ def main(argv=None) -> int:
         return 0
     if args.layers and args.out == ap.get_default("out"):
         args.out = os.path.join(args.out, f"layers{args.layers}")
-    unknown = [n for n in args.only if n not in P.BY_NAME]
-    if unknown:
-        raise SystemExit(f"unknown row(s) {unknown}; rows: {', '.join(P.BY_NAME)}")
+    rows = B.selected_rows(args.only)
     try:
         import maxtext  # noqa: F401
     except ImportError:
         raise SystemExit("MaxText is not installed in this interpreter: see this script's docstring") from None
-    rows = [P.BY_NAME[n] for n in args.only] if args.only else list(P.ROWS)
     os.makedirs(args.out, exist_ok=True)
     ours_dir = os.path.join(args.out, "ours")
     os.makedirs(ours_dir, exist_ok=True)

@@ -205,23 +205,33 @@ def report(rows, results: dict) -> str:
     return "\n".join(lines)
 
 
+def add_row_args(ap: argparse.ArgumentParser, out: str) -> None:
+    """The options of the benches over published rows (this one, bench_maxtext_compile.py)."""
+    ap.add_argument("--only", action="append", default=[], help="row name (repeatable); default every row")
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--report", action="store_true", help="print from stored results only")
+    ap.add_argument("--fresh", action="store_true", help="compile rows that have a stored result again")
+    ap.add_argument("--timeout", type=int, default=3000, help="per-compile limit, seconds")
+
+
+def selected_rows(only: list[str]) -> list:
+    """The rows named by --only (every row when none), or exit naming the unknown ones."""
+    unknown = [n for n in only if n not in P.BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown row(s) {unknown}; rows: {', '.join(P.BY_NAME)}")
+    return [P.BY_NAME[n] for n in only] if only else list(P.ROWS)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", action="append", default=[], help="row name (repeatable); default every row")
-    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "bench_published"))
-    ap.add_argument("--report", action="store_true", help="print from stored results only")
+    add_row_args(ap, os.path.join(ROOT, "runs", "bench_published"))
     ap.add_argument("--table", action="store_true", help="print the published table and conversion only")
-    ap.add_argument("--fresh", action="store_true", help="re-plan rows that have a stored result")
-    ap.add_argument("--timeout", type=int, default=3000, help="per-trial limit, seconds")
     args = ap.parse_args(argv)
     print(P.table())
     print()
     if args.table:
         return 0
-    unknown = [n for n in args.only if n not in P.BY_NAME]
-    if unknown:
-        raise SystemExit(f"unknown row(s) {unknown}; rows: {', '.join(P.BY_NAME)}")
-    rows = [P.BY_NAME[n] for n in args.only] if args.only else list(P.ROWS)
+    rows = selected_rows(args.only)
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for r in rows:
