@@ -140,7 +140,8 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
 
 def run_maxtext(row: P.Published, out: str, timeout: int, layers: int | None = None) -> dict:
     path = os.path.join(out, B.slug(row.name) + ".maxtext.json")
-    cmd = [sys.executable, __file__, "--maxtext-row", row.name, "--out", out] + (["--layers", str(layers)] if layers else [])
+    cmd = [sys.executable, __file__, "--maxtext-row", row.name, "--out", out]
+    cmd += ["--layers", str(layers)] if layers else []
     print(f"[{row.name}] MaxText: {' '.join(cmd)}", file=sys.stderr, flush=True)
     try:
         proc = subprocess.run(cmd, cwd=out, stdout=sys.stderr, timeout=timeout)  # MaxText writes maxtext_output/ there

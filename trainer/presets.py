@@ -225,9 +225,10 @@ _PRESETS = (
         deviation=-0.0025,
         note="22B: no exact count is published (README 'TPU v4' table 'For a 22B model' and the script's comment "
              "'22B'); these dims give -0.2% under the label. As for the v5e presets, MaxText's decoder is a parallel "
-             "block (MaxText/layers.py DecoderLayer at that commit, read), and so is this preset. At that commit MaxText's decoder had T5-style relative position biases (MaxText/layers.py "
-             "RelativePositionBiases, 32 buckets x heads per layer) instead of RoPE; RoPE here (neither is a "
-             "matmul, so the model FLOPs are the same)."),
+             "block (MaxText/layers.py DecoderLayer at that commit, read), and so is this preset. At that commit "
+             "MaxText's decoder had T5-style relative position biases (MaxText/layers.py RelativePositionBiases, "
+             "32 buckets x heads per layer) instead of RoPE; RoPE here (neither is a matmul, so the model FLOPs are "
+             "the same)."),
 )
 
 _BY_NAME = {p.name: p for p in _PRESETS}
