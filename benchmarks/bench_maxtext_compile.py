@@ -227,6 +227,9 @@ def main(argv=None) -> int:
         if res is not None:
             ours[r.name] = res
         print(report(rows, ours, theirs), "", sep="\n", flush=True)
+    if args.layers:
+        print(f"(--layers {args.layers}: a diagnostic; '/ published' compares a {args.layers}-layer step with a "
+              "full-depth measurement and means nothing)")
     return 0
 
 
