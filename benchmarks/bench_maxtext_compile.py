@@ -85,6 +85,7 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
     from paxsearch.trainer import flops as flops_lib
     from paxsearch.trainer import roofline as R
     from paxsearch.trainer.plan import optimized_hlo
+    from paxsearch.trainer.results import MemoryEstimate
 
     captured: dict = {}
     get_mesh = tc.get_topology_mesh
@@ -116,10 +117,12 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
     compiled = captured.get("compiled")
     if compiled is not None and "error" not in res:
         ma = compiled.memory_analysis()
-        mem = dict(argument=int(ma.argument_size_in_bytes), output=int(ma.output_size_in_bytes),
-                   temp=int(ma.temp_size_in_bytes), alias=int(ma.alias_size_in_bytes),
-                   code=int(getattr(ma, "generated_code_size_in_bytes", 0) or 0))
-        peak = mem["argument"] + mem["output"] - mem["alias"] + mem["temp"] + mem["code"]  # results.MemoryEstimate
+        est = MemoryEstimate(argument_bytes=int(ma.argument_size_in_bytes), output_bytes=int(ma.output_size_in_bytes),
+                             temp_bytes=int(ma.temp_size_in_bytes), alias_bytes=int(ma.alias_size_in_bytes),
+                             generated_code_bytes=int(getattr(ma, "generated_code_size_in_bytes", 0) or 0))
+        mem = dict(argument=est.argument_bytes, output=est.output_bytes, temp=est.temp_bytes, alias=est.alias_bytes,
+                   code=est.generated_code_bytes)
+        peak = est.peak_bytes  # the planner's own rule (donated inputs alias outputs: counted once)
         res.update(memory=mem, peak_bytes=peak, hbm_bytes=target.hbm_bytes_per_device,
                    fits=peak <= target.hbm_bytes_per_device)
         text, source, why = optimized_hlo(compiled, captured["lowered"])
