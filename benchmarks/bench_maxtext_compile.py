@@ -40,8 +40,6 @@ import bench_published as B  # noqa: E402
 import published as P  # noqa: E402
 
 GiB = 2 ** 30
-REMAT = {"full": "full", "minimal": "minimal"}  # MaxText 0.2.5's names: "minimal" saves every projection/MLP dot
-ATTENTION = {"flash": "flash", "mha": "dot_product"}
 
 
 def model_of(row: P.Published, layers: int | None = None):
@@ -63,9 +61,11 @@ def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> 
         f"mlp_activations=[\"{m.activation}\"]", f"logits_via_embedding={str(m.tie_embeddings).lower()}",
         f"vocab_size={m.vocab_size}", f"max_target_length={m.seq_len}",
         f"per_device_batch_size={row.maxtext_per_device_batch}", f"ici_data_parallelism={d}",
-        f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}", f"remat_policy={REMAT[row.remat]}",
-        f"attention={ATTENTION[row.attention]}", "dtype=bfloat16", "weight_dtype=float32", "enable_dropout=false",
-        "dataset_type=synthetic", "enable_checkpointing=false", "opt_type=adamw", "skip_jax_distributed_system=true",
+        f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}",
+        # MaxText 0.2.5 keeps the 2023 remat names ("minimal" saves every projection and MLP dot);
+        # its attention names are ours (published.ATTENTION: flash, or plain attention = dot_product)
+        f"remat_policy={row.remat}", f"attention={P.ATTENTION[row.attention]}", "dtype=bfloat16",
+        "weight_dtype=float32", "enable_dropout=false", "dataset_type=synthetic", "enable_checkpointing=false", "opt_type=adamw", "skip_jax_distributed_system=true",
     ]
 
 

@@ -168,7 +168,8 @@ def main() -> None:
         result["arms"][arm] = {"overhead": overhead(found), "search": found}
     if not args.overhead_only:
         if args.naive_from:
-            earlier = json.load(open(args.naive_from))
+            with open(args.naive_from) as f:
+                earlier = json.load(f)
             if earlier["sets"] != sets:
                 sys.exit(f"bench_search: {args.naive_from} ran --set {earlier['sets']}, not {sets}")
             base = {**earlier["naive"], "from": args.naive_from}

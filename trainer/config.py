@@ -48,6 +48,13 @@ class ModelConfig:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
 
+# The values ModelConfig's family fields accept (trainer/mesh.py checks them).
+MLPS = ("dense", "gated")
+BLOCKS = ("sequential", "parallel")
+POSITIONS = ("learned", "rope")
+ATTENTIONS = ("dot_product", "flash", "auto")
+
+
 @dataclass(frozen=True)
 class MeshConfig:
     """Device mesh over the axes (data, fsdp, tensor): ICI shape times DCN shape.

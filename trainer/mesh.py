@@ -8,7 +8,7 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh
 
-from .config import MESH_AXES, MeshConfig, TrainConfig
+from .config import ATTENTIONS, BLOCKS, MESH_AXES, MLPS, POSITIONS, MeshConfig, TrainConfig
 from .errors import ConfigError
 from .sharding import RULE_SETS
 
@@ -96,9 +96,7 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
 def _check_family(m, tensor: int) -> None:
     """The model-family fields: names known, K/V heads grouping the query heads, RoPE pairs.
     K/V heads that do not divide over tensor are replicated over it (sharding.rules_for)."""
-    for field, allowed in (("mlp", ("dense", "gated")), ("block", ("sequential", "parallel")),
-                           ("position", ("learned", "rope")),
-                           ("attention", ("dot_product", "flash", "auto"))):
+    for field, allowed in (("mlp", MLPS), ("block", BLOCKS), ("position", POSITIONS), ("attention", ATTENTIONS)):
         if getattr(m, field) not in allowed:
             raise ConfigError(f"unknown model.{field} {getattr(m, field)!r}; choose one of {', '.join(allowed)}")
     kv = m.kv_heads

@@ -25,9 +25,6 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
     "relu": jax.nn.relu,
 }
-MLPS = ("dense", "gated")
-BLOCKS = ("sequential", "parallel")
-POSITIONS = ("learned", "rope")
 
 
 def grads_behind_barrier(fn):
@@ -115,7 +112,6 @@ class Block(nn.Module):
             feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 
         parallel = c.block == "parallel"
-        x_in_BSE = x_BSE
         h = RMSNorm(c, name="norm" if parallel else "attn_norm")(x_BSE)
         q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
         kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
@@ -149,9 +145,9 @@ class Block(nn.Module):
             ff_BSF = barrier(act)(checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_in")(h), remat_lib.MLP1))
         ff_BSF = nn.with_logical_constraint(ff_BSF, ("batch", "length", "act_mlp"))
         ff_BSE = checkpoint_name(dense(c.d_model, ("mlp", "embed"), "mlp_out")(ff_BSF), remat_lib.MLP2)
-        if parallel:  # both branches read norm(x_in): one residual add of their sum
+        if parallel:  # both branches read norm(x), x still the block's input: one residual add of their sum
             ff_BSE = nn.with_logical_constraint(ff_BSE, ("batch", "length", "act_embed"))
-            x_BSE = x_in_BSE + (out_BSE + ff_BSE)
+            x_BSE = x_BSE + (out_BSE + ff_BSE)
         else:
             x_BSE = x_BSE + ff_BSE
         x_BSE = nn.with_logical_constraint(x_BSE, ("batch", "length", "act_embed"))
