@@ -24,24 +24,16 @@ from typing import Any, Union
 import optuna
 import pandas as pd
 
-# One URL handling for search and analysis (JAX-free module): masking, env:NAME, drivers.
-from ..search.storage import ENV_PREFIX, driver_url, mask_url, scrub
+# One URL handling for search and analysis (store/urls.py): masking, env:NAME, drivers.
+from ..store.outcome import MEASURED_KEYS, TrialOutcome
+from ..store.urls import ENV_PREFIX, driver_url, mask_url, scrub
 
 Source = Union[str, os.PathLike, optuna.Study]
 
 # Objective name in study.user_attrs["objectives"] -> DataFrame column.
 OBJECTIVE_COLUMNS = {"loss": "loss", "mfu": "mfu", "memory": "memory_bytes"}
-# user_attrs["measured"] key -> DataFrame column.
-MEASURED_COLUMNS = {
-    "loss": "loss",
-    "eval_loss": "eval_loss",
-    "mfu": "mfu",
-    "hfu": "hfu",
-    "tokens_per_sec": "tokens_per_sec",
-    "step_time": "step_time",
-    "peak_bytes": "measured_peak_bytes",
-    "steps": "steps",
-}
+# Measured figure (store.outcome.Measured) -> DataFrame column: its own name, but the peak.
+MEASURED_COLUMNS = {key: "measured_peak_bytes" if key == "peak_bytes" else key for key in MEASURED_KEYS}
 # What measured_peak_bytes is: one device's peak where the platform reports it; on CPU the
 # worker process's peak RSS, which a reused worker carries over from its earlier trials.
 DEVICE_PEAK_SOURCE = "device peak (memory_stats)"
@@ -146,10 +138,11 @@ def _finite_or_nan(value: Any) -> float:
 
 def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> dict:
     attrs = trial.user_attrs
+    outcome = TrialOutcome.from_user_attrs(attrs)
     row: dict[str, Any] = {
         "number": trial.number,
         "state": trial.state.name,
-        "predicted": bool(attrs.get("predicted", False)),
+        "predicted": outcome.predicted,
         "trial_dir": attrs.get("trial_dir"),
         "datetime_start": trial.datetime_start,
         "datetime_complete": trial.datetime_complete,
@@ -158,30 +151,30 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
     for name, value in decisions.items():
         row[f"d.{name}"] = _scalar(value)
 
-    measured = attrs.get("measured") or {}
+    measured = outcome.measured.to_dict() if outcome.measured else {}
     for key, value in measured.items():
-        column = MEASURED_COLUMNS.get(key, f"measured.{key}")
-        row[column] = _finite_or_nan(value) if column in SCORE_COLUMNS else value
+        row[MEASURED_COLUMNS[key]] = _finite_or_nan(value)
     for column in SCORE_COLUMNS:
         row.setdefault(column, math.nan)
-    if attrs.get("memory_bytes") is not None:
-        row["memory_bytes"] = _finite_or_nan(attrs["memory_bytes"])
+    memory_bytes = attrs.get("memory_bytes", outcome.memory_bytes)  # the stored objective, as stored
+    if memory_bytes is not None:
+        row["memory_bytes"] = _finite_or_nan(memory_bytes)
     if trial.values is not None:  # the stored objective values are authoritative
         for name, value in zip(objective_names, trial.values):
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
 
-    for key, value in (attrs.get("plan") or {}).items():
+    for key, value in (outcome.plan or {}).items():
         row[f"plan.{key}"] = _scalar(value)  # nested figures (mesh_shape, roofline) as JSON text
-    platform = (attrs.get("env") or {}).get("platform")
+    platform = (outcome.env or {}).get("platform")
     if not math.isnan(row["measured_peak_bytes"]):  # what "measured peak" is on this platform
         row["measured_peak_source"] = CPU_PEAK_SOURCE if platform == "cpu" else DEVICE_PEAK_SOURCE
-    row["failure_kind"] = attrs.get("failure_kind")
-    row["failure_message"] = attrs.get("failure_message")
-    steered = attrs.get("steered") or {}  # skipped after compiling as predicted dominated (--steer)
+    row["failure_kind"] = outcome.kind.stored_text
+    row["failure_message"] = outcome.message or None
+    steered = outcome.steered or {}  # skipped after compiling as predicted dominated (--steer)
     row["steered_by"] = steered.get("dominated_by")
-    for key, value in (attrs.get("timings") or {}).items():
+    for key, value in outcome.timings.items():
         row[f"timing.{key}"] = value
-    for key, value in (attrs.get("env") or {}).items():
+    for key, value in (outcome.env or {}).items():
         row[f"env.{key}"] = _scalar(value)
     return row
 

@@ -30,11 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ..store.urls import StorageUrlError
     from ..trainer.errors import ConfigError, DataError, NonFiniteLoss  # imports nothing heavy
 
     try:
         return int(args.func(args) or 0)
-    except (UserError, ConfigError, DataError) as e:
+    except (UserError, StorageUrlError, ConfigError, DataError) as e:
         print(f"paxsearch: error: {e}", file=sys.stderr)
         return 2
     except NonFiniteLoss as e:

@@ -5,6 +5,8 @@ import collections
 import contextlib
 import os
 
+from ..store.outcome import kind_of
+
 
 
 def add_study_options(p, *, for_new: bool) -> None:
@@ -16,7 +18,7 @@ def add_study_options(p, *, for_new: bool) -> None:
                    help="a module the driver and every worker import first, e.g. one that registers the seqio "
                         "task of --set data.task=NAME (repeatable; stored in the study by name)")
     if for_new:
-        p.add_argument("--tuner", default=None, help="tpe | nsga2 | gp | random | grid | evolution")
+        p.add_argument("--tuner", default=None, help="tpe | nsga2 | random | grid | evolution")
         p.add_argument("--objective", default=None, help="one objective (loss | mfu | memory) instead of all three")
         p.add_argument("--memory-budget", default=None, metavar="B",
                        help="per-device bytes a plan may use, e.g. 2GiB (default: the device's memory)")
@@ -120,8 +122,8 @@ def state_counts(trials) -> dict[str, int]:
             c["superseded"] += 1
         elif t.user_attrs.get("steered"):
             c["skipped"] += 1
-        elif t.user_attrs.get("failure_kind"):
-            c[t.user_attrs["failure_kind"]] += 1
+        elif kind_of(t.user_attrs).failed:
+            c[kind_of(t.user_attrs).value] += 1
         else:
             c[t.state.name.lower()] += 1
     order = ["complete", "pruned", "skipped", "running", "waiting"]

@@ -22,12 +22,15 @@ from optuna.trial import TrialState
 
 from ..trainer import flagsets
 from .errors import UserError
-from . import configio, failures, gpu_assign, plan_screen, records, steer, storage as storage_lib
+from ..store.outcome import Kind, TrialOutcome
+from . import configio, gpu_assign, plan_screen, steer, storage as storage_lib
 from .pool import WorkerSlot, WorkerStartError
 from .progress import Progress
 from .settings import SettingsError, steps_for_tokens
 from .space import SpaceError, config_dict
 from .study_setup import StudyContext
+from .trial import record
+from .trial.classify import Phase, classify
 from .tuners import (SpaceExhausted, is_superseded, make_proposer, make_pruner, make_sampler, seen_keys,
                      suggest_all, trial_decisions)
 
@@ -60,7 +63,7 @@ def is_stale(t: optuna.trial.FrozenTrial, now: float | None = None) -> bool:
     return (now or time.time()) - beat > STALE_AFTER_S
 
 
-def abandon(ctx: StudyContext, number: int, message: str, kind: str = failures.CRASH) -> bool:
+def abandon(ctx: StudyContext, number: int, message: str, kind: Kind = Kind.CRASH) -> bool:
     """Queue a RUNNING trial's config again, then mark it FAIL (`kind`, superseded).
 
     The copy comes first and only once (a trial with requeued_from == number): a kill between
@@ -76,7 +79,7 @@ def abandon(ctx: StudyContext, number: int, message: str, kind: str = failures.C
     if d is not None and not copied:
         ctx.study.enqueue_trial(d, user_attrs={"requeued_from": number})
     try:
-        storage.set_trial_user_attr(trial_id, "failure_kind", kind)
+        storage.set_trial_user_attr(trial_id, "failure_kind", kind.value)
         storage.set_trial_user_attr(trial_id, "failure_message", message)
         storage.set_trial_user_attr(trial_id, "superseded", True)
         ctx.study.tell(number, state=TrialState.FAIL)
@@ -213,7 +216,7 @@ class Driver:
             for g in gangs:
                 g.kill("interrupt")
             for number in list(self._inflight):
-                abandon(ctx, number, "driver interrupted (Ctrl-C); queued again", failures.INTERRUPTED)
+                abandon(ctx, number, "driver interrupted (Ctrl-C); queued again", Kind.INTERRUPTED)
             raise
         finally:
             for g in gangs:
@@ -300,9 +303,9 @@ class Driver:
         trial_dir = os.path.abspath(os.path.join(ctx.run_dir, "trials", str(number)))
         os.makedirs(trial_dir, exist_ok=True)
         trial.set_user_attr("trial_dir", trial_dir)
-        result, config_json, flags = self._prepare(trial, decisions, trial_dir)
+        outcome, config_json, flags = self._prepare(trial, decisions, trial_dir)
         gang = slot.gangs.get(flags) or slot.last  # settled in the driver: no worker is started for it
-        if result is None:
+        if outcome is None:
             gang = slot.gang(flags)  # started with the trial's compiler flag set
             job = {"number": number, "trial_dir": trial_dir, "config": config_json,
                    "log_path": os.path.join(trial_dir, "log.txt"), "memory_budget": ctx.settings.memory_budget,
@@ -312,17 +315,17 @@ class Driver:
                    "steer": self._steer(trial)}
             with self._heartbeat(trial):
                 try:
-                    result = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
+                    outcome = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
                 except WorkerStartError as e:
-                    result = {"failure_kind": failures.CRASH, "failure_message": f"worker could not start: {e}"}
+                    outcome = TrialOutcome.failure(Kind.CRASH, f"worker could not start: {e}")
         if self._interrupted.is_set():  # killed by our own Ctrl-C: the main thread requeues it
             return
-        self._record(trial, decisions, result, time.perf_counter() - t0, gang.env)
+        self._record(trial, decisions, outcome, time.perf_counter() - t0, gang.env)
         self._inflight.pop(number, None)
 
     def _prepare(self, trial: optuna.Trial, decisions: dict,
-                 trial_dir: str) -> tuple[dict | None, str | None, str]:
-        """Config and static checks in the driver: (a result when the trial ends here, config
+                 trial_dir: str) -> tuple[TrialOutcome | None, str | None, str]:
+        """Config and static checks in the driver: (the outcome when the trial ends here, config
         JSON, compiler flag set). With STUDY tokens=, the config's steps are the token budget's."""
         from ..trainer import mesh as mesh_lib, remat as remat_lib
         from ..trainer.errors import ConfigError
@@ -332,14 +335,14 @@ class Driver:
             cfg = ctx.space.config(decisions)
             built = configio.build(cfg)
         except (SpaceError, configio.ConfigFileError, TypeError, ValueError) as e:
-            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, None, "default"
+            return TrialOutcome.failure(*classify(e, Phase.SETUP)), None, "default"
         flags = worker_flags(built)
         budget = None
         if ctx.settings.tokens and not ctx.target.plan_only:
             try:
                 budget = token_budget(built, ctx.settings.tokens, ctx.target.num_devices)
             except (ConfigError, SettingsError) as e:
-                return {"failure_kind": failures.INVALID, "failure_message": str(e)}, None, flags
+                return TrialOutcome.failure(*classify(e, Phase.SETUP)), None, flags
             cfg.steps = budget["steps"]
             built = configio.build(cfg)
             trial.set_user_attr("token_budget", budget)
@@ -357,7 +360,7 @@ class Driver:
                 flagsets.validate(built.flags, target.platform,
                                   tpu_slice=target.slice_name if target.plan_only else None)
         except ConfigError as e:
-            return {"failure_kind": failures.INVALID, "failure_message": str(e)}, config_json, flags
+            return TrialOutcome.failure(*classify(e, Phase.CHECK)), config_json, flags
         if ctx.settings.steer != "none" and not target.plan_only:
             trial.set_user_attr("math_key", steer.math_key(built, target.num_devices))
         if target.plan_only:  # settled here when the study already knows the answer
@@ -411,17 +414,17 @@ class Driver:
             stop.set()
             th.join(timeout=5)
 
-    def _record(self, trial: optuna.Trial, decisions: dict, result: dict, total_s: float, env: dict | None) -> None:
-        state, values, extra = records.outcome(self.objectives, result)
-        attrs = records.trial_attrs(result, env, records.timings(result, total_s))
-        attrs.update(extra)
-        lost = attrs.get("failure_kind") == failures.HOST_LOST  # not the config's doing: it runs again
+    def _record(self, trial: optuna.Trial, decisions: dict, outcome: TrialOutcome, total_s: float,
+                env: dict | None) -> None:
+        state, values, outcome = record.settle(self.objectives, outcome)
+        outcome = outcome.replace(timings=record.driver_timings(outcome, total_s)).with_env(env)
+        attrs = outcome.to_user_attrs()
+        lost = outcome.kind is Kind.HOST_LOST  # not the config's doing: it runs again
         if lost:
             attrs["superseded"] = True
         retry = storage_lib.retry  # a storage outage is ridden out; past its budget the trial stays RUNNING
         for key, value in attrs.items():
-            if value is not None:
-                retry(trial.set_user_attr, key, value)
+            retry(trial.set_user_attr, key, value)
         if attrs.get("constraint"):
             retry(trial.set_constraint, "memory", attrs["constraint"][0])
         try:
@@ -431,9 +434,9 @@ class Driver:
         if lost:
             self._requeue_lost(trial)
         self.finished += 1
-        feasible = state == TrialState.COMPLETE and not attrs.get("failure_kind")
-        self.progress.finished(records.trial_line(trial.number, state, decisions, attrs, total_s), values, feasible,
-                               counts=not attrs.get("steered"))
+        feasible = state == TrialState.COMPLETE and not outcome.kind.failed
+        self.progress.finished(record.trial_line(trial.number, state, decisions, outcome, total_s), values, feasible,
+                               counts=not outcome.steered)
 
     def _steer(self, trial: optuna.Trial) -> dict | None:
         """The finished trials a worker may find this one dominated by (search/steer.py)."""

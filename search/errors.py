@@ -4,7 +4,9 @@
 class UserError(Exception):
     """Bad input: printed as one line `paxsearch: error: ...` with exit status 2.
 
-    The base of every error of the search layer that is the user's to fix (SpaceError,
-    SettingsError, SetupError, StorageError, DriverError, TargetError, TunerError,
-    ConfigFileError, ImportFailed); cli.main alone maps them, and the trainer's ConfigError
-    and DataError, to exit status 2 (a diverged `train` to 3)."""
+    The base of every error of the search layer that is the user's to fix: SpaceError,
+    SettingsError, SetupError, StorageError (study/), TunerError (tuning/), DriverError
+    (driver/), GpuAssignError (workers/), TargetError (planning/), GangSetupError,
+    MembershipError (gang/, cli/), ConfigFileError, ImportFailed (study/). cli.main alone maps
+    them, store.StorageUrlError, and the trainer's ConfigError and DataError, to exit status 2
+    (a diverged `train` to 3)."""

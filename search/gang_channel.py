@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Callable
 
-from . import failures
+from ..store.outcome import Kind, TrialOutcome
 
 BEAT_S = 1.0
 LOST_AFTER_S = 10.0
@@ -106,11 +106,12 @@ class GangChannel:
     def publish_prune(self, seq: int, step: int, stop: bool) -> None:
         self.client.key_value_set(f"paxsearch/prune/{seq}/{step}", "1" if stop else "0")
 
-    def _result_of(self, seq: int, host: int) -> dict | None:
+    def _result_of(self, seq: int, host: int) -> TrialOutcome | None:
         try:
-            return json.loads(self.client.key_value_try_get(f"paxsearch/result/{seq}/{host}"))
+            text = self.client.key_value_try_get(f"paxsearch/result/{seq}/{host}")
         except Exception:  # NOT_FOUND: not there yet
             return None
+        return TrialOutcome.from_wire(json.loads(text))
 
     def lost_hosts(self) -> list[tuple[int, float]]:
         """(host, seconds silent) of every other host whose beat has not moved for LOST_AFTER_S."""
@@ -128,7 +129,7 @@ class GangChannel:
                 lost.append((h, now - since))
         return lost
 
-    def watch(self, seq: int, on_failure: Callable[[dict], None]) -> threading.Event:
+    def watch(self, seq: int, on_failure: Callable[[TrialOutcome], None]) -> threading.Event:
         """While trial `seq` runs on host 0: call on_failure(result) once when another host is
         lost or reports a failure. Set the returned event to stop watching."""
         stop = threading.Event()
@@ -143,39 +144,36 @@ class GangChannel:
         threading.Thread(target=loop, daemon=True, name="gang-watch").start()
         return stop
 
-    def gang_failure(self, seq: int) -> dict | None:
+    def gang_failure(self, seq: int) -> TrialOutcome | None:
         """The failure that ends trial `seq` because of another host, if there is one now."""
         for h, silent in self.lost_hosts():
-            return {"failure_kind": failures.HOST_LOST,
-                    "failure_message": f"host {h} of {self.hosts} stopped answering for {silent:.0f} s "
-                                       "(its worker died or the host was lost)"}
+            return TrialOutcome.failure(Kind.HOST_LOST, f"host {h} of {self.hosts} stopped answering for "
+                                                        f"{silent:.0f} s (its worker died or the host was lost)")
         for h in range(1, self.hosts):
             r = self._result_of(seq, h)
-            if r and r.get("failure_kind"):
-                return {"failure_kind": r["failure_kind"],
-                        "failure_message": f"host {h}: {r.get('failure_message') or ''}".strip()}
+            if r and r.kind.failed:
+                return TrialOutcome.failure(r.kind, f"host {h}: {r.message}".strip())
         return None
 
-    def gather(self, seq: int, result: dict) -> dict:
+    def gather(self, seq: int, outcome: TrialOutcome) -> TrialOutcome:
         """Host 0's result of trial `seq` combined with every other host's: the first failure
         wins, named by its host. Waits for all of them (a lost host fails the trial)."""
-        if result.get("failure_kind"):
-            return result
+        if outcome.kind.failed:
+            return outcome
         pending = set(range(1, self.hosts))
         while pending:
             for h in sorted(pending):
                 r = self._result_of(seq, h)
                 if r is not None:
                     pending.discard(h)
-                    if r.get("failure_kind"):
-                        return {**result, "failure_kind": r["failure_kind"],
-                                "failure_message": f"host {h}: {r.get('failure_message') or ''}".strip()}
+                    if r.kind.failed:
+                        return outcome.failed_as(r.kind, f"host {h}: {r.message}".strip())
             if pending:
                 failure = self.gang_failure(seq)
                 if failure:
-                    return {**result, **failure}
+                    return outcome.failed_as(failure.kind, failure.message)
                 time.sleep(0.2)
-        return result
+        return outcome
 
     # ----- hosts 1..N-1 -----
     def next_message(self) -> dict:
@@ -187,6 +185,7 @@ class GangChannel:
     def prune_decision(self, seq: int, step: int) -> bool:
         return _blocking_get(self.client, f"paxsearch/prune/{seq}/{step}") == "1"
 
-    def post_result(self, seq: int, result: dict) -> None:
-        keep = {k: result.get(k) for k in ("failure_kind", "failure_message")}
-        self.client.key_value_set(f"paxsearch/result/{seq}/{self.host}", json.dumps(keep))
+    def post_result(self, seq: int, outcome: TrialOutcome) -> None:
+        """Host 0 needs only how this host's trial ended: its kind and message, wire form."""
+        brief = TrialOutcome.failure(outcome.kind, outcome.message)
+        self.client.key_value_set(f"paxsearch/result/{seq}/{self.host}", json.dumps(brief.to_wire()))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
-from . import failures
+from ..store.outcome import Kind, TrialOutcome
 from .targets import Target, plan_keys, plan_result_fields, prescreen
 from .tuners import is_superseded
 
@@ -31,37 +31,33 @@ def _finished(trials) -> list[optuna.trial.FrozenTrial]:
             and t.user_attrs.get("plan_key")]
 
 
-def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> dict | None:
-    """A worker-style result when the trial is settled here, else None (compile it).
+def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> TrialOutcome | None:
+    """The trial's outcome when it is settled here, else None (compile it).
     `target` is the study's; under slices=auto each trial is screened on its own slice count."""
     target = target.for_config(cfg)
-    base = {"type": "result", "predicted": True, "counters": {"train_calls": 0, "steps_run": 0},
-            "measured": None, "pruned": False, **plan_result_fields(target, budget)}
+    fields = {"predicted": True, **plan_result_fields(target, budget)}
+    where = {"hbm_bytes": target.hbm_bytes_per_device, "predicted": True, "target": target.name,
+             "num_slices": target.num_slices}
     oom = prescreen(cfg, target, budget)
     if oom is not None:
-        plan = {"peak_bytes": oom.required_bytes, "hbm_bytes": target.hbm_bytes_per_device, "predicted": True,
-                "target": target.name, "num_slices": target.num_slices, "screen": "analytic", "peak_bytes_source": "lower bound: parameters, gradients, AdamW moments"}
-        return {**base, "plan": plan, "failure_kind": failures.PREDICTED_OOM, "failure_message": str(oom)}
+        plan = {"peak_bytes": oom.required_bytes, **where, "screen": "analytic",
+                "peak_bytes_source": "lower bound: parameters, gradients, AdamW moments"}
+        return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
     done = _finished(trials)
     for t in done:
         if t.user_attrs["plan_key"] == keys["plan_key"] and t.user_attrs.get("plan"):
+            stored = TrialOutcome.from_user_attrs(t.user_attrs)
             plan = {**t.user_attrs["plan"], "screen": f"duplicate of trial {t.number}"}
-            out = {**base, "plan": plan}
-            if t.user_attrs.get("failure_kind"):
-                out["failure_kind"] = t.user_attrs["failure_kind"]
-                out["failure_message"] = t.user_attrs.get("failure_message", "")
-            return out
+            return TrialOutcome(kind=stored.kind, message=stored.message, plan=plan, **fields)
     for t in done:
         a = t.user_attrs
-        if (a["shape_key"] == keys["shape_key"] and a.get("failure_kind") == failures.PREDICTED_OOM
+        if (a["shape_key"] == keys["shape_key"] and Kind.stored(a.get("failure_kind")) is Kind.PREDICTED_OOM
                 and int(a.get("global_batch") or 0) <= keys["global_batch"] and a.get("memory_bytes")):
-            plan = {"peak_bytes": a["memory_bytes"], "hbm_bytes": target.hbm_bytes_per_device, "predicted": True,
-                    "target": target.name, "num_slices": target.num_slices,
-                    "screen": f"dominated by trial {t.number}",
+            plan = {"peak_bytes": a["memory_bytes"], **where, "screen": f"dominated by trial {t.number}",
                     "peak_bytes_source": f"lower bound: trial {t.number}'s peak at a smaller batch"}
-            return {**base, "plan": plan, "failure_kind": failures.PREDICTED_OOM,
-                    "failure_message": f"predicted OOM (not compiled): trial {t.number} with global batch "
-                                       f"{a['global_batch']} <= {keys['global_batch']} and the same model, mesh "
-                                       f"and remat did not fit ({a.get('failure_message', '')[:160]})"}
+            return TrialOutcome.failure(
+                Kind.PREDICTED_OOM, f"predicted OOM (not compiled): trial {t.number} with global batch "
+                                    f"{a['global_batch']} <= {keys['global_batch']} and the same model, mesh "
+                                    f"and remat did not fit ({a.get('failure_message', '')[:160]})",
+                plan=plan, **fields)
     return None
-

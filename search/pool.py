@@ -20,7 +20,9 @@ import time
 from typing import Callable
 
 from ..trainer import flagsets
-from . import failures
+from ..store.outcome import Kind, TrialOutcome
+from .trial.classify import ExitStatus, classify
+from .trial.oom_watch import MemoryWatch
 from .targets import Target, target_env
 
 READY_TIMEOUT_S = 300.0
@@ -104,7 +106,7 @@ class WorkerGang:
         self.starts = 0
         self.trials_served = 0
         self.killed_by: str | None = None  # why paxsearch itself killed the gang, if it did
-        self.watch: failures.MemoryWatch | None = None  # OOM-kill evidence of the current trial
+        self.watch: MemoryWatch | None = None  # OOM-kill evidence of the current trial
 
     # ----- life cycle -----
     def start(self) -> None:
@@ -227,11 +229,11 @@ class WorkerGang:
         self.kill()
 
     # ----- one trial -----
-    def run(self, job: dict, timeout: float, on_report: Callable[[dict], bool] | None = None) -> dict:
-        """Run `job` on every process; the result of process 0, or a typed failure."""
+    def run(self, job: dict, timeout: float, on_report: Callable[[dict], bool] | None = None) -> TrialOutcome:
+        """Run `job` on every process; the outcome of process 0, or a typed failure."""
         self.ensure_ready()
         self.trials_served += 1
-        self.watch = failures.MemoryWatch([p.popen.pid for p in self.procs])
+        self.watch = MemoryWatch([p.popen.pid for p in self.procs])
         for p in self.procs:
             pjob = dict(job)
             if self.dist:
@@ -248,8 +250,8 @@ class WorkerGang:
             self.watch.sample()  # the worker's memory cgroup and high-water mark
             if time.monotonic() >= deadline:
                 self.kill()
-                return {"type": "result", "failure_kind": failures.TIMEOUT,
-                        "failure_message": f"trial ran past its {timeout:.0f} s limit; worker process group killed"}
+                return TrialOutcome.failure(Kind.TIMEOUT, f"trial ran past its {timeout:.0f} s limit; worker "
+                                                          "process group killed")
             for proc, msg in self._messages(deadline):
                 if msg is None:
                     return self._died(proc)
@@ -265,15 +267,15 @@ class WorkerGang:
                     results[proc.index] = msg
                 elif kind == "gang_failure":  # another host of a slice gang failed first (gang_channel.py)
                     self.kill()
-                    return {**msg, "type": "result"}
-        return results[0]
+                    return TrialOutcome.from_wire(msg)
+        return TrialOutcome.from_wire(results[0])
 
     def _reply(self, stops: dict[int, bool], waiting: dict[int, list[int]]) -> None:
         for p in self.procs:
             while waiting[p.index] and waiting[p.index][0] in stops:
                 p.send({"type": "prune_reply", "stop": stops[waiting[p.index].pop(0)]})
 
-    def _died(self, proc: _Proc) -> dict:
+    def _died(self, proc: _Proc) -> TrialOutcome:
         try:
             code = proc.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -281,10 +283,10 @@ class WorkerGang:
         killed_by = self.killed_by
         self.kill()
         evidence = self.watch.oom_evidence() if self.watch and code == -signal.SIGKILL else None
-        kind, message = failures.from_exit_status(code, killed_by, evidence)
+        kind, message = classify(ExitStatus(code, killed_by, evidence))
         if self.processes > 1:
             message = f"process {proc.index}: {message}"
-        return {"type": "result", "failure_kind": kind, "failure_message": message}
+        return TrialOutcome.failure(kind, message)
 
     def _messages(self, deadline: float):
         """Yield (proc, message) pairs that arrive before `deadline`; message None on EOF."""

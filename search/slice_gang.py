@@ -20,15 +20,13 @@ from __future__ import annotations
 import os
 import time
 
-from . import failures
+from ..store.outcome import TrialOutcome
 from .gang_channel import GANG_HEARTBEAT_TIMEOUT_S
 from .membership import Membership
 from .pool import READY_TIMEOUT_S, WorkerGang, WorkerSlot, WorkerStartError
 from .targets import Target
+from .trial.classify import ExitStatus, classify
 
-# outcomes every host reaches alike (decided before training, or from the global loss): the gang
-# stays formed after them
-SAME_ON_EVERY_HOST = (None, failures.INVALID, failures.PREDICTED_OOM, failures.COMPILE_ERROR, failures.NAN_LOSS)
 JOIN_TIMEOUT_S = 300  # how long hosts wait for the whole gang (jax.distributed's own default)
 JOIN_TRY_S = 30  # hosts 1..N-1 try to join this long at a time, looking at the study in between
 SHUTDOWN_WAIT_S = 60.0  # host 0's worker leaves only when every host has (jax.distributed.shutdown)
@@ -69,13 +67,14 @@ class SliceGang(WorkerGang):
                                    f"hosts must run `paxsearch worker` on this study with --num-hosts {m.num_hosts} "
                                    f"within {self.join_timeout:.0f} s of each other") from None
 
-    def run(self, job: dict, timeout: float, on_report=None) -> dict:
+    def run(self, job: dict, timeout: float, on_report=None) -> TrialOutcome:
         """As WorkerGang.run; after a failure that may have left another host inside a collective
-        (a crash, an OOM mid-step), the gang is started afresh before the next trial."""
-        result = super().run(job, timeout, on_report)
-        if result.get("failure_kind") not in SAME_ON_EVERY_HOST:
+        (a crash, an OOM mid-step: a kind not reached alike on every host), the gang is started
+        afresh before the next trial. After the others the gang stays formed."""
+        outcome = super().run(job, timeout, on_report)
+        if not outcome.kind.same_on_every_host:
             self.kill()
-        return result
+        return outcome
 
     def restart(self, flags: str) -> None:
         """Host 0: the whole gang leaves, to start again with compiler flag set `flags`."""
@@ -166,7 +165,7 @@ def _serve(gang: SliceGang, say) -> tuple[str, str]:
                 code = proc.popen.wait()
                 if outcome:
                     return outcome
-                kind, message = failures.from_exit_status(code)
+                _, message = classify(ExitStatus(code))
                 return ("ready_then_lost" if ready else "not_joined"), f"{message}; see {gang.log_path(host)}"
             kind = msg.get("type")
             if kind == "ready":

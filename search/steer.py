@@ -33,6 +33,8 @@ import hashlib
 import json
 import math
 
+from ..store.outcome import kind_of
+
 MIN_MEASURED = 3  # finished trials with measured and predicted MFU before anything is skipped
 RISK = 0.05  # one-sided: the chance a new trial's measured/predicted ratio is above the bound
 
@@ -61,7 +63,7 @@ def _scored(t) -> bool:
     """A finished, measured trial with scores (not a failure, a copy or a prediction)."""
     from optuna.trial import TrialState  # imported here: workers use dominated() alone
 
-    return (t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind")
+    return (t.state == TrialState.COMPLETE and not kind_of(t.user_attrs).failed
             and not t.user_attrs.get("superseded") and not t.user_attrs.get("predicted"))
 
 

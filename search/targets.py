@@ -424,26 +424,3 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
 def plan_key(cfg, target: Target) -> str:
     """See plan_keys."""
     return plan_keys(cfg, target)[0]
-
-
-def outcome_of(cfg, target: Target, devices=None, budget_bytes: int | None = None) -> dict:
-    """Plan one point and return a picklable outcome:
-    {"status": "planned" | "predicted_oom" | "invalid" | "compile_error", "plan": dict|None,
-     "error": str|None, "oom": dict|None, "seconds": float}. The compiled peak is held
-    against `budget_bytes` when given (below the HBM), else against the HBM."""
-    t0 = time.perf_counter()
-    out = {"status": "planned", "plan": None, "error": None, "oom": None}
-    try:
-        plan = compile_for_target(cfg, target, devices)[1]
-        out["plan"] = plan
-        limit, what = memory_limit(plan["hbm_bytes"], budget_bytes)
-        if limit is not None:
-            topo.check_fits(plan["peak_bytes"], limit, what)
-    except topo.PredictedOOM as e:
-        out.update(status="predicted_oom", error=str(e), oom=e.to_dict())
-    except ConfigError as e:
-        out.update(status="invalid", error=str(e))
-    except Exception as e:  # an XLA failure that is not about memory
-        out.update(status="compile_error", error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-    out["seconds"] = time.perf_counter() - t0
-    return out

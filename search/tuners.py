@@ -22,6 +22,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution, Flo
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from ..store.outcome import kind_of
 from .errors import UserError
 from .settings import OBJECTIVES, StudySettings
 from .space import Decision, Space, decisions_key
@@ -208,7 +209,7 @@ class GridProposer:
 
 def reward(settings: StudySettings, t: FrozenTrial) -> float:
     """The first objective as a reward to maximize (evolution is single-objective)."""
-    if t.state != TrialState.COMPLETE or not t.values or t.user_attrs.get("failure_kind"):
+    if t.state != TrialState.COMPLETE or not t.values or kind_of(t.user_attrs).failed:
         return FAILED_REWARD
     v = t.values[0]
     if not math.isfinite(v):

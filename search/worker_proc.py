@@ -10,7 +10,7 @@ during a trial to the trial's log.txt):
     <- {"type": "trial", "job": {...}}                      run one trial
     -> {"type": "report", "step": .., "loss": .., ...}      at each logging interval
     <- {"type": "prune_reply", "stop": bool}                when the job asked for replies
-    -> {"type": "result", ...}                              the trial's outcome
+    -> {"type": "result", ...}                              the trial's TrialOutcome, wire form
     <- {"type": "exit"}
 The worker exits by itself when its driver dies.
 
@@ -33,6 +33,8 @@ import os
 import sys
 import threading
 import time
+
+from ..store.outcome import TrialOutcome
 
 
 class Channel:
@@ -92,7 +94,7 @@ def main() -> int:
     os.dup2(2, 1)  # library prints must not corrupt the protocol
     _watch_parent()
     settings = json.loads(os.environ.get("PAXSEARCH_WORKER", "{}"))
-    from . import trial_exec  # imports JAX and the trainer: the slow part, once per worker
+    from .trial import execute as trial_exec  # imports JAX and the trainer: the slow part, once per worker
 
     trial_exec.initialize(settings.get("distributed"), settings.get("cache_dir"))
     from .user_imports import import_modules
@@ -123,7 +125,7 @@ def main() -> int:
             continue
         job = msg["job"]
         seq = gang.publish({"type": "trial", "job": job}) if gang is not None else None
-        watching = (gang.watch(seq, lambda failure: channel.send({"type": "gang_failure", **failure}))
+        watching = (gang.watch(seq, lambda failure: channel.send({**failure.to_wire(), "type": "gang_failure"}))
                     if gang is not None else None)
 
         def report(metrics: dict) -> bool:
@@ -136,27 +138,26 @@ def main() -> int:
                 gang.publish_prune(seq, int(metrics.get("step", 0)), stop)
             return stop
 
-        result = _trial(trial_exec, job, report)
+        outcome = _trial(trial_exec, job, report)
         if gang is not None:
             watching.set()
-            result = gang.gather(seq, result)
-        channel.send(result)
+            outcome = gang.gather(seq, outcome)
+        channel.send(outcome.to_wire())
 
 
-def _trial(trial_exec, job: dict, report) -> dict:
+def _trial(trial_exec, job: dict, report) -> TrialOutcome:
     with _output_to(job.get("log_path")):
         print(f"== trial {job.get('number')} on worker pid {os.getpid()} "
               f"({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
-        result = trial_exec.run_trial(job, report)
-        print(f"== trial {job.get('number')}: {result.get('failure_kind') or 'ok'} "
-              f"{result.get('failure_message') or ''}", flush=True)
-    return result
+        outcome = trial_exec.run_trial(job, report)
+        print(f"== trial {job.get('number')}: {outcome.kind.value} {outcome.message}", flush=True)
+    return outcome
 
 
 def _follow(channel: Channel, gang, settings: dict) -> int:
     """Hosts 1..N-1 of a slice gang: run what host 0 hands out until it says exit or restart."""
-    from . import trial_exec
     from .gang_channel import GangLost
+    from .trial import execute as trial_exec
 
     run_dir = settings["gang"]["run_dir"]
     try:
@@ -176,11 +177,10 @@ def _follow(channel: Channel, gang, settings: dict) -> int:
             def report(metrics: dict, _seq=seq, _job=job) -> bool:
                 return gang.prune_decision(_seq, int(metrics.get("step", 0))) if _job.get("relay_reports") else False
 
-            result = _trial(trial_exec, job, report)
-            gang.post_result(seq, result)
-            channel.send({"type": "trial_end", "number": job.get("number"),
-                          "failure_kind": result.get("failure_kind"),
-                          "failure_message": result.get("failure_message")})
+            outcome = _trial(trial_exec, job, report)
+            gang.post_result(seq, outcome)
+            channel.send({"type": "trial_end", "number": job.get("number"), "failure_kind": outcome.kind.stored_text,
+                          "failure_message": outcome.message})
     except GangLost as e:
         channel.send({"type": "gang_lost", "message": str(e)})
         return 4

@@ -7,7 +7,8 @@ from optuna.trial import TrialState
 
 from paxsearch.analysis import load
 from paxsearch.analysis.tables import predicted_vs_measured
-from paxsearch.search import records
+from paxsearch.search.trial import record
+from paxsearch.store import Counters, Kind, TrialOutcome
 
 from .search_util import TINY
 from .test_analysis_load import ENV, make_run, trial_spec
@@ -16,12 +17,11 @@ OBJECTIVES = ["loss", "mfu", "memory"]
 
 
 def _screened_out_spec(decisions: dict, plan: dict) -> dict:
-    """A trial stored exactly as the driver stores a predicted_oom (records.outcome/trial_attrs)."""
-    result = {"failure_kind": "predicted_oom", "failure_message": "predicted 9 bytes exceeds the budget",
-              "plan": plan, "memory_budget": {"bytes": 1, "source": "setting"},
-              "counters": {"train_calls": 0, "steps_run": 0}}
-    state, values, extra = records.outcome(OBJECTIVES, result)
-    attrs = records.trial_attrs(result, ENV, records.timings(result, 1.0)) | extra
+    """A trial stored exactly as the driver stores a predicted_oom (record.settle, to_user_attrs)."""
+    outcome = TrialOutcome.failure(Kind.PREDICTED_OOM, "predicted 9 bytes exceeds the budget", plan=plan,
+                                   memory_budget={"bytes": 1, "source": "setting"}, counters=Counters())
+    state, values, outcome = record.settle(OBJECTIVES, outcome)
+    attrs = outcome.replace(timings=record.driver_timings(outcome, 1.0)).with_env(ENV).to_user_attrs()
     attrs.update(decisions=decisions, config="{}", config_dict={}, trial_dir=None)
     assert state == TrialState.COMPLETE and values[1] == 0.0
     return {"state": state, "values": values, "attrs": attrs}

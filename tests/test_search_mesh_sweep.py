@@ -6,7 +6,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from paxsearch.search.failures import KINDS
+from paxsearch.store import FAILURE_KINDS
 
 from .search_util import REPO, cli, decision_keys
 
@@ -23,7 +23,7 @@ def test_mesh_sweep_finishes_with_every_trial_complete_or_typed(tmp_path):
     assert len(set(decision_keys(trials))) == len(trials)
     assert all({"attention", "rules", "flags"} <= set(t.params) for t in trials)  # the new choices
     for t in trials:
-        assert t.state == TrialState.COMPLETE or t.user_attrs.get("failure_kind") in KINDS, (t.number, t.state)
+        assert t.state == TrialState.COMPLETE or t.user_attrs.get("failure_kind") in FAILURE_KINDS, (t.number, t.state)
     trained = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind")]
     assert len(trained) >= len(trials) // 2
     assert elapsed < 20 * 60, f"the sweep took {elapsed / 60:.1f} minutes"

@@ -9,7 +9,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from paxsearch.search import records, storage, tuners
+from paxsearch.search import storage, tuners
+from paxsearch.search.trial import record
+from paxsearch.store import Kind, Measured, TrialOutcome
 from paxsearch.search.settings import SettingsError, StudySettings, parse_bytes
 from paxsearch.search.space import SpaceError, decisions_key, load_space
 
@@ -165,14 +167,17 @@ def test_grid_and_evolution_proposers():
 def test_records_outcomes():
     objectives = ["loss", "mfu", "memory"]
     plan = {"peak_bytes": 1000}
-    ok = {"plan": plan, "measured": {"loss": 2.0, "mfu": 0.1}}
-    assert records.outcome(objectives, ok)[:2] == (TrialState.COMPLETE, [2.0, 0.1, 1000.0])
-    oom = {"plan": plan, "failure_kind": "predicted_oom", "memory_budget": {"bytes": 10, "source": "setting"}}
-    state, values, _ = records.outcome(objectives, oom)
+    ok = TrialOutcome(plan=plan, measured=Measured(loss=2.0, mfu=0.1))
+    assert record.settle(objectives, ok)[:2] == (TrialState.COMPLETE, [2.0, 0.1, 1000.0])
+    oom = TrialOutcome.failure(Kind.PREDICTED_OOM, "", plan=plan, memory_budget={"bytes": 10, "source": "setting"})
+    state, values, _ = record.settle(objectives, oom)
     assert state == TrialState.COMPLETE and values == [math.inf, 0.0, 1000.0]
-    assert records.trial_attrs(oom, None, {})["constraint"] == [990.0]
-    assert records.outcome(objectives, {"failure_kind": "nan_loss"})[0] == TrialState.FAIL
-    assert records.outcome(["loss"], {"pruned": True})[0] == TrialState.PRUNED
+    assert oom.to_user_attrs()["constraint"] == [990.0]
+    assert record.settle(objectives, TrialOutcome.failure(Kind.NAN_LOSS, ""))[0] == TrialState.FAIL
+    assert record.settle(["loss"], TrialOutcome(pruned=True))[0] == TrialState.PRUNED
+    # a trial that ends without a score is a crash, said so
+    state, _, unscored = record.settle(objectives, TrialOutcome(plan=plan))
+    assert state == TrialState.FAIL and unscored.kind is Kind.CRASH and "without a score" in unscored.message
 
 
 def test_storage_urls_never_show_passwords():

@@ -19,6 +19,8 @@ import sys
 import pytest
 
 from paxsearch.search import targets as T
+from paxsearch.search.trial.execute import plan_outcome
+from paxsearch.store import Kind
 from paxsearch.trainer import topology as topo
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
@@ -115,18 +117,18 @@ TINY = ModelConfig(vocab_size=384, d_model=64, n_layers=2, n_heads=4, head_dim=1
 def test_cpu_plans_carry_memory_and_the_roofline_and_invalid_points_are_typed():
     target = T.parse_target("cpu:8")
     devices = T.target_devices(target)
-    plans = [T.outcome_of(c, target, devices) for c in
+    plans = [plan_outcome(c, target, devices) for c in
              (cfg(TINY, (8, 1, 1), per_device_batch=2), cfg(TINY, (2, 2, 2), per_device_batch=2))]
     for r in plans:
-        plan = r["plan"]
-        assert r["status"] == "planned" and PLAN_KEYS <= set(plan) and plan["predicted"] and plan["fits"]
+        plan = r.plan
+        assert r.kind is Kind.OK and PLAN_KEYS <= set(plan) and plan["predicted"] and plan["fits"] and r.predicted
         assert 0 < plan["predicted_mfu"] <= 1
         assert {"compute_s", "memory_s", "comm_s", "collectives", "predicted"} <= set(plan["roofline"])
     # 2x2x2 moves data over all three axes
-    axes = {a for c in plans[1]["plan"]["roofline"]["collectives"] for a in c["axes"]}
+    axes = {a for c in plans[1].plan["roofline"]["collectives"] for a in c["axes"]}
     assert axes == {"data", "fsdp", "tensor"}
-    bad = T.outcome_of(cfg(TINY, (3, 1, 1), per_device_batch=2), target, devices)  # 3 does not divide 8
-    assert bad["status"] == "invalid" and "3" in bad["error"] and bad["plan"] is None
+    bad = plan_outcome(cfg(TINY, (3, 1, 1), per_device_batch=2), target, devices)  # 3 does not divide 8
+    assert bad.kind is Kind.INVALID and "3" in bad.message and bad.plan is None
 
 
 # ----------------------------------------------------------------------------- libtpu
@@ -187,8 +189,9 @@ def test_8b_without_remat_on_v5e_16_is_predicted_oom_with_the_numbers():
     assert oom.available_bytes == pytest.approx(topo.CHIPS["v5e"].hbm_bytes, rel=0.01)
     assert oom.required_bytes > oom.available_bytes
     assert "GiB" in str(oom) and "\n" not in str(oom)
-    outcome = T.outcome_of(c, target)
-    assert outcome["status"] == "predicted_oom" and outcome["oom"]["required_bytes"] == oom.required_bytes
+    outcome = plan_outcome(c, target)
+    assert outcome.kind is Kind.PREDICTED_OOM and outcome.plan["peak_bytes"] == oom.required_bytes
+    assert outcome.plan["peak_bytes_source"] == "RESOURCE_EXHAUSTED (compiler)"
 
 
 @needs_libtpu

@@ -1,51 +1,9 @@
-"""Failure kinds of a trial, decided from exception types, the worker's exit status, who
-killed it, and the kernel's OOM-kill counters (never from error text). JAX-free."""
+"""Evidence of the kernel's OOM killer on a trial's worker processes: the oom_kill counters
+of their memory cgroups and of /proc/vmstat, and their memory high-water mark. JAX-free."""
 from __future__ import annotations
 
 import os
-import signal
 
-INVALID = "invalid"  # static checks failed (mesh, divisibility, unknown names)
-PREDICTED_OOM = "predicted_oom"  # the compiled plan exceeds the memory budget (no step run)
-COMPILE_ERROR = "compile_error"  # XLA could not compile the step
-RUNTIME_OOM = "runtime_oom"  # out of memory while training (or the worker was OOM-killed)
-NAN_LOSS = "nan_loss"  # training diverged
-TIMEOUT = "timeout"  # the trial ran past its wall-clock limit; its process group was killed
-INTERRUPTED = "interrupted"  # the driver was interrupted (Ctrl-C) or shut down: the trial is queued again
-CRASH = "crash"  # the worker died (segfault, abort, a SIGKILL from elsewhere) or raised something unexpected
-HOST_LOST = "host_lost"  # another host of a slice gang stopped answering mid-trial (search/gang_channel.py)
-
-KINDS = (INVALID, PREDICTED_OOM, COMPILE_ERROR, RUNTIME_OOM, NAN_LOSS, TIMEOUT, INTERRUPTED, CRASH, HOST_LOST)
-
-
-def from_exit_status(returncode: int | None, killed_by: str | None = None,
-                     oom_evidence: str | None = None) -> tuple[str, str]:
-    """(kind, message) for a worker that ended without reporting a result.
-
-    killed_by: the reason paxsearch itself killed the worker ("timeout", "interrupt",
-    "shutdown"), if it did. oom_evidence: what shows the kernel's OOM killer at work
-    (MemoryWatch.oom_evidence), if anything does. A SIGKILL with neither is a crash."""
-    if killed_by == TIMEOUT:
-        return TIMEOUT, "worker killed by paxsearch: the trial ran past its time limit"
-    if killed_by:
-        return INTERRUPTED, f"worker killed by paxsearch ({killed_by})"
-    if returncode is None:
-        return CRASH, "worker stopped answering"
-    if returncode == -signal.SIGKILL:
-        if oom_evidence:
-            return RUNTIME_OOM, f"worker killed by the kernel's OOM killer ({oom_evidence})"
-        return CRASH, ("worker killed by SIGKILL from outside paxsearch (no OOM kill recorded in its memory "
-                       "cgroup nor in /proc/vmstat)")
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return CRASH, f"worker died of {name}"
-    return CRASH, f"worker exited with status {returncode} without a result"
-
-
-# ----- evidence of the kernel's OOM killer -----
 
 def _read_counter(path: str, key: str) -> int | None:
     try:

@@ -1,13 +1,13 @@
 """One trial inside a worker process: static checks -> plan -> memory screen -> steering
-(search/steer.py) -> short training.
+(search/steer.py) -> short training, or for a plan-only target the plan alone.
 
-Runs with JAX already configured for this process (see worker_proc). Returns a JSON-able
-result; failures are typed from exception classes (and XLA status codes), never from text.
+Runs with JAX already configured for this process (see worker_proc). Returns the trial's
+TrialOutcome; whatever ends it early is classified once (classify.py), by its type and the
+phase it ended in.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import time
@@ -15,27 +15,14 @@ from typing import Callable
 
 import jax
 
-from ..trainer import distributed, flagsets, flops as flops_lib, mesh as mesh_lib, remat as remat_lib, topology
-from ..trainer.config import DistributedConfig, TrainConfig
-from ..trainer.errors import ConfigError, DataError, NonFiniteLoss
-from ..trainer.plan import build_program
-from ..trainer.train import train
-from . import configio, failures, steer
-
-
-class TrialFailure(Exception):
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, MemoryError) or topology.is_resource_exhausted(e)
-
-
-def _msg(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text[:500]}" if text else type(e).__name__
+from ...store.outcome import Counters, Kind, Measured, TrialOutcome, finite_or_none
+from ...trainer import distributed, flagsets, flops as flops_lib, mesh as mesh_lib, remat as remat_lib, topology
+from ...trainer.config import DistributedConfig, TrainConfig
+from ...trainer.errors import ConfigError, NonFiniteLoss
+from ...trainer.plan import build_program
+from ...trainer.train import train
+from .. import configio, steer, targets
+from .classify import Phase, classify, describe
 
 
 def default_memory_budget() -> tuple[int, str]:
@@ -72,126 +59,106 @@ def trial_config(job: dict) -> TrainConfig:
 _PLAN_DEVICES: dict[str, list] = {}
 
 
-def run_plan(job: dict) -> dict:
+def run_plan(job: dict) -> TrialOutcome:
     """A plan-only trial (job["plan_target"], e.g. "tpu:v5e-16"): compile the step for the
     target's devices (compile-only TPU devices on this CPU) and never run it. Every figure
-    but the compiled memory is a roofline prediction (search/targets.py)."""
-    from . import targets
-
+    but the compiled memory is a roofline prediction (search/planning/)."""
     t0 = time.perf_counter()
-    out: dict = {"type": "result", "counters": {"train_calls": 0, "steps_run": 0}, "timings": {},
-                 "plan": None, "measured": None, "pruned": False, "predicted": True}
     target = targets.parse_target(job["plan_target"])  # checked by the driver already
+    budget = job.get("memory_budget")
     try:
         cfg = trial_config(job)
         target = target.for_config(cfg)  # slices=auto: prod(mesh.dcn) slices for this trial
         if target.name not in _PLAN_DEVICES:  # loading the topology is once per worker
             _PLAN_DEVICES[target.name] = targets.target_devices(target)
-        outcome = targets.outcome_of(cfg, target, _PLAN_DEVICES[target.name], job.get("memory_budget"))
-    except ConfigError as e:
-        outcome = {"status": "invalid", "error": str(e), "plan": None}
-    except Exception as e:  # libtpu failing to load, a topology it does not know
-        outcome = {"status": "compile_error", "error": _msg(e), "plan": None}
-    out.update(plan_result(outcome, target, job.get("memory_budget")))
-    if out["plan"] is not None and not target.slices_auto:  # the compiler refused: still name the target
-        out["plan"].setdefault("target", target.name)
-        out["plan"].setdefault("num_slices", target.num_slices)
-    out["timings"] = {"plan_s": time.perf_counter() - t0, "train_s": 0.0, "worker_s": time.perf_counter() - t0}
-    return out
+        outcome = plan_outcome(cfg, target, _PLAN_DEVICES[target.name], budget)
+    except Exception as e:  # a config that cannot run there, libtpu failing to load, an unknown topology
+        outcome = TrialOutcome.failure(*classify(e, Phase.PLAN), predicted=True,
+                                       **targets.plan_result_fields(target, budget))
+    if outcome.plan is not None and not target.slices_auto:  # the compiler refused: still name the target
+        outcome = outcome.replace(plan={"target": target.name, "num_slices": target.num_slices, **outcome.plan})
+    elapsed = time.perf_counter() - t0
+    return outcome.replace(timings={"plan_s": elapsed, "train_s": 0.0, "worker_s": elapsed})
 
 
-def plan_result(outcome: dict, target, budget: int | None) -> dict:
-    """The result fields of a plan outcome (targets.outcome_of) for the driver's records."""
-    from .targets import plan_result_fields
+def plan_outcome(cfg, target, devices=None, budget_bytes: int | None = None) -> TrialOutcome:
+    """Plan one point of a plan-only target: its plan dict, held against `budget_bytes` when
+    given (below the HBM), else against the HBM. A step the compiler refuses for memory
+    is predicted_oom with the bytes it named standing for the peak."""
+    fields = {"predicted": True, **targets.plan_result_fields(target, budget_bytes)}
+    try:
+        plan = targets.compile_for_target(cfg, target, devices)[1]
+    except topology.PredictedOOM as oom:
+        plan = {"peak_bytes": oom.required_bytes or oom.available_bytes, "predicted": True,
+                "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.source})", "hbm_bytes": target.hbm_bytes_per_device}
+        return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
+    except Exception as e:
+        return TrialOutcome.failure(*classify(e, Phase.PLAN), **fields)
+    limit, what = targets.memory_limit(plan["hbm_bytes"], budget_bytes)
+    try:
+        if limit is not None:
+            topology.check_fits(plan["peak_bytes"], limit, what)
+    except topology.PredictedOOM as oom:
+        return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
+    return TrialOutcome(plan=plan, **fields)
 
-    kinds = {"planned": None, "predicted_oom": failures.PREDICTED_OOM, "invalid": failures.INVALID,
-             "compile_error": failures.COMPILE_ERROR}
-    plan, oom = outcome.get("plan"), outcome.get("oom")
-    if plan is None and oom:  # the compiler refused: the bytes it named stand for the peak
-        plan = {"peak_bytes": oom.get("required_bytes") or oom.get("available_bytes"), "predicted": True,
-                "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.get('source')})",
-                "hbm_bytes": target.hbm_bytes_per_device}
-    res: dict = {"plan": plan, **plan_result_fields(target, budget)}
-    if outcome["status"] != "planned":
-        res["failure_kind"], res["failure_message"] = kinds[outcome["status"]], outcome.get("error") or ""
-    return res
 
-
-def run_trial(job: dict, report: Callable[[dict], bool]) -> dict:
-    """Run one job; `report(metrics)` relays an intermediate result and returns True to stop."""
+def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
+    """Run one job; `report(metrics)` relays an intermediate result and returns True to stop.
+    Whatever ends the trial early is classified once, by the phase it ended in."""
     if job.get("plan_target"):
         return run_plan(job)
-    counters = {"train_calls": 0, "steps_run": 0}
-    timings = {"plan_s": 0.0, "train_s": 0.0}
-    out: dict = {"type": "result", "counters": counters, "timings": timings, "plan": None,
-                 "measured": None, "pruned": False}
     t0 = time.perf_counter()
+    timings = {"plan_s": 0.0, "train_s": 0.0}
+    outcome = TrialOutcome()
+    phase = Phase.CHECK
     try:
         cfg = trial_config(job)
         _inject(job.get("fault"))
-        # static checks (no compilation)
-        try:
-            mesh_lib.check_config(cfg, jax.device_count(), jax.process_count())
-            remat_lib.check_policy(cfg.remat, jax.devices()[0].platform)
-        except ConfigError as e:
-            raise TrialFailure(failures.INVALID, str(e)) from None
-        # plan: compile ahead of time
+        mesh_lib.check_config(cfg, jax.device_count(), jax.process_count())  # static checks (no compilation)
+        remat_lib.check_policy(cfg.remat, jax.devices()[0].platform)
+        phase = Phase.PLAN  # compile ahead of time, and hold the plan against the memory budget
         tp = time.perf_counter()
         try:
             program = build_program(cfg, count_flops=job.get("count_flops", True), keep_hlo=True)
-        except ConfigError as e:
-            raise TrialFailure(failures.INVALID, str(e)) from None
-        except Exception as e:
-            kind = failures.PREDICTED_OOM if _is_oom(e) else failures.COMPILE_ERROR
-            raise TrialFailure(kind, _msg(e)) from None
         finally:
             timings["plan_s"] = time.perf_counter() - tp
+        phase = Phase.SCREEN
         plan = program.plan
         budget, budget_source = (job["memory_budget"], "setting") if job.get("memory_budget") else default_memory_budget()
-        out["plan"] = plan_dict(plan)
-        out["plan"].update(predicted_figures(program))
-        out["memory_budget"] = {"bytes": int(budget), "source": budget_source}
-        out["peak_flops"] = _peak(plan, cfg)
+        outcome = outcome.replace(plan={**plan_dict(plan), **predicted_figures(program)},
+                                  memory_budget={"bytes": int(budget), "source": budget_source},
+                                  peak_flops=_peak(plan, cfg))
         if plan.peak_bytes > budget:
-            raise TrialFailure(failures.PREDICTED_OOM,
-                               f"predicted {plan.peak_bytes:,} bytes per device exceeds the budget "
-                               f"of {int(budget):,} bytes ({budget_source})")
-        out["steered"] = _steered(job.get("steer"), out["plan"])
-        if out["steered"]:  # predicted dominated by a finished trial: compiled, never trained
-            out["pruned"] = True
-            timings["worker_s"] = time.perf_counter() - t0
-            return out
-        # short training
-        pruned = {"stop": False}
+            raise topology.PredictedOOM(f"predicted {plan.peak_bytes:,} bytes per device exceeds the budget "
+                                        f"of {int(budget):,} bytes ({budget_source})")
+        steered = _steered(job.get("steer"), outcome.plan)
+        if steered:  # predicted dominated by a finished trial: compiled, never trained
+            return outcome.replace(steered=steered, pruned=True,
+                                   timings={**timings, "worker_s": time.perf_counter() - t0})
+        phase = Phase.TRAIN
+        stop_asked = {"stop": False}
 
         def on_metrics(sm) -> bool:
             stop = bool(report({"step": sm.step, "loss": sm.loss, "mfu": sm.mfu, "step_time": sm.step_time}))
-            pruned["stop"] = pruned["stop"] or stop
+            stop_asked["stop"] = stop_asked["stop"] or stop
             return stop
 
         tt = time.perf_counter()
-        counters["train_calls"] += 1
+        outcome = outcome.replace(counters=Counters(train_calls=1))
         try:
             result = train(cfg, on_metrics, program=program, resume=False)
-        except NonFiniteLoss as e:
-            counters["steps_run"] = int(getattr(e, "step", 0))
-            raise TrialFailure(failures.NAN_LOSS, str(e)) from None
-        except (ConfigError, DataError) as e:
-            raise TrialFailure(failures.INVALID, _msg(e)) from None
-        except Exception as e:
-            raise TrialFailure(failures.RUNTIME_OOM if _is_oom(e) else failures.CRASH, _msg(e)) from None
         finally:
             timings["train_s"] = time.perf_counter() - tt
-        counters["steps_run"] = int(result.steps_run)
-        out["measured"] = measured_dict(result)
-        out["pruned"] = bool(pruned["stop"] and result.stopped_early and result.steps_run < cfg.steps)
-        out["intermediate"] = [[m.step, m.loss] for m in result.history]
-    except TrialFailure as f:
-        out["failure_kind"], out["failure_message"] = f.kind, str(f)
-    except Exception as e:  # anything else the harness did not foresee: the study goes on
-        out["failure_kind"], out["failure_message"] = failures.CRASH, _msg(e)
-    timings["worker_s"] = time.perf_counter() - t0
-    return out
+        outcome = outcome.replace(
+            counters=Counters(train_calls=1, steps_run=int(result.steps_run)), measured=measured_of(result),
+            pruned=bool(stop_asked["stop"] and result.stopped_early and result.steps_run < cfg.steps),
+            intermediate=[[m.step, m.loss] for m in result.history])
+    except Exception as e:
+        if isinstance(e, NonFiniteLoss):
+            outcome = outcome.replace(counters=Counters(outcome.counters.train_calls, int(getattr(e, "step", 0))))
+        outcome = outcome.failed_as(*classify(e, phase))
+    return outcome.replace(timings={**timings, "worker_s": time.perf_counter() - t0})
 
 
 def _steered(job_steer: dict | None, plan: dict) -> dict | None:
@@ -212,7 +179,8 @@ def _steered(job_steer: dict | None, plan: dict) -> dict | None:
 
 
 def _inject(fault: str | None) -> None:
-    """Fault injection for tests (a hidden study setting, never set by users)."""
+    """Fault injection for tests: the job's "fault", which only the test entry point
+    (tests/fault_driver.py) sets in its driver's memory; nothing stored in a study sets it."""
     if fault == "hang":
         while True:
             time.sleep(3600)
@@ -244,31 +212,25 @@ def plan_dict(plan) -> dict:
 def predicted_figures(program) -> dict:
     """The roofline's predicted step time and MFU of a trial that will also be measured, so
     that reports can set predicted against measured (search/targets.py, trainer/roofline/)."""
-    from . import targets
-
     devices = jax.devices()
     platform = devices[0].platform
     target = targets.Target(f"{platform}:{len(devices)}", platform, len(devices))
     try:
         figures = targets.predictions(program, target, devices)
     except Exception as e:  # no figures for this device (e.g. an unknown peak): the trial goes on
-        return {"roofline": {"predicted": True, "error": _msg(e)}}
+        return {"roofline": {"predicted": True, "error": describe(e)}}
     keys = ("predicted_step_time", "predicted_mfu", "predicted_tokens_per_sec", "roofline")
     return {k: figures[k] for k in keys}
 
 
-def measured_dict(result) -> dict:
+def measured_of(result) -> Measured:
     f = result.final
     if f is None:
-        return {"loss": None, "eval_loss": result.eval_loss, "mfu": None, "hfu": None, "tokens_per_sec": None,
-                "step_time": None, "peak_bytes": None, "steps": int(result.steps_run)}
-
-    def num(x):
-        return float(x) if x is not None and math.isfinite(float(x)) else None
-
-    return {"loss": num(f.loss), "eval_loss": num(result.eval_loss), "mfu": num(f.mfu), "hfu": num(f.hfu),
-            "tokens_per_sec": num(f.tokens_per_sec), "step_time": num(f.step_time),
-            "peak_bytes": int(f.measured_peak_bytes), "steps": int(result.steps_run)}
+        return Measured(eval_loss=result.eval_loss, steps=int(result.steps_run))
+    return Measured(loss=finite_or_none(f.loss), eval_loss=finite_or_none(result.eval_loss),
+                    mfu=finite_or_none(f.mfu), hfu=finite_or_none(f.hfu),
+                    tokens_per_sec=finite_or_none(f.tokens_per_sec), step_time=finite_or_none(f.step_time),
+                    peak_bytes=int(f.measured_peak_bytes), steps=int(result.steps_run))
 
 
 def environment() -> dict:

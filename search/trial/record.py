@@ -1,0 +1,94 @@
+"""What a finished trial stores: objective values and state, and its line on the terminal (pure functions).
+
+State and values by outcome:
+- trained: COMPLETE, values from the measured loss / MFU and the compiled peak bytes.
+- predicted_oom: COMPLETE with the constraint violated (loss +inf, MFU 0, the predicted
+  memory), so that constraint-aware samplers (TPE, NSGA-II, GP) learn the infeasible region;
+  it carries failure_kind "predicted_oom" and ran no step.
+- pruned by the pruner, or skipped as predicted dominated (user attr "steered"): PRUNED.
+  Every other failure: FAIL with failure_kind/failure_message.
+The stored user attributes are the outcome's storage form (store/outcome.py).
+"""
+from __future__ import annotations
+
+import math
+
+from optuna.trial import TrialState
+
+from ...store.outcome import Kind, TrialOutcome
+from .. import steer
+from ..settings import format_bytes
+
+
+def objective_values(objectives, outcome: TrialOutcome) -> list[float] | None:
+    """trial.values in the order of `objectives`, or None when a score is missing. A
+    predicted_oom trial scores loss +inf and MFU 0; a plan-only trial (`predicted`) scores
+    MFU with the plan's predicted MFU."""
+    plan, measured = outcome.plan or {}, outcome.measured
+    out = []
+    for name in objectives:
+        if name == "memory":
+            v = outcome.memory_bytes
+        elif outcome.kind is Kind.PREDICTED_OOM:
+            v = math.inf if name == "loss" else 0.0
+        elif outcome.predicted:
+            v = plan.get(f"predicted_{name}")
+        elif measured is None:
+            v = None
+        elif name == "loss":  # held-out eval loss when the trial evaluated, else its last training loss
+            v = measured.score_loss
+        else:
+            v = getattr(measured, name, None)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return None
+        out.append(float(v))
+    return out
+
+
+def settle(objectives, outcome: TrialOutcome) -> tuple[TrialState, list[float] | None, TrialOutcome]:
+    """(Optuna state, values, the outcome as stored) of a finished trial."""
+    if outcome.pruned:  # by the pruner, or skipped as predicted dominated (search/steer.py)
+        return TrialState.PRUNED, None, outcome
+    if outcome.kind is Kind.PREDICTED_OOM and outcome.plan:
+        return TrialState.COMPLETE, objective_values(objectives, outcome), outcome
+    if outcome.kind.failed:
+        return TrialState.FAIL, None, outcome
+    values = objective_values(objectives, outcome)
+    if values is None:
+        return TrialState.FAIL, None, outcome.failed_as(Kind.CRASH, "the trial finished without a score")
+    return TrialState.COMPLETE, values, outcome
+
+
+def driver_timings(outcome: TrialOutcome, total_s: float) -> dict:
+    """The stored timings: the worker's plan and train seconds, the driver's total, and the
+    harness overhead between them."""
+    t = outcome.timings
+    plan_s, train_s = float(t.get("plan_s", 0.0)), float(t.get("train_s", 0.0))
+    return {"plan_s": round(plan_s, 4), "train_s": round(train_s, 4), "total_s": round(total_s, 4),
+            "overhead_s": round(max(0.0, total_s - plan_s - train_s), 4)}
+
+
+def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOutcome, total_s: float) -> str:
+    """One line per finished trial."""
+    d = " ".join(f"{k}={v}" for k, v in decisions.items())
+    kind = outcome.kind
+    label = kind.value if kind.failed else ("skipped" if outcome.steered else state.name.lower())
+    parts = [f"#{number:<3d} {label:13s} {d}"]
+    plan, m, mem = outcome.plan or {}, outcome.measured, format_bytes(outcome.memory_bytes)
+    if outcome.steered:
+        parts.append(f"{steer.describe(outcome.steered)}; mem {mem} (compiled)")
+    elif kind is Kind.PREDICTED_OOM:
+        how = f" ({plan['screen']}, not compiled)" if plan.get("screen") else ""
+        parts.append(f"plan {mem} > budget{how}")
+    elif outcome.predicted and not kind.failed:
+        mfu, step = plan.get("predicted_mfu"), plan.get("predicted_step_time")
+        how = f" ({plan['screen']})" if plan.get("screen") else ""
+        parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
+                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} (compiled)")
+    elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
+        loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"
+        parts.append(f"{loss}  mfu {100 * (m.mfu or 0):.2f}%  mem {mem}  step {1e3 * (m.step_time or 0):.0f} ms")
+    elif kind.failed:
+        parts.append(outcome.message[:100])
+    parts.append(f"{total_s:.1f} s")
+    return " | ".join(parts)

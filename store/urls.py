@@ -1,0 +1,112 @@
+"""Storage URLs, as search and analysis both read them: `env:NAME`, passwords that hold URL
+delimiters, masking, and the PostgreSQL driver. Imports neither JAX nor anything of paxsearch."""
+from __future__ import annotations
+
+import os
+import re
+from urllib.parse import quote, unquote
+
+
+class StorageUrlError(ValueError):
+    """A storage URL that cannot be used (one line for the user; never holds a password)."""
+
+
+ENV_PREFIX = "env:"  # --storage env:NAME: the URL (password included) is the value of $NAME
+
+
+def resolve_url(spec: str) -> str:
+    """The storage URL of a --storage value: `env:NAME` reads it from the environment variable
+    NAME (so the password is not on the command line, nor in `ps`); anything else is the URL."""
+    spec = str(spec)
+    if not spec.startswith(ENV_PREFIX):
+        return spec
+    name = spec[len(ENV_PREFIX):]
+    value = os.environ.get(name, "").strip()
+    if not name or not value:
+        raise StorageUrlError(f"--storage {spec}: the environment variable {name or '(none)'} is not set; "
+                           f"export {name or 'NAME'}=postgresql://user:password@host/db")
+    if value.startswith(ENV_PREFIX):
+        raise StorageUrlError(f"--storage {spec}: ${name} names another variable; it must hold the URL itself")
+    return value
+
+
+def parse_url(url: str):
+    """SQLAlchemy's URL object of `url`. A password may hold URL delimiters (/ # ? @) unquoted:
+    when SQLAlchemy's own parse splits it wrongly, the user info ends at the last '@'."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    accounted = (parsed.username is not None) + sum(str(k).count("@") + str(v).count("@")
+                                                    for k, v in parsed.query.items())
+    broken = url.count("@") > accounted  # an '@' of the password taken for the host's
+    if not broken:
+        return parsed
+    scheme, rest = url.split("://", 1)
+    userinfo, hostpart = rest.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    return make_url(f"{scheme}://{hostpart}").set(username=unquote(user), password=unquote(password) or None)
+
+
+def mask_url(url: str | None) -> str | None:
+    """The URL with its password (user info or password= parameter) replaced by ***: the one
+    masking function of paxsearch (search and analysis)."""
+    if url is None:
+        return None
+    url = str(url)
+    if url.startswith(ENV_PREFIX):  # the name of a variable, never its value
+        return url
+    try:
+        parsed = parse_url(url)
+    except Exception:  # not a URL SQLAlchemy reads: hide everything between :// and the last @
+        return re.sub(r"(://[^:/]*):.*@", r"\1:***@", url) if "@" in url else url
+    # without a password in the user info, keep the user's spelling (and order of parameters)
+    text = url if parsed.password is None else parsed.render_as_string(hide_password=True)
+    return re.sub(r"(?i)([?&](?:password|passwd|pass)=)[^&]*", r"\1***", text)
+
+
+def _password(url: str) -> str | None:
+    try:
+        parsed = parse_url(url)
+    except Exception:
+        return None
+    return parsed.password or next((v for k, v in parsed.query.items()
+                                    if k.lower() in ("password", "passwd", "pass") and isinstance(v, str)), None)
+
+
+def scrub(text: str, url: str | None) -> str:
+    """`text` with the URL's password (and the URL itself) masked."""
+    if not url:
+        return text
+    text = text.replace(url, mask_url(url))
+    try:
+        url = resolve_url(url)
+    except StorageUrlError:
+        return text
+    text = text.replace(url, mask_url(url))
+    pw = _password(url)
+    if pw:
+        for form in {pw, quote(pw, safe=""), quote(pw)}:
+            text = text.replace(form, "***")
+    return text
+
+
+def sqlite_path(url: str) -> str | None:
+    return url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
+
+
+def driver_url(url: str) -> str:
+    """The URL SQLAlchemy should connect with (`env:NAME` resolved): a bare postgresql:// URL
+    names the psycopg (v3) driver in SQLAlchemy 2.1; use psycopg2 (the postgres extra) when only
+    it is installed. Search and analysis both connect through this function."""
+    url = resolve_url(url)
+    m = re.match(r"^(postgresql|postgres)(\+\w+)?://", url)
+    if not m:
+        return url
+    parsed = parse_url(url)
+    if not m.group(2):
+        import importlib.util
+
+        driver = ("postgresql+psycopg2" if importlib.util.find_spec("psycopg") is None
+                  and importlib.util.find_spec("psycopg2") is not None else "postgresql")
+        parsed = parsed.set(drivername=driver)
+    return parsed.render_as_string(hide_password=False)
