@@ -71,7 +71,7 @@ def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> 
 
 def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) -> None:
     """In this (fresh) process: compile MaxText's step for the row; write the figures to out_path."""
-    from paxsearch.search import targets as T
+    from paxsearch.search.planning import targets as T
     from paxsearch.trainer import flagsets, topology
 
     target = T.parse_target(row.target)

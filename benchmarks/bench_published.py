@@ -43,7 +43,7 @@ Config: {config}"""
 import fiddle as fdl
 import pyglove as pg
 
-from paxsearch.search.space import preset
+from paxsearch.search import preset
 from paxsearch.trainer.config import EvalConfig, MeshConfig, OptimizerConfig, TrainConfig
 
 STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=1, target={target!r}, workers=1,

@@ -7,7 +7,7 @@ steering by predictions, and harness overhead.
    tokens, steps = tokens / (global batch x seq_len)), so both sides do the same training.
    paxsearch runs the same space for the single objective MFU in two arms, one after the
    other in this script: `tpe` (today's default tuner) and `tpe --steer predicted` (a trial
-   predicted dominated is skipped after compiling, search/steer.py). For each arm: the wall
+   predicted dominated is skipped after compiling, search/tuning/steer.py). For each arm: the wall
    time until it first completed a trial of the naive loop's best config, and until it first
    measured an MFU within 5% of that best (MFU on a loaded machine is noisy, and near-ties
    swap). Goal: <= 0.3 of the naive time, the same best config.
@@ -46,7 +46,7 @@ def _naive_one(config_path: str) -> None:
     os.environ["JAX_PLATFORMS"] = "cpu"
     import dataclasses
 
-    from paxsearch.search import configio
+    from paxsearch.search.study import configio
     from paxsearch.trainer.train import train
 
     cfg = configio.build(configio.loads(open(config_path).read()))
@@ -56,9 +56,9 @@ def _naive_one(config_path: str) -> None:
 
 def naive(sets: list[str]) -> dict:
     """Every config once, in a fresh process, trained for its token budget's steps."""
-    from paxsearch.search import configio
-    from paxsearch.search.driver import token_budget
-    from paxsearch.search.space import load_space
+    from paxsearch.search.study import configio
+    from paxsearch.search.driver.loop import token_budget
+    from paxsearch.search.study.space import load_space
 
     space = load_space(SPACE)
     space.apply_sets(sets)

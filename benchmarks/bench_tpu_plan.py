@@ -29,8 +29,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child_naive(args) -> None:
-    from paxsearch.search import configio, targets as T
-    from paxsearch.search.space import decisions_key, load_space
+    from paxsearch.search.study import configio
+    from paxsearch.search.planning import targets as T
+    from paxsearch.search.study.space import decisions_key, load_space
     from paxsearch.trainer import topology as topo
     from paxsearch.trainer.errors import ConfigError
     from paxsearch.trainer.plan import plan
@@ -58,7 +59,7 @@ def child_naive(args) -> None:
 
 
 def run_planned(args, env) -> dict:
-    from paxsearch.search.space import decisions_key
+    from paxsearch.search.study.space import decisions_key
     from study_run import run_space
 
     extra = ["--trials", "100000", *[x for s in args.set for x in ("--set", s)]]

@@ -40,7 +40,7 @@ import os
 import fiddle as fdl
 import pyglove as pg
 
-from paxsearch.search.space import preset
+from paxsearch.search import preset
 from paxsearch.trainer.config import EvalConfig, MeshConfig, OptimizerConfig, TrainConfig
 
 CHIPS = 64

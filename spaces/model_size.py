@@ -11,7 +11,7 @@ Run:  paxsearch run spaces/model_size.py
 import fiddle as fdl
 import pyglove as pg
 
-from paxsearch.search.space import intv
+from paxsearch.search import intv
 from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, OptimizerConfig, TrainConfig
 
 STUDY = dict(objectives=["loss"], trials=10, tuner="tpe", target="cpu:8", pruner="median", timeout=300,

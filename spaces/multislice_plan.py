@@ -2,7 +2,7 @@
 data axis over the data-center network (DCN), planned on a CPU machine without TPUs.
 
 The target is `tpu:v5e-256,slices=auto`: the slice count is not the study's but each
-trial's, prod(mesh.dcn) slices of v5e-256 (search/targets.py Target.for_config). So one
+trial's, prod(mesh.dcn) slices of v5e-256 (search/planning/targets.py Target.for_config). So one
 study compiles the same step for 256, 512 and 1024 compile-only TPU devices
 (jax.experimental.topologies with libtpu: pip install 'paxsearch[tpu]'), never runs it, and
 records each trial's concrete target ("tpu:v5e-256,slices=4") in its plan.
@@ -60,7 +60,7 @@ Run:  paxsearch run spaces/multislice_plan.py --workers 1   (grid, 3 trials: ~7 
 import fiddle as fdl
 import pyglove as pg
 
-from paxsearch.search.space import preset
+from paxsearch.search import preset
 from paxsearch.trainer.config import EvalConfig, MeshConfig, OptimizerConfig, TrainConfig
 
 CHIPS_PER_SLICE = 256

@@ -6,7 +6,9 @@ fault setting from the environment or the study.
 """
 import sys
 
-from paxsearch.search import cli, driver
+from paxsearch.search import cli
+
+from paxsearch.search.driver import loop as driver
 
 
 def parse_faults(text: str) -> dict[int, str]:

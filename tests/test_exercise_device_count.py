@@ -14,7 +14,7 @@ def test_sets_replaces_and_removes_the_device_count():
 
 
 def test_the_pool_and_targets_use_it():
-    from paxsearch.search.targets import parse_target, target_env
+    from paxsearch.search.planning.targets import parse_target, target_env
 
     env = target_env(parse_target("cpu:4"))
     assert env["XLA_FLAGS"].split().count(f"{DEVICE_COUNT_FLAG}=4") == 1

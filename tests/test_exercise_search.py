@@ -42,8 +42,8 @@ def test_gp_tuner_is_refused_in_one_line(tmp_path):
 def test_median_pruner_prunes_a_trial_that_does_not_learn(tmp_path):
     """Grid order is seeded: the seed is chosen so that the learning rate that does not train
     comes after the pruner's two startup trials."""
-    from paxsearch.search.space import load_space
-    from paxsearch.search.tuners import GridProposer
+    from paxsearch.search.study.space import load_space
+    from paxsearch.search.tuning.tuners import GridProposer
 
     space = load_space(PRUNE)
     seed = next(s for s in range(100)

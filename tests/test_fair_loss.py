@@ -6,8 +6,8 @@ import math
 import optuna
 import pytest
 
-from paxsearch.search import configio
-from paxsearch.search.settings import SettingsError, StudySettings, steps_for_tokens
+from paxsearch.search.study import configio
+from paxsearch.search.study.settings import SettingsError, StudySettings, steps_for_tokens
 
 from .search_util import cli
 

@@ -10,7 +10,7 @@ import sys
 import optuna
 import pytest
 
-from paxsearch.search import configio
+from paxsearch.search.study import configio
 from paxsearch.trainer import flagsets
 from paxsearch.trainer.errors import ConfigError
 
@@ -199,7 +199,7 @@ def test_a_flag_set_is_its_own_plan():
     flag set compiles a different step, so it must not count as a duplicate."""
     import dataclasses
 
-    from paxsearch.search.targets import parse_target, plan_keys
+    from paxsearch.search.planning.targets import parse_target, plan_keys
     from paxsearch.trainer.config import MeshConfig, TrainConfig
 
     target = parse_target("tpu:v5e-16")

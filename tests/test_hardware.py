@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from paxsearch.search import targets as T
+from paxsearch.search.planning import targets as T
 from paxsearch.trainer import flops, hardware, topology
 
 # what each kind of source says about the number: a document, or how it was obtained

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from paxsearch.search import membership as M
+from paxsearch.search.gang import membership as M
 from paxsearch.search.cli import main as cli_main
 
 

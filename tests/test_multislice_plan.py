@@ -1,6 +1,6 @@
 """Multi-slice planning searched: the target `tpu:<slice>,slices=auto` plans each trial on
 prod(mesh.dcn) slices of that slice type, so the DCN shape is a decision of one study
-(search/targets.py Target.for_config; spaces/multislice_plan.py)."""
+(search/planning/targets.py Target.for_config; spaces/multislice_plan.py)."""
 import csv
 import dataclasses
 import os
@@ -8,7 +8,7 @@ import os
 import pytest
 from optuna.trial import TrialState
 
-from paxsearch.search.targets import TargetError, check_auto_slices, parse_target, plan_keys, target_devices
+from paxsearch.search.planning.targets import TargetError, check_auto_slices, parse_target, plan_keys, target_devices
 from paxsearch.trainer import topology
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 from paxsearch.trainer.errors import ConfigError

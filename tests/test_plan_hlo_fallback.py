@@ -14,7 +14,7 @@ import dataclasses
 import jax
 import pytest
 
-from paxsearch.search import targets as T
+from paxsearch.search.planning import targets as T
 from paxsearch.trainer import plan as plan_lib
 from paxsearch.trainer import presets
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig

@@ -10,8 +10,8 @@ import textwrap
 import jax
 import pytest
 
-from paxsearch.search import configio
-from paxsearch.search.space import SpaceError, load_space
+from paxsearch.search.study import configio
+from paxsearch.search.study.space import SpaceError, load_space
 from paxsearch.trainer import presets
 from paxsearch.trainer.config import ModelConfig, TrainConfig
 from paxsearch.trainer.errors import ConfigError
@@ -149,7 +149,7 @@ def test_preset_as_a_decision_in_a_space_file(tmp_path):
     path.write_text(textwrap.dedent("""
         import fiddle as fdl
         import pyglove as pg
-        from paxsearch.search.space import preset
+        from paxsearch.search.study.space import preset
         from paxsearch.trainer.config import TrainConfig
 
         def space():

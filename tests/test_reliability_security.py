@@ -8,7 +8,7 @@ import optuna
 import pytest
 from fiddle.experimental import serialization
 
-from paxsearch.search import configio, storage as storage_lib
+from paxsearch.search.study import configio, storage as storage_lib
 
 from .search_util import TINY, cli
 
@@ -73,8 +73,8 @@ def test_train_trial_refuses_a_stored_config_that_runs_code(tmp_path):
 def _shared_study_with_evil_space(tmp_path, marker):
     """A study as `paxsearch run` stores it, whose space file is not on this machine and whose
     stored space source runs a command when loaded."""
-    from paxsearch.search.space import load_space
-    from paxsearch.search.study_setup import study_attrs, check_settings
+    from paxsearch.search.study.space import load_space
+    from paxsearch.search.driver.context import study_attrs, check_settings
 
     space = load_space(TINY)
     url = f"sqlite:///{tmp_path / 'shared.db'}"
@@ -96,7 +96,7 @@ def test_worker_runs_a_stored_space_source_only_on_opt_in(tmp_path):
     assert "--trust-stored-space" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "w" / "tiny_space.py").exists()
 
-    from paxsearch.search.study_setup import reopen
+    from paxsearch.search.driver.context import reopen
 
     ctx = reopen(url, None, str(tmp_path / "w2"), {}, trust_stored_space=True)
     assert marker.exists()  # the user opted in: the stored source ran

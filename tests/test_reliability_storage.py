@@ -6,7 +6,7 @@ import os
 import optuna
 import pytest
 
-from paxsearch.search import storage as storage_lib
+from paxsearch.search.study import storage as storage_lib
 
 from .search_util import cli
 from .test_search_distributed import pg_url  # noqa: F401 - a fresh PostgreSQL database per test
@@ -17,7 +17,7 @@ CONFIG_JSON = None
 def _tiny_config_json() -> str:
     global CONFIG_JSON
     if CONFIG_JSON is None:
-        from paxsearch.search import configio
+        from paxsearch.search.study import configio
         from paxsearch.trainer.config import TrainConfig
 
         CONFIG_JSON = configio.dumps(configio.to_fiddle(TrainConfig()))
@@ -44,7 +44,7 @@ def test_report_best_and_train_trial_read_a_postgresql_url(pg_url, tmp_path):  #
     _study_with_one_trial(pg_url)
     from paxsearch.analysis.best import best_trial
     from paxsearch.analysis.load import load_trials
-    from paxsearch.search.trial_config import trial_config_json
+    from paxsearch.search.study.trial_config import trial_config_json
 
     frame = load_trials(pg_url)
     assert list(frame["number"]) == [0] and frame["loss"][0] == 2.5

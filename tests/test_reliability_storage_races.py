@@ -11,7 +11,7 @@ from .search_util import REPO
 OPEN_AT = '''
 import sys, time
 import optuna
-from paxsearch.search.storage import open_storage
+from paxsearch.search.study.storage import open_storage
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 start = float(sys.argv[2])
 while time.time() < start:
@@ -67,7 +67,7 @@ def test_a_short_postgresql_outage_is_ridden_out(tmp_path, pg_url):  # noqa: F81
     import optuna
     from optuna.trial import TrialState
 
-    from paxsearch.search.storage import driver_url
+    from paxsearch.search.study.storage import driver_url
 
     from .search_util import TINY
 
@@ -99,8 +99,8 @@ def test_a_long_postgresql_outage_stops_the_driver_and_leaves_the_trial_to_reque
     import optuna
     from optuna.trial import TrialState
 
-    from paxsearch.search import storage as storage_lib
-    from paxsearch.search.driver import is_stale
+    from paxsearch.search.study import storage as storage_lib
+    from paxsearch.search.driver.loop import is_stale
 
     from .search_util import TINY
 

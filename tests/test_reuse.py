@@ -5,7 +5,7 @@ import os
 
 import optuna
 
-from paxsearch.search import configio
+from paxsearch.search.study import configio
 from paxsearch.tests.search_util import TINY, cli
 
 

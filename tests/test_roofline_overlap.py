@@ -251,7 +251,7 @@ def test_latency_per_hop_is_a_hardware_field():
 
 @needs_libtpu
 def test_a_step_compiled_for_v5e_16_is_read_from_its_schedule():
-    from paxsearch.search import targets as T
+    from paxsearch.search.planning import targets as T
     from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
     small = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=16, head_dim=16, d_ff=1024, seq_len=256,

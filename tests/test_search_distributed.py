@@ -9,7 +9,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from paxsearch.search.storage import driver_url
+from paxsearch.search.study.storage import driver_url
 
 from .search_util import HERE, REPO, TINY, active, cli, decision_keys
 

@@ -9,11 +9,13 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from paxsearch.search import storage, tuners
+from paxsearch.search.study import storage
+
+from paxsearch.search.tuning import tuners
 from paxsearch.search.trial import record
 from paxsearch.store import Kind, Measured, TrialOutcome
-from paxsearch.search.settings import SettingsError, StudySettings, parse_bytes
-from paxsearch.search.space import SpaceError, decisions_key, load_space
+from paxsearch.search.study.settings import SettingsError, StudySettings, parse_bytes
+from paxsearch.search.study.space import SpaceError, decisions_key, load_space
 
 from .search_util import REPO, TINY
 
@@ -30,7 +32,7 @@ def write(tmp_path, text, name="s.py"):
 SPACE = """
 import fiddle as fdl
 import pyglove as pg
-from paxsearch.search.space import intv
+from paxsearch.search.study.space import intv
 from paxsearch.trainer.config import MeshConfig, ModelConfig, OptimizerConfig, TrainConfig
 STUDY = dict(trials=5, objectives=["mfu"], memory_budget="1GiB")
 

@@ -11,8 +11,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from paxsearch.search.pool import free_port
-from paxsearch.search.storage import driver_url
+from paxsearch.search.workers.pool import free_port
+from paxsearch.search.study.storage import driver_url
 
 from .search_util import HERE, REPO, active, cli, decision_keys
 from .test_search_distributed import pg_url  # noqa: F401 - a fresh PostgreSQL database per test

@@ -1,4 +1,4 @@
-"""Steering a measured study by predictions (search/steer.py): the dominance rule, the
+"""Steering a measured study by predictions (search/tuning/steer.py): the dominance rule, the
 references a worker gets, the same-math key, and a real study that skips after compiling."""
 import dataclasses
 import os
@@ -10,9 +10,9 @@ from scipy import stats
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from paxsearch.search import steer
-from paxsearch.search.space import load_space
-from paxsearch.search.tuners import GridProposer
+from paxsearch.search.tuning import steer
+from paxsearch.search.study.space import load_space
+from paxsearch.search.tuning.tuners import GridProposer
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
 from .search_util import HERE, cli, load, needs_libtpu

@@ -1,5 +1,5 @@
 """Planning for TPU slices on a CPU machine: targets, compile-only topologies, exact memory,
-predicted OOM, multi-slice DCN, predicted step time and MFU (search/targets.py,
+predicted OOM, multi-slice DCN, predicted step time and MFU (search/planning/targets.py,
 trainer/topology.py). Tests marked `tpu` need libtpu (the `tpu` extra; CI installs it).
 
 Compile times on 2 cores: a ~1B step for v5e:4x4 ~25-30 s, small steps 5-25 s, an
@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from paxsearch.search import targets as T
+from paxsearch.search.planning import targets as T
 from paxsearch.search.trial.execute import plan_outcome
 from paxsearch.store import Kind
 from paxsearch.trainer import topology as topo

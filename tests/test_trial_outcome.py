@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from paxsearch.search.settings import SettingsError
+from paxsearch.search.study.settings import SettingsError
 from paxsearch.search.trial import ExitStatus, Phase, classify
 from paxsearch.search.trial.record import driver_timings
 from paxsearch.store import FAILURE_KINDS, Counters, Kind, Measured, TrialOutcome, kind_of

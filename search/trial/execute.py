@@ -1,7 +1,7 @@
 """One trial inside a worker process: static checks -> plan -> memory screen -> steering
-(search/steer.py) -> short training, or for a plan-only target the plan alone.
+(search/tuning/steer.py) -> short training, or for a plan-only target the plan alone.
 
-Runs with JAX already configured for this process (see worker_proc). Returns the trial's
+Runs with JAX already configured for this process (see workers/entry.py). Returns the trial's
 TrialOutcome; whatever ends it early is classified once (classify.py), by its type and the
 phase it ended in.
 """
@@ -16,12 +16,17 @@ from typing import Callable
 import jax
 
 from ...store.outcome import Counters, Kind, Measured, TrialOutcome, finite_or_none
-from ...trainer import distributed, flagsets, flops as flops_lib, mesh as mesh_lib, remat as remat_lib, topology
+from ...trainer import distributed, flagsets, topology
+from ...trainer import flops as flops_lib
+from ...trainer import mesh as mesh_lib
+from ...trainer import remat as remat_lib
 from ...trainer.config import DistributedConfig, TrainConfig
 from ...trainer.errors import ConfigError, NonFiniteLoss
 from ...trainer.plan import build_program
 from ...trainer.train import train
-from .. import configio, steer, targets
+from ..planning import targets
+from ..study import configio
+from ..tuning import steer
 from .classify import Phase, classify, describe
 
 
@@ -211,7 +216,7 @@ def plan_dict(plan) -> dict:
 
 def predicted_figures(program) -> dict:
     """The roofline's predicted step time and MFU of a trial that will also be measured, so
-    that reports can set predicted against measured (search/targets.py, trainer/roofline/)."""
+    that reports can set predicted against measured (search/planning/targets.py, trainer/roofline/)."""
     devices = jax.devices()
     platform = devices[0].platform
     target = targets.Target(f"{platform}:{len(devices)}", platform, len(devices))

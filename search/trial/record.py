@@ -16,8 +16,8 @@ import math
 from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
-from .. import steer
-from ..settings import format_bytes
+from ..study.settings import format_bytes
+from ..tuning import steer
 
 
 def objective_values(objectives, outcome: TrialOutcome) -> list[float] | None:
@@ -47,7 +47,7 @@ def objective_values(objectives, outcome: TrialOutcome) -> list[float] | None:
 
 def settle(objectives, outcome: TrialOutcome) -> tuple[TrialState, list[float] | None, TrialOutcome]:
     """(Optuna state, values, the outcome as stored) of a finished trial."""
-    if outcome.pruned:  # by the pruner, or skipped as predicted dominated (search/steer.py)
+    if outcome.pruned:  # by the pruner, or skipped as predicted dominated (search/tuning/steer.py)
         return TrialState.PRUNED, None, outcome
     if outcome.kind is Kind.PREDICTED_OOM and outcome.plan:
         return TrialState.COMPLETE, objective_values(objectives, outcome), outcome

@@ -1,0 +1,133 @@
+"""Options and output shared by `run`, `worker` and `resume`."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+
+from ...store.outcome import kind_of
+
+
+def add_study_options(p, *, for_new: bool) -> None:
+    p.add_argument("--trials", type=int, default=None, help="trial budget (default: the space file's)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit per trial, seconds")
+    p.add_argument("--workers", type=int, default=None, help="trials run at once by this driver (default 1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (trial lines only)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="a module the driver and every worker import first, e.g. one that registers the seqio "
+                        "task of --set data.task=NAME (repeatable; stored in the study by name)")
+    if for_new:
+        p.add_argument("--tuner", default=None, help="tpe | nsga2 | random | grid | evolution")
+        p.add_argument("--objective", default=None, help="one objective (loss | mfu | memory) instead of all three")
+        p.add_argument("--memory-budget", default=None, metavar="B",
+                       help="per-device bytes a plan may use, e.g. 2GiB (default: the device's memory)")
+        p.add_argument("--pruner", default=None, help="none | median | hyperband (single objective only)")
+        p.add_argument("--processes", type=int, default=None,
+                       help="processes per trial (jax.distributed, devices split between them)")
+        p.add_argument("--target", default=None, help="devices of one trial, e.g. cpu:8")
+        p.add_argument("--seed", type=int, default=None, help="seed of the tuner")
+        p.add_argument("--steer", default=None, choices=("none", "predicted"),
+                       help="predicted: skip a trial after compiling when its predicted MFU and compiled memory "
+                            "say a finished trial dominates it (default none)")
+    else:
+        p.add_argument("--trust-stored-space", action="store_true",
+                       help="when the study's space file is not on this machine, run the copy stored in the "
+                            "study (Python code: trust everyone who can write the database)")
+
+
+def cli_settings(args, *, for_new: bool) -> dict:
+    out = {"trials": args.trials, "timeout": args.timeout, "workers": args.workers,
+           "imports": tuple(args.imports) or None}
+    if for_new:
+        out.update(tuner=args.tuner, objectives=(args.objective,) if args.objective else None,
+                   memory_budget=args.memory_budget, pruner=args.pruner, processes=args.processes,
+                   target=args.target, seed=args.seed, steer=args.steer)
+    return out
+
+
+@contextlib.contextmanager
+def user_errors():
+    """A command's block with Optuna kept quiet. The search's typed errors derive from
+    UserError (search/errors.py) and reach cli.main, which alone maps them to exit codes."""
+    quiet_optuna()
+    yield
+
+
+def quiet_optuna() -> None:
+    """Optuna's per-trial INFO lines and experimental-feature warnings would drown ours."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def run_driver(ctx, progress: bool, slots=None) -> int:
+    from ..driver.loop import Driver
+    from ..study.storage import mask_url
+
+    print(f"study {ctx.name}: {ctx.settings.tuner}, budget {ctx.settings.trials} trial(s), "
+          f"objectives {', '.join(ctx.settings.objectives)}, target {ctx.target.text}; "
+          f"storage {mask_url(ctx.url)}; run folder {ctx.run_dir}", flush=True)
+    try:
+        with user_errors():
+            summary = Driver(ctx, progress=progress, slots=slots).run()
+    except BaseException:
+        if ctx.created:
+            remove_if_empty(ctx)
+        raise
+    print(summarize(ctx.study, summary["elapsed_s"], ctx.run_dir))
+    return 0
+
+
+def remove_if_empty(ctx) -> None:
+    """A study this `run` created and that failed before any trial is not left behind: the
+    study, its study.json and (when nothing else is in it) the run folder's study.db go; the
+    worker logs stay, for the error line may point to them."""
+    import optuna
+
+    from ..study.storage import default_url
+
+    try:
+        if ctx.study.get_trials(deepcopy=False):
+            return
+        optuna.delete_study(study_name=ctx.name, storage=ctx.storage)
+        paths = [os.path.join(ctx.run_dir, "study.json")]
+        if ctx.url == default_url(ctx.run_dir) and not optuna.get_all_study_names(ctx.storage):
+            ctx.storage.engine.dispose()
+            db = os.path.join(ctx.run_dir, "study.db")
+            paths += [db, db + ".lock"]
+        for path in paths:
+            if os.path.exists(path):
+                os.remove(path)
+    except Exception:  # the storage is what failed: the error the user sees says so
+        pass
+
+
+def summarize(study, elapsed_s: float, run_dir: str) -> str:
+    counts = state_counts(study.get_trials(deepcopy=False))
+    parts = ", ".join(f"{n} {k}" for k, n in counts.items())
+    minutes, seconds = divmod(int(elapsed_s), 60)
+    return (f"study {study.study_name}: {sum(counts.values())} trial(s) ({parts}); this session took "
+            f"{minutes}m{seconds:02d}s; run folder {run_dir}; next: paxsearch report {run_dir}")
+
+
+def state_counts(trials) -> dict[str, int]:
+    """complete / failure kinds / pruned / skipped / running / waiting counts (superseded trials apart)."""
+    c = collections.Counter()
+    for t in trials:
+        if t.user_attrs.get("superseded"):
+            c["superseded"] += 1
+        elif t.user_attrs.get("steered"):
+            c["skipped"] += 1
+        elif kind_of(t.user_attrs).failed:
+            c[kind_of(t.user_attrs).value] += 1
+        else:
+            c[t.state.name.lower()] += 1
+    order = ["complete", "pruned", "skipped", "running", "waiting"]
+    return dict(sorted(c.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 10, kv[0])))
+
+
+def default_run_dir(name: str) -> str:
+    return os.path.join("runs", name)

@@ -1,0 +1,67 @@
+"""`paxsearch report RUN` and `paxsearch best RUN`: Pareto reports and the chosen trial's config."""
+from __future__ import annotations
+
+import os
+
+from ..errors import UserError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="write report.html, report.md, trials.csv/parquet and a TensorBoard log dir",
+                       description="Pareto front of loss / MFU / memory over a study, written into the run folder.")
+    p.add_argument("run", help="run folder, or a storage URL (or env:NAME) with --study")
+    p.add_argument("--study", default=None, help="study name (with a storage URL)")
+    p.add_argument("--out", default=None, help="output folder (default: the run folder)")
+    p.add_argument("--tolerance", type=float, default=0.0,
+                   help="relative difference below which scores count as ties (e.g. 0.02)")
+    p.add_argument("--no-tensorboard", action="store_true", help="skip the TensorBoard HParams export")
+    p.set_defaults(func=report_main)
+
+    b = sub.add_parser("best", help="print the best trial and export its config as Fiddle JSON",
+                       description="Pick a trial (best on one objective, or the knee of the Pareto front).")
+    b.add_argument("run", help="run folder, or a storage URL with --study")
+    b.add_argument("--study", default=None, help="study name (with a storage URL)")
+    b.add_argument("--objective", default="knee", choices=("mfu", "loss", "memory", "knee"))
+    b.add_argument("--export", default=None, metavar="FILE", help="write the trial's config (Fiddle JSON) here")
+    b.set_defaults(func=best_main)
+
+
+def _check_source(run: str) -> None:
+    if "://" not in run and not run.startswith("env:") and not os.path.exists(os.path.join(run, "study.db")) and not os.path.exists(
+            os.path.join(run, "study.json")):
+        raise UserError(f"{run} is not a run folder (no study.db or study.json); pass the folder `paxsearch run` wrote")
+
+
+def report_main(args) -> int:
+    from ...analysis.report import write_report
+    from ...analysis.tensorboard import export_tensorboard
+
+    _check_source(args.run)
+    try:
+        paths = write_report(args.run, out_dir=args.out, study_name=args.study, rtol=args.tolerance)
+        if not args.no_tensorboard:
+            paths["tensorboard"] = export_tensorboard(args.run, study_name=args.study)
+    except (LookupError, FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    for key in ("html", "markdown", "csv", "parquet", "tensorboard"):
+        if key in paths:
+            print(f"{key:12s} {paths[key]}")
+    return 0
+
+
+def best_main(args) -> int:
+    from ...analysis.best import best_trial
+
+    _check_source(args.run)
+    try:
+        number, config_json = best_trial(args.run, args.objective, study_name=args.study)
+    except (LookupError, FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    print(f"trial {number} ({args.objective})")
+    if args.export:
+        tmp = args.export + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(config_json)
+        os.replace(tmp, args.export)
+        print(f"config written to {args.export}; run it with: paxsearch train {args.export} --steps N")
+    return 0

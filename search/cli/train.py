@@ -1,0 +1,172 @@
+"""`paxsearch train CONFIG`: a full training run of one config, with Orbax checkpoints."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+from ..errors import UserError
+from .envsetup import configure_jax_env
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train one config (Fiddle JSON, Python file, or a trial of a run)",
+                       description="Train one config for real, with checkpoints, TensorBoard and a progress bar.")
+    p.add_argument("config", help="Fiddle JSON file, Python file with `def config()`, or a run folder with --trial")
+    p.add_argument("--trial", default=None, help="with a run folder: trial number, or 'best'")
+    p.add_argument("--function", default=None, help="function of a Python config file (default: config)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=VALUE",
+                   help="override a config field, e.g. --set model.d_model=256 (repeatable)")
+    p.add_argument("--steps", type=int, default=None, help="number of training steps")
+    p.add_argument("--run-dir", default=None, help="folder for checkpoints and TensorBoard (default: runs/train-<name>)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run folder")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N steps")
+    p.add_argument("--cpu-devices", type=int, default=8, help="simulated CPU devices when running on CPU (default 8)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="a module to import first, e.g. one that registers the seqio task of data.task (repeatable)")
+    p.set_defaults(func=main)
+
+
+def resolve_config(args):
+    from ..study import configio
+
+    if args.trial is not None or os.path.isdir(args.config):
+        from ..study.trial_config import trial_fiddle_config  # run folder or storage: the stored trial's config
+        cfg = trial_fiddle_config(args.config, args.trial or "best")
+    else:
+        cfg = configio.load(args.config, args.function)
+    return configio.apply_overrides(cfg, args.overrides)  # ConfigFileError: a UserError, one line
+
+
+def _platform() -> str:
+    """The platform JAX will start here: JAX_PLATFORMS when set, else the accelerator found."""
+    first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip().lower()
+    if first:
+        return {"cuda": "gpu", "rocm": "gpu"}.get(first, first)
+    if os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0"):
+        return "tpu"
+    return "gpu" if os.path.exists("/dev/nvidia0") else "cpu"
+
+
+def apply_flag_set(name: str) -> None:
+    """Run with the config's compiler flag set (trainer/flagsets.py): its flags go into this
+    process's environment before JAX starts its backend. Should JAX already be imported here
+    (a Python config file that imports it), the command starts again with them set."""
+    from ...trainer import flagsets
+
+    platform = _platform()
+    flagsets.check(name)  # ConfigError: one line (cli.main)
+    if flagsets.applied(name, os.environ, platform):  # "default" always is
+        os.environ[flagsets.SET_ENV] = name
+        return
+    if name != "default":
+        flagsets.validate(name, platform)  # one line instead of XLA's abort on an unknown flag
+    env = flagsets.env_for(name, platform)
+    if "jax" not in sys.modules:
+        os.environ.update(env)
+        return
+    if os.environ.get("PAXSEARCH_TRAIN_RESTARTED"):  # started again and still not applied
+        raise UserError(f"compiler flag set {name!r} is not applied in this process; set XLA_FLAGS / "
+                        f"LIBTPU_INIT_ARGS as `{flagsets.describe(name)}` says")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv, {**os.environ, **env, "PAXSEARCH_TRAIN_RESTARTED": "1"})
+
+
+RESUME_MAY_CHANGE = ("steps", "log", "checkpoint", "run_dir")  # what --resume may change in the config
+
+
+def _differences(old, new, prefix: str = "") -> list[tuple[str, object, object]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new))
+                for d in _differences(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [(prefix.rstrip("."), old, new)]
+
+
+def check_resume(cfg, run_dir: str, ckpt_dir: str) -> None:
+    """--resume continues the run folder's own training: it needs a checkpoint there and the
+    same config (only steps, logging and checkpointing may change); one line otherwise."""
+    from ..study import configio
+
+    if not (os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir))):
+        raise UserError(f"--resume: {ckpt_dir} holds no checkpoint; drop --resume to start at step 0")
+    path = os.path.join(run_dir, "config.json")
+    try:
+        with open(path) as f:
+            stored = configio.to_json_dict(configio.build(configio.loads(f.read())))
+    except OSError:
+        raise UserError(f"--resume: {path} is missing, so the checkpoint's config is unknown; use a new --run-dir") from None
+    except (configio.ConfigFileError, ValueError, TypeError) as e:
+        raise UserError(f"--resume: {path} is unreadable ({e}); use a new --run-dir") from None
+    diffs = [(k, a, b) for k, a, b in _differences(stored, configio.to_json_dict(cfg))
+             if k.split(".")[0] not in RESUME_MAY_CHANGE]
+    if diffs:
+        shown = ", ".join(f"{k} ({a!r} -> {b!r})" for k, a, b in diffs[:4]) + (", ..." if len(diffs) > 4 else "")
+        raise UserError(f"--resume: the config differs from the checkpoint's ({path}) in {shown}; resume with "
+                        "the same config (only steps, log and checkpoint may change), or use a new --run-dir")
+
+
+def check_shell_xla_flags() -> None:
+    """XLA aborts (a fatal log, no Python error) on a flag of XLA_FLAGS it does not know, after
+    the run folder is written: the shell's own flags are probed first, and refused in one line."""
+    from ...trainer import flagsets
+
+    own = flagsets.with_device_count(os.environ.get("XLA_FLAGS"), None)
+    if not own or flagsets.SET_ENV in os.environ and os.environ[flagsets.SET_ENV] != "default":
+        return  # nothing of the user's own, or a flag set's flags (apply_flag_set probed them)
+    flagsets.validate("default", _platform())  # ConfigError: one line (cli.main)
+
+
+def main(args) -> int:
+    configure_jax_env(cpu_devices=args.cpu_devices)
+    from ..study.user_imports import import_modules
+
+    import_modules(args.imports)  # ImportFailed: one line, before anything is written
+    fcfg = resolve_config(args)
+    from ..study import configio
+
+    cfg = configio.build(fcfg)
+    apply_flag_set(cfg.flags)  # before JAX starts
+    name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
+    run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
+    ckpt = dataclasses.replace(cfg.checkpoint, enabled=True,
+                               every_steps=args.checkpoint_every or cfg.checkpoint.every_steps or 0)
+    cfg = dataclasses.replace(cfg, run_dir=run_dir, checkpoint=ckpt, steps=args.steps or cfg.steps,
+                              log=dataclasses.replace(cfg.log, progress=True))
+    ckpt_dir = os.path.join(run_dir, "checkpoints") if not ckpt.directory else ckpt.directory
+    if not args.resume and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
+        raise UserError(f"{ckpt_dir} already holds checkpoints; pass --resume to continue, or a new --run-dir")
+    if args.resume:  # before anything is written: a refused resume leaves the run folder as it was
+        check_resume(cfg, run_dir, ckpt_dir)
+    check_shell_xla_flags()
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        f.write(configio.dumps(configio.to_fiddle(cfg)))
+    from ..trial.execute import environment  # imports JAX: after the refusals above
+
+    with open(os.path.join(run_dir, "env.json"), "w") as f:  # versions, devices, compiler flags
+        json.dump(environment(), f, indent=2)
+    from ...trainer.train import train  # imported once the run is settled: refusals stay quick and quiet
+
+    result = train(cfg)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
+    _summary(result, run_dir)
+    return 0
+
+
+def _summary(result, run_dir: str) -> None:
+    f = result.final
+    plan = result.plan
+    lines = [
+        f"steps {result.start_step}->{result.start_step + result.steps_run}"
+        + (" (stopped early)" if result.stopped_early else ""),
+        f"params {plan.param_count:,}  devices {plan.num_devices} ({plan.device_kind})  mesh {plan.mesh_shape}",
+    ]
+    if f:
+        lines.append(f"loss {f.loss:.4f}" + (f"  eval loss {result.eval_loss:.4f}" if result.eval_loss is not None else ""))
+        lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
+        lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, "
+                     + (f"process peak RSS {f.measured_peak_bytes / 2**20:.1f} MiB (CPU: the whole process)"
+                        if plan.platform == "cpu" else f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB"))
+    lines.append(f"run folder {run_dir} (checkpoints/, tb/, config.json, env.json)")
+    print("\n".join(lines))

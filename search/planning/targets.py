@@ -1,0 +1,426 @@
+"""Targets a trial is planned (and run) for: "cpu:8", "tpu:v5e-16", "tpu:v5p-128,slices=2", ...
+
+    target = parse_target("tpu:v5e-16,slices=2")   # no JAX needed
+    os.environ.update(target_env(target))          # before JAX is imported (worker process)
+    plan = plan_trial(cfg, target)                 # the study's "plan" dict, PREDICTED figures
+
+On a TPU target without TPU hardware, trials are compiled for the TPU topology
+(jax.experimental.topologies, libtpu) and never run: `target.plan_only` is True.
+
+plan_trial returns per-device memory from XLA's compiler (memory_analysis of the compiled
+step), `fits` against the chip's HBM, and a roofline prediction of step time and MFU from
+the optimized HLO (trainer/roofline/; every predicted figure is under a `predicted_` key
+or in the "roofline" dict, which carries "predicted": True). A plan over capacity comes
+back with fits=False (the caller marks the trial predicted_oom with the numbers); a step the
+TPU compiler itself refuses for memory raises trainer.topology.PredictedOOM (typed, with
+required and available bytes).
+
+Planning a space is `paxsearch run` on a plan-only target: the driver settles what it
+can without compiling (search/planning/screen.py: analytic pre-screen, duplicates, larger
+batches of a refused point), worker processes compile the rest in parallel with the
+target's environment (target_env) set before JAX is imported, one compile per point
+(FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline/, so
+the two unrolled FLOP probes of plan(count_flops=True) are not needed).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from ...trainer import topology as topo
+from ...trainer.errors import ConfigError
+from ..errors import UserError
+
+PLATFORMS = ("cpu", "tpu", "gpu")
+
+
+class TargetError(UserError, ValueError):
+    """The target text cannot be used (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # canonical text, e.g. "tpu:v5e-16,slices=2"
+    platform: str  # "cpu" | "tpu" | "gpu"
+    num_devices: int  # all slices together
+    num_slices: int = 1
+    plan_only: bool = False  # compiled for, never run (a TPU target on a machine without TPUs)
+    hbm_bytes_per_device: int | None = None  # None: ask the device (or no limit on CPU)
+    chip: str | None = None  # "v5e" (TPU targets)
+    slice_name: str | None = None  # "v5e-16" (TPU targets)
+    # "tpu:v5e-256,slices=auto": the slice count is each trial's own, prod(mesh.dcn) slices of
+    # `slice_name` (plan-only targets); num_devices / num_slices are then one slice's until
+    # for_config gives the trial's concrete target
+    slices_auto: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.name
+
+    def for_config(self, cfg) -> "Target":
+        """The concrete target one trial of `cfg` (a TrainConfig) is planned on: this target,
+        or for slices=auto prod(cfg.mesh.dcn) slices of its slice type ("tpu:v5e-256,slices=2").
+        ConfigError when the config's DCN shape cannot name a slice count."""
+        if not self.slices_auto:
+            return self
+        dcn = tuple(cfg.mesh.dcn)
+        if len(dcn) != 3 or not all(isinstance(d, int) and d >= 1 for d in dcn):
+            raise ConfigError(f"target {self.name} takes each trial's slice count from mesh.dcn, which must be 3 "
+                              f"positive integers (data, fsdp, tensor), got dcn={dcn}")
+        slices = dcn[0] * dcn[1] * dcn[2]
+        return dataclasses.replace(self, name=f"tpu:{self.slice_name}" + (f",slices={slices}" if slices > 1 else ""),
+                                   num_devices=self.num_devices * slices, num_slices=slices, slices_auto=False)
+
+    def devices_per_process(self, processes: int) -> int:
+        """Devices each of `processes` processes of one trial holds (TargetError if they do not split)."""
+        if self.plan_only and processes != 1:
+            raise TargetError(f"target {self.name} is planned (compiled only) in one process; "
+                              "drop --processes or set processes=1")
+        if processes < 1 or self.num_devices % processes:
+            raise TargetError(f"target {self.name} has {self.num_devices} devices, which do not split over "
+                              f"{processes} processes; use a process count dividing {self.num_devices}")
+        return self.num_devices // processes
+
+
+def parse_target(text: str) -> Target:
+    """'cpu:8', 'gpu:8', 'tpu:v5e-16', 'tpu:v5p-128', 'tpu:v4-32', 'tpu:v6e-256', with
+    ',slices=N' for N slices over DCN, or ',slices=auto' (plan-only TPU targets) for a slice
+    count that each trial's mesh.dcn gives (Target.for_config). TargetError (one line) for
+    anything else."""
+    raw = str(text).strip()
+    head, *opts = [p.strip() for p in raw.split(",")]
+    m = re.fullmatch(r"(cpu|gpu|tpu)\s*:\s*(\S+)", head.lower())
+    if not m:
+        raise TargetError(f"unknown target {raw!r}; use cpu:N, gpu:N or tpu:<slice> "
+                         "(e.g. cpu:8, tpu:v5e-16, tpu:v5p-128,slices=2)")
+    platform, what = m.group(1), m.group(2)
+    slices, auto = 1, False
+    for opt in opts:
+        om = re.fullmatch(r"slices\s*=\s*(\d+|auto)", opt.lower())
+        if not om:
+            raise TargetError(f"target {raw!r}: unknown option {opt!r}; the only option is slices=N or slices=auto")
+        auto = om.group(1) == "auto"
+        slices = 1 if auto else int(om.group(1))
+    if slices < 1:
+        raise TargetError(f"target {raw!r}: slices must be >= 1")
+    suffix = ",slices=auto" if auto else f",slices={slices}" if slices > 1 else ""
+    if platform in ("cpu", "gpu"):
+        if not what.isdigit() or int(what) < 1:
+            raise TargetError(f"target {raw!r}: {platform}:N needs a device count N >= 1 (e.g. {platform}:8)")
+        if auto:
+            raise TargetError(f"target {raw!r}: slices=auto applies to TPU targets planned without TPUs "
+                              f"(e.g. tpu:v5e-256,slices=auto); a {platform} trial runs on the devices it has")
+        if slices > 1:
+            raise TargetError(f"target {raw!r}: slices=N applies to TPU targets only")
+        return Target(f"{platform}:{int(what)}", platform, int(what))
+    try:
+        tpu_slice = topo.parse_slice(what)
+    except ConfigError as e:
+        raise TargetError(f"target {raw!r}: {e}") from None
+    chip = tpu_slice.chip
+    target = Target(f"tpu:{tpu_slice.name}{suffix}", "tpu", tpu_slice.chips * slices, slices,
+                    plan_only=not topo.has_tpu_hardware(), hbm_bytes_per_device=chip.hbm_bytes,
+                    chip=chip.name, slice_name=tpu_slice.name, slices_auto=auto)
+    check_auto_slices(target)
+    return target
+
+
+def check_auto_slices(target: Target) -> None:
+    """slices=auto plans each trial on its own slice count, so it needs a plan-only target:
+    with TPUs attached, a trial runs on the slices this job has (TargetError, one line)."""
+    if target.slices_auto and not target.plan_only:
+        raise TargetError(f"target {target.name}: slices=auto plans each trial on prod(mesh.dcn) slices, and this "
+                          f"machine has TPUs attached, where a trial runs on the slices the job has; use "
+                          f"tpu:{target.slice_name},slices=N with N the job's slice count")
+
+
+def target_env(target: Target) -> dict[str, str]:
+    """Environment variables a process needs for `target`, to set before JAX is imported."""
+    env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
+    if target.platform == "cpu":
+        from ...trainer.flagsets import with_device_count
+
+        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=with_device_count(os.environ.get("XLA_FLAGS"), target.num_devices))
+    elif target.platform == "tpu" and target.plan_only:
+        # compile-only TPU devices need no TPU backend: stay on CPU, and answer libtpu's
+        # questions so it does not warn (trainer.topology._quiet_libtpu_env)
+        env["JAX_PLATFORMS"] = "cpu"
+        for key, value in topo.compile_only_env(topo.parse_slice(target.slice_name)).items():
+            env[key] = os.environ.get(key, value)
+    return env
+
+
+def apply_env(target: Target) -> None:
+    """Set target_env(target) in this process (call before importing JAX)."""
+    os.environ.update(target_env(target))
+
+
+def check_available(target: Target) -> None:
+    """Raise LibtpuMissing (one line) when a TPU target cannot be compiled here."""
+    if target.platform == "tpu":
+        topo.require_libtpu()
+
+
+def target_devices(target: Target) -> list:
+    """The devices of `target` (call after the process environment is set):
+    cpu/gpu -> jax.devices(platform); tpu -> the attached TPUs, or without TPU hardware the
+    compile-only devices of the topology."""
+    if target.slices_auto:
+        raise ConfigError(f"target {target.name} has no devices of its own: each trial's are those of "
+                          "target.for_config(cfg)")
+    if target.platform == "tpu":
+        check_available(target)
+        if not target.plan_only:
+            import jax
+
+            devices = jax.devices("tpu")
+        else:
+            devices = topo.topology_devices(target.slice_name, target.num_slices)
+    else:
+        import jax
+
+        devices = jax.devices(target.platform)
+    if len(devices) < target.num_devices:
+        raise ConfigError(f"target {target.name} needs {target.num_devices} devices, this process has "
+                          f"{len(devices)}; set the device count before JAX starts (target_env)")
+    return list(devices)[:target.num_devices]
+
+
+# ----------------------------------------------------------------------------- hardware
+
+def hardware_for(target: Target, devices: Sequence):
+    """roofline.Hardware of one device of `target`: the figures of trainer/hardware.py's entry
+    for the target's chip or the devices' kind; simulated CPU devices get the host's measured
+    memory bandwidth (collectives are memory copies) and the measured matmul peak (matmul
+    efficiency 1: that peak is itself a sustained matmul rate)."""
+    from ...trainer import flops as flops_lib
+    from ...trainer import hardware
+    from ...trainer.roofline import Hardware
+
+    entry = hardware.TABLE.get(target.chip or "") or hardware.find_device_kind(devices[0].device_kind)
+    if entry is not None:
+        return Hardware(name=entry.name, peak_flops=entry.peak_bf16_flops.value,
+                        hbm_bandwidth=entry.hbm_bandwidth.value, ici_link_bandwidth=entry.ici_link_bandwidth,
+                        dcn_bandwidth=entry.dcn_bandwidth.value, physical_dims=int(entry.torus_dims.value),
+                        ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
+                        matmul_efficiency=entry.matmul_efficiency.value)
+    local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
+    peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)
+    bw = _host_memory_bandwidth() / max(local, 1)
+    return Hardware(name=devices[0].platform, peak_flops=peak, hbm_bandwidth=bw, ici_link_bandwidth=bw / 2,
+                    dcn_bandwidth=bw / 2, physical_dims=1)
+
+
+_HOST_BW: list[float] = []
+
+
+def _host_memory_bandwidth() -> float:
+    """Copy bandwidth of this host (read + write bytes per second), measured once."""
+    if not _HOST_BW:
+        import numpy as np
+
+        a = np.ones(1 << 24, dtype=np.float32)  # 64 MiB
+        b = np.empty_like(a)
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            np.copyto(b, a)
+            best = min(best, time.perf_counter() - t)
+        _HOST_BW.append(2 * a.nbytes / best)
+    return _HOST_BW[0]
+
+
+# ----------------------------------------------------------------------------- memory
+
+def memory_limit(hbm_bytes: int | None, budget_bytes: int | None) -> tuple[int | None, str]:
+    """The per-device bytes a plan must fit in, and what they are: the chip's usable HBM, or
+    a smaller memory budget. (None, "") when neither is known."""
+    if budget_bytes and (not hbm_bytes or budget_bytes < hbm_bytes):
+        return int(budget_bytes), "memory budget"
+    return (int(hbm_bytes), "usable HBM") if hbm_bytes else (None, "")
+
+
+def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
+    """The result fields every plan-only trial of `target` carries, compiled or not: the
+    memory budget it was held against, and the target's device and peak (not the worker's
+    CPU)."""
+    limit, what = memory_limit(target.hbm_bytes_per_device, budget_bytes)
+    out: dict = {"memory_budget": {"bytes": limit, "source": "setting" if what == "memory budget" else "chip HBM"}
+                 if limit else None}
+    chip = topo.CHIPS.get(target.chip or "")
+    if chip is not None:
+        out["device"] = {"device_kind": chip.device_kinds[0], "platform": target.platform,
+                         "num_devices": target.num_devices}
+        from ...trainer import hardware
+
+        peak = hardware.spec(chip.name).peak_bf16_flops
+        out["peak_flops"] = {"value": peak.value, "source": f"trainer/hardware.py: {peak.source}"}
+    return out
+
+
+# ----------------------------------------------------------------------------- one plan
+
+def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
+    """(Program, plan dict) of `cfg` compiled for `target`. Raises PredictedOOM when the TPU
+    compiler refuses the step for memory, ConfigError when the config cannot run there."""
+    from ...trainer.plan import build_program
+
+    target = target.for_config(cfg)  # slices=auto: this trial's own slice count
+    devices = list(devices) if devices is not None else target_devices(target)
+    try:
+        program = build_program(cfg, devices, count_flops=False, keep_hlo=True)
+    except ConfigError:
+        raise
+    except Exception as e:
+        oom = topo.predicted_oom_from(e, target.hbm_bytes_per_device)
+        if oom is None:
+            raise
+        raise oom from None
+    plan = program.plan
+    hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
+    mem = plan.memory
+    d = {
+        "target": target.name,  # the concrete target ("tpu:v5e-256,slices=2" under slices=auto)
+        "num_slices": int(target.num_slices),
+        "plan_only": target.plan_only,
+        "peak_bytes": int(plan.peak_bytes),
+        "argument_bytes": int(mem.argument_bytes),
+        "output_bytes": int(mem.output_bytes),
+        "temp_bytes": int(mem.temp_bytes),
+        "alias_bytes": int(mem.alias_bytes),
+        "generated_code_bytes": int(mem.generated_code_bytes),
+        "hbm_bytes": int(hbm) if hbm else None,
+        "fits": bool(hbm is None or plan.peak_bytes <= hbm),
+        "model_flops_per_step": float(plan.model_flops_per_step),
+        "param_count": int(plan.param_count),
+        "compile_seconds": float(plan.compile_seconds),
+        "global_batch": int(plan.global_batch),
+        "tokens_per_step": int(plan.tokens_per_step),
+        "num_devices": int(plan.num_devices),
+        "device_kind": plan.device_kind,
+        "platform": plan.platform,
+        "mesh_shape": dict(plan.mesh_shape),
+        **_mesh_shapes(cfg, target),
+        **predictions(program, target, devices),
+    }
+    return program, d
+
+
+def _mesh_shapes(cfg, target: Target) -> dict:
+    """The resolved ICI (within a slice) and DCN (across slices) shapes of the trial's mesh."""
+    from ...trainer import mesh as mesh_lib
+
+    ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
+    return {"ici_mesh": list(ici), "dcn_mesh": list(dcn)}
+
+
+def predictions(program, target: Target, devices: Sequence) -> dict:
+    """The roofline's PREDICTED figures of a compiled program (built with keep_hlo=True):
+    predicted_step_time, predicted_mfu, predicted_tokens_per_sec, the "roofline" dict, and
+    the step's FLOPs and HBM bytes (from the optimized HLO with loop trip counts). An HLO
+    the parser cannot read leaves the predictions None with the reason under
+    roofline["error"], and the FLOPs XLA's cost_analysis; the plan itself stands."""
+    from ...trainer.roofline import analyze
+
+    plan = program.plan
+    hw = hardware_for(target, devices)
+    roof, error = None, None
+    if plan.hlo_text is None:  # the compile stands; only its optimized HLO could not be had
+        error = f"roofline failed: {plan.hlo_error or 'no optimized HLO'}"
+    else:
+        try:
+            roof = analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=len(devices))
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            error = f"roofline failed: {type(e).__name__}: {e}"
+    step = roof.step_time_s if roof else None
+    mfu = roof.predicted_mfu(plan.model_flops_per_step, len(devices), hw.peak_flops) if roof else None
+    return {
+        "xla_flops_per_step": float(roof.flops_per_step if roof else plan.xla_flops_per_step),
+        "xla_bytes_accessed_per_step": float(roof.hbm_bytes_per_step if roof else plan.xla_bytes_accessed_per_step),
+        "flops_source": "optimized HLO, loop trip counts applied" if roof else "XLA cost_analysis (loop body once)",
+        "peak_flops_per_device": float(hw.peak_flops),
+        "predicted": True,
+        "predicted_step_time": float(step) if step else None,
+        "predicted_mfu": float(mfu) if mfu is not None else None,
+        "predicted_tokens_per_sec": float(plan.tokens_per_step / step) if step else None,
+        "roofline": roof.to_dict() if roof else {"predicted": True, "error": error},
+        "hlo_source": plan.hlo_source,  # "as_text" | "hlo_modules" | "xla_dump" | None (trainer.plan.optimized_hlo)
+    }
+
+
+def plan_trial(cfg, target: Target) -> dict:
+    """The study's "plan" dict of `cfg` on `target` (see compile_for_target)."""
+    return compile_for_target(cfg, target)[1]
+
+
+def _device_memory(device) -> int | None:
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # compile-only devices and CPUs may not report
+        return None
+    return int(stats["bytes_limit"]) if "bytes_limit" in stats else None
+
+
+# ----------------------------------------------------------------------------- many plans
+
+def _dtype_bytes(name: str) -> int:
+    return 2 if name == "bfloat16" else 4
+
+
+def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.PredictedOOM | None:
+    """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
+    one device (or `limit_bytes`, when smaller), without compiling; None when the point may
+    fit. Raises ConfigError for a point that fails the static checks."""
+    from ...trainer import flops as flops_lib
+    from ...trainer import mesh as mesh_lib
+
+    target = target.for_config(cfg)
+    mesh_lib.check_config(cfg, target.num_devices)
+    hbm, what = memory_limit(target.hbm_bytes_per_device, limit_bytes)
+    if hbm is None:
+        return None
+    sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
+    shards = sizes["fsdp"] * sizes["tensor"]  # weights: embed over fsdp, heads/mlp/vocab over tensor
+    params = flops_lib.param_count(cfg.model)
+    # params + gradients (same dtype) + two AdamW moments: all live at the update, since
+    # global-norm clipping needs every gradient before any parameter changes
+    need = topo.state_bytes_per_device(params, _dtype_bytes(cfg.model.param_dtype), shards, optimizer_states=3)
+    if need <= hbm:
+        return None
+    return topo.PredictedOOM(
+        f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and AdamW moments "
+        f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor = {shards} shards, above "
+        f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
+
+
+def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
+    """(plan key, shape key, global batch). Points with the same plan key compile to the same
+    step: model, resolved mesh, global batch, remat and flag set on the same target (optimizer numbers,
+    steps, data and logging do not change the compiled program's memory or FLOPs). Points
+    with the same shape key differ at most in their global batch, and a step's memory does
+    not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
+    from ...trainer import mesh as mesh_lib
+
+    target = target.for_config(cfg)  # slices=auto: keyed by the trial's concrete target
+    ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
+    batch = mesh_lib.global_batch_size(cfg, target.num_devices)
+    key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),
+           "remat": cfg.remat}
+    if cfg.flags != "default":  # a compiler flag set changes the compiled step
+        key["flags"] = cfg.flags
+
+    def digest(d: dict) -> str:
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    return digest({**key, "global_batch": batch}), digest(key), batch
+
+
+def plan_key(cfg, target: Target) -> str:
+    """See plan_keys."""
+    return plan_keys(cfg, target)[0]

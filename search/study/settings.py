@@ -1,0 +1,175 @@
+"""A study's settings: what a space file's STUDY dict may hold, and the command line overrides."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+from ..errors import UserError
+
+OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize"}
+TUNERS = ("tpe", "nsga2", "random", "grid", "evolution")
+PRUNERS = ("none", "median", "hyperband")
+STEERS = ("none", "predicted")  # search/tuning/steer.py
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class SettingsError(UserError, ValueError):
+    """A setting is not valid; the message names it and the allowed values."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """objectives: names from OBJECTIVES, in the order of trial.values.
+    trials: the trial budget (grid: at most the number of points).
+    tuner: one of TUNERS. target: devices of one trial ("cpu:8").
+    processes: processes per trial (each with devices/processes local devices; jax.distributed).
+    memory_budget: per-device bytes a plan may use ("2GiB", an int, or None for the device's memory).
+    timeout: wall-clock seconds per trial, compile and training included.
+    pruner: for single-objective studies, an Optuna pruner on intermediate loss.
+    workers: trials run at once by one driver (one worker process each).
+    seed: seed of the tuner. count_flops: compile loop-corrected FLOP probes (HFU), ~2x compile.
+    tokens: a training-token budget per trial ("2M", 65536): every trial trains
+    round(tokens / (global batch x seq_len)) steps (steps_for_tokens), and the objective loss
+    is its held-out eval loss. None: each config's own steps.
+    steer: "predicted" skips a measured trial, after compiling and before training, when the
+    roofline's prediction says a finished trial dominates it (search/tuning/steer.py); "none" trains
+    every proposal.
+    imports: module names (dotted identifiers) the driver and every worker import before a
+    trial's config is built, e.g. one registering a seqio task; `replace(imports=...)` adds
+    to those already set (the command line's --import adds to STUDY's and the study's).
+    """
+
+    objectives: tuple[str, ...] = ("loss", "mfu", "memory")
+    trials: int = 12
+    tuner: str = "tpe"
+    target: str = "cpu:8"
+    processes: int = 1
+    memory_budget: int | None = None
+    timeout: float = 600.0
+    pruner: str = "none"
+    workers: int = 1
+    seed: int = 0
+    count_flops: bool = True
+    tokens: int | None = None
+    steer: str = "none"
+    imports: tuple[str, ...] = ()  # user modules every process imports (search/study/user_imports.py)
+    extra: dict = field(default_factory=dict)  # kept empty, so that studies stored with it still load
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StudySettings":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'extra'}))}")
+        if d.get("extra"):  # once fault injection; faults are now a test-only seam (tests/fault_driver.py)
+            raise SettingsError(f"setting extra={d['extra']!r} is not supported; remove it from STUDY")
+        return cls().replace(**d)
+
+    def replace(self, **changes) -> "StudySettings":
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if "imports" in changes:
+            changes["imports"] = tuple(self.imports) + tuple(_import_names(changes["imports"]))
+        s = dataclasses.replace(self, **changes)
+        return s._validated()
+
+    def _validated(self) -> "StudySettings":
+        objectives = (self.objectives,) if isinstance(self.objectives, str) else tuple(self.objectives)
+        bad = [o for o in objectives if o not in OBJECTIVES]
+        if bad or not objectives or len(set(objectives)) != len(objectives):
+            raise SettingsError(f"objectives {list(objectives)}: choose distinct names from {', '.join(OBJECTIVES)}")
+        if self.tuner == "gp":
+            raise SettingsError("tuner gp is not available (Optuna's GPSampler needs PyTorch, too heavy a "
+                                "dependency for paxsearch); use tpe, nsga2, random, grid or evolution")
+        if self.tuner not in TUNERS:
+            raise SettingsError(f"unknown tuner {self.tuner!r}; choose one of {', '.join(TUNERS)}")
+        if self.pruner not in PRUNERS:
+            raise SettingsError(f"unknown pruner {self.pruner!r}; choose one of {', '.join(PRUNERS)}")
+        if self.steer not in STEERS:
+            raise SettingsError(f"unknown steer {self.steer!r}; choose one of {', '.join(STEERS)}")
+        if int(self.trials) < 1 or int(self.processes) < 1 or int(self.workers) < 1:
+            raise SettingsError("trials, processes and workers must be >= 1")
+        if float(self.timeout) <= 0:
+            raise SettingsError(f"timeout must be > 0 seconds, got {self.timeout}")
+        budget = None if self.memory_budget in (None, "", "device") else parse_bytes(self.memory_budget)
+        tokens = None if self.tokens is None else parse_count(self.tokens, "tokens")
+        return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
+                                   processes=int(self.processes), workers=int(self.workers),
+                                   timeout=float(self.timeout), memory_budget=budget, seed=int(self.seed),
+                                   count_flops=bool(self.count_flops), extra=dict(self.extra or {}),
+                                   imports=_import_names(self.imports))
+
+    @property
+    def directions(self) -> list[str]:
+        return [OBJECTIVES[o] for o in self.objectives]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"objectives": list(self.objectives), "imports": list(self.imports)}
+
+
+def _import_names(names) -> tuple[str, ...]:
+    from .user_imports import check_names
+
+    try:
+        return check_names(names)
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+
+
+def parse_bytes(value) -> int:
+    """'2GiB', '512MiB', '1.5GB', '1e9' or an int -> bytes."""
+    if isinstance(value, bool):
+        raise SettingsError(f"memory budget {value!r} is not a size")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise SettingsError(f"memory budget must be > 0, got {value}")
+        return int(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise SettingsError(f"memory budget {value!r} is not a size like 2GiB, 512MiB, 1.5GB or 1000000")
+    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise SettingsError(f"memory budget must be > 0, got {value!r}")
+    return n
+
+
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+                "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_count(value, what: str) -> int:
+    """65536, 1e6, '2M', '64Ki' (k/M/G/T decimal, Ki/Mi/Gi binary) -> a positive int."""
+    if isinstance(value, bool):
+        raise SettingsError(f"{what} {value!r} is not a count")
+    if isinstance(value, (int, float)):
+        n = int(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else ""
+        if not m or unit not in _COUNT_UNITS:
+            raise SettingsError(f"{what} {value!r} is not a count like 65536, 2M or 64Ki")
+        n = int(float(m.group(1)) * _COUNT_UNITS[unit])
+    if n < 1:
+        raise SettingsError(f"{what} must be >= 1, got {value!r}")
+    return n
+
+
+def steps_for_tokens(tokens: int, global_batch: int, seq_len: int) -> int:
+    """Training steps that see `tokens` tokens at global_batch x seq_len tokens a step: the
+    nearest whole number of steps (halves round up), so a trial sees the budget to within half
+    a step. SettingsError when the budget is less than one step."""
+    per_step = int(global_batch) * int(seq_len)
+    if tokens < per_step:
+        raise SettingsError(f"tokens={tokens:,} is less than one step of global batch {global_batch} x seq_len "
+                            f"{seq_len} = {per_step:,} tokens; raise STUDY tokens= or use a smaller batch")
+    return int(tokens // per_step + (1 if 2 * (tokens % per_step) >= per_step else 0))
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"

@@ -1,0 +1,162 @@
+"""Steering a measured study by the planner's predictions (STUDY steer="predicted", --steer).
+
+Every measured trial is compiled ahead of time and the roofline predicts its MFU before any
+step runs (search/trial/execute.py). With steering, a trial whose prediction says it cannot
+beat a finished trial on any objective is skipped after compiling: it ends PRUNED with the
+reason under its `steered` user attribute, and no step is trained.
+
+Point p is predicted dominated by a finished trial q when, for every objective:
+  - mfu: q's measured MFU > p's optimistic MFU = p's predicted MFU x R. R is the upper
+    bound of a one-sided (1 - RISK) prediction interval for the measured / predicted MFU ratio
+    of a new trial, from the study's finished trials (log-normal: exp(mean + t(n-1) x sd x
+    sqrt(1 + 1/n)) of the log ratios). So a trial is skipped only when even a roofline
+    underestimate as large as this study's own errors allow, at RISK, would not lift it past
+    q. No fixed factor: R is read from the study, it is wide while few trials have been
+    measured (Student's t), and nothing is skipped before MIN_MEASURED trials have both
+    figures. (The largest ratio seen is not a bound: a new trial exceeds the largest of n
+    with probability 1/(n+1).);
+  - memory: q's compiled peak bytes <= p's (compiled memory is exact, not predicted);
+  - loss: q trained the same math (math_key: the same model, data, optimizer, global batch
+    and steps; only the layout differs: mesh, remat, attention kernel, activation sharding,
+    compiler flags), so its loss stands for p's; a trial of other math never dominates.
+and it is strictly better on at least one (on MFU, by construction of the test above).
+
+The driver sends the references (finished trials of the same math, or all of them when loss
+is not an objective) with the job; the worker decides after compiling, and in a trial of
+several processes process 0's verdict is every process's (search/trial/execute.py). Skipped
+trials do not count towards the trial budget, up to one skip per budgeted trial (the rest
+count), so a run is bounded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+from ...store.outcome import kind_of
+
+MIN_MEASURED = 3  # finished trials with measured and predicted MFU before anything is skipped
+RISK = 0.05  # one-sided: the chance a new trial's measured/predicted ratio is above the bound
+
+# Fields that change how a step is laid out and run, not what it computes. `per_device_batch`
+# and `global_batch` are replaced by the global batch the mesh gives.
+_LAYOUT_FIELDS = ("mesh", "per_device_batch", "global_batch", "remat", "flags", "warmup_steps_for_timing",
+                  "checkpoint", "log", "distributed", "run_dir")
+_LAYOUT_MODEL_FIELDS = ("scan_layers", "attention", "attention_block")
+
+
+def math_key(cfg, num_devices: int) -> str:
+    """A digest of what `cfg` computes on `num_devices` devices: equal for two configs that
+    train the same model on the same batches with the same optimizer for the same steps."""
+    from ...trainer import config as config_lib
+    from ...trainer import mesh as mesh_lib
+
+    d = config_lib.to_dict(cfg)
+    for name in _LAYOUT_FIELDS:
+        d.pop(name, None)
+    for name in _LAYOUT_MODEL_FIELDS:
+        d["model"].pop(name, None)
+    d["global_batch"] = int(mesh_lib.global_batch_size(cfg, num_devices))
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _scored(t) -> bool:
+    """A finished, measured trial with scores (not a failure, a copy or a prediction)."""
+    from optuna.trial import TrialState  # imported here: workers use dominated() alone
+
+    return (t.state == TrialState.COMPLETE and not kind_of(t.user_attrs).failed
+            and not t.user_attrs.get("superseded") and not t.user_attrs.get("predicted"))
+
+
+def ratio_bound(ratios) -> float:
+    """The upper (1 - RISK) prediction bound of a new trial's measured / predicted ratio."""
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    return math.exp(mean + float(stats.t.ppf(1 - RISK, n - 1)) * sd * math.sqrt(1 + 1 / n))
+
+
+def ratio(trials) -> tuple[float | None, int]:
+    """(the bound R of the finished trials' measured / predicted MFU ratios, how many there
+    are); None below MIN_MEASURED."""
+    ratios = []
+    for t in trials:
+        if not _scored(t):
+            continue
+        measured = (t.user_attrs.get("measured") or {}).get("mfu")
+        predicted = (t.user_attrs.get("plan") or {}).get("predicted_mfu")
+        if measured and predicted and math.isfinite(measured) and math.isfinite(predicted) and predicted > 0:
+            ratios.append(measured / predicted)
+    if len(ratios) < max(2, MIN_MEASURED):
+        return None, len(ratios)
+    return ratio_bound(ratios), len(ratios)
+
+
+def job_steer(trials, objectives, key: str | None) -> dict | None:
+    """What a worker needs to decide (None: nothing may be skipped yet). `key`: the trial's
+    math_key (references of another math are left out when loss is an objective)."""
+    r, n = ratio(trials)
+    if r is None:
+        return None
+    refs = []
+    for t in trials:
+        if not _scored(t) or ("loss" in objectives and t.user_attrs.get("math_key") != key):
+            continue
+        mfu = (t.user_attrs.get("measured") or {}).get("mfu")
+        memory = t.user_attrs.get("memory_bytes")
+        if mfu is None or memory is None:
+            continue
+        refs.append({"number": t.number, "mfu": float(mfu), "memory_bytes": int(memory)})
+    return {"objectives": list(objectives), "ratio": r, "ratio_trials": n, "references": refs} if refs else None
+
+
+def dominated(steer: dict | None, plan: dict) -> dict | None:
+    """The reason a compiled trial (its plan dict, with predicted_mfu and peak_bytes) is
+    predicted dominated, or None when it must be measured."""
+    if not steer:
+        return None
+    objectives = steer["objectives"]
+    predicted = plan.get("predicted_mfu")
+    if "mfu" in objectives and (predicted is None or not math.isfinite(predicted)):
+        return None  # no prediction: it must be measured
+    optimistic = predicted * steer["ratio"] if predicted is not None else None
+    best = None
+    for ref in steer["references"]:
+        if "memory" in objectives and ref["memory_bytes"] > plan["peak_bytes"]:
+            continue
+        if "mfu" in objectives:
+            if not ref["mfu"] > optimistic:
+                continue
+        elif not ("memory" in objectives and ref["memory_bytes"] < plan["peak_bytes"]):
+            continue  # loss alone ties; loss and memory need strictly less memory
+        if best is None or ref["mfu"] > best["mfu"]:
+            best = ref
+    if best is None:
+        return None
+    out = {"dominated_by": best["number"], "reference_mfu": best["mfu"],
+           "reference_memory_bytes": best["memory_bytes"], "ratio": steer["ratio"],
+           "ratio_trials": steer["ratio_trials"]}
+    if optimistic is not None:
+        out.update(predicted_mfu=predicted, optimistic_mfu=optimistic)
+    return out
+
+
+def describe(steered: dict) -> str:
+    """One line: why a trial was skipped."""
+    parts = [f"predicted dominated by #{steered['dominated_by']}"]
+    if steered.get("optimistic_mfu") is not None:
+        parts.append(f"optimistic MFU {100 * steered['optimistic_mfu']:.1f}% (predicted "
+                     f"{100 * steered['predicted_mfu']:.1f}% x {steered['ratio']:.2f}, the {100 * (1 - RISK):.0f}% bound of "
+                     f"measured/predicted over {steered['ratio_trials']} trials) < measured "
+                     f"{100 * steered['reference_mfu']:.1f}%")
+    return "skipped: " + "; ".join(parts)
+
+
+def counted(active) -> int:
+    """Trials that count towards the budget: skipped ones only past one per counted trial."""
+    skipped = sum(1 for t in active if t.user_attrs.get("steered"))
+    rest = len(active) - skipped
+    return rest + max(0, skipped - rest)
