@@ -167,7 +167,7 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
     if attrs.get("memory_bytes") is not None:
         row["memory_bytes"] = _finite_or_nan(attrs["memory_bytes"])
     if trial.values is not None:  # the stored objective values are authoritative
-        for name, value in zip(objective_names, trial.values):
+        for name, value in zip(objective_names, trial.values, strict=False):  # stored objectives may not match the names
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
 
     for key, value in (attrs.get("plan") or {}).items():
@@ -239,7 +239,7 @@ def study_info(source: Source | OpenedStudy, study_name: str | None = None,
     attrs = study.user_attrs
     objectives = attrs.get("objectives") or [
         {"name": n, "direction": d.name.lower()}
-        for n, d in zip(objective_names(study), study.directions)]
+        for n, d in zip(objective_names(study), study.directions, strict=True)]
     completed = frame[frame["state"] == "COMPLETE"] if len(frame) else frame
     plan_only = bool(attrs.get("plan_only", False))
     info = {

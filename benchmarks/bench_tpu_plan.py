@@ -29,7 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child_naive(args) -> None:
-    from paxsearch.search import configio, targets as T
+    from paxsearch.search import configio
+    from paxsearch.search import targets as T
     from paxsearch.search.space import decisions_key, load_space
     from paxsearch.trainer import topology as topo
     from paxsearch.trainer.errors import ConfigError
@@ -62,7 +63,8 @@ def run_planned(args, env) -> dict:
     from study_run import run_space
 
     extra = ["--trials", "100000", *[x for s in args.set for x in ("--set", s)]]
-    extra += (["--target", args.target] if args.target else []) + (["--workers", str(args.workers)] if args.workers else [])
+    extra += ["--target", args.target] if args.target else []
+    extra += ["--workers", str(args.workers)] if args.workers else []
     wall, trials = run_space(args.space, extra, env)
     rows = {}
     for t in trials:

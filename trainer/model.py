@@ -183,9 +183,10 @@ class TransformerLM(nn.Module):
         if self.remat != "none":
             block = nn.remat(Block, policy=pol, prevent_cse=not c.scan_layers)
         if c.scan_layers:
-            stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
-                            in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
-                            metadata_params={nn.PARTITION_NAME: "layers"})(c, impl, self.mlp_grad_barrier, name="layers")
+            scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                              in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
+                              metadata_params={nn.PARTITION_NAME: "layers"})
+            stack = scanned(c, impl, self.mlp_grad_barrier, name="layers")
             x_BSE, _ = stack(x_BSE, segment_ids_BS, positions_BS)
         else:
             for i in range(c.n_layers):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from .errors import ConfigError
 

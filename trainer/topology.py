@@ -1,5 +1,5 @@
-"""TPU slices without TPUs: chip figures (a view of trainer/hardware.py), slice names -> topologies, compile-only devices,
-and the typed failure for a step that cannot fit in HBM.
+"""TPU slices without TPUs: chip figures (a view of trainer/hardware.py), slice names -> topologies,
+compile-only devices, and the typed failure for a step that cannot fit in HBM.
 
 A slice is named the way Google Cloud names accelerator types: "v5e-16", "v6e-256" count
 chips; "v4-32", "v5p-128" count TensorCores (2 per chip, one JAX device per chip in

@@ -179,11 +179,33 @@ Matmul efficiency (Hardware.matmul_efficiency, default 1). A chip's dense bf16 p
 """
 from __future__ import annotations
 
-from .collectives import (COLLECTIVES, DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, CollectiveCost, DeviceLayout,
-                          _collective_kind, _megascale, _traffic, collectives, replica_groups, transfer_key)
-from .cost import Hardware, conv_flops, instr_bytes, instr_flops, op_seconds, splash_flops, SPLASH_MATMULS
-from .hlo import (DTYPE_BYTES, CallGraph, Computation, HloModule, Instr, call_graph, hbm_shape_bytes, parse_module,
-                  shape_bytes, shape_dims, trip_count)
+from .collectives import (
+    COLLECTIVES,
+    DCN_STEP_LATENCY_S,
+    ICI_STEP_LATENCY_S,
+    CollectiveCost,
+    DeviceLayout,
+    _collective_kind,
+    _megascale,
+    _traffic,
+    collectives,
+    replica_groups,
+    transfer_key,
+)
+from .cost import SPLASH_MATMULS, Hardware, conv_flops, instr_bytes, instr_flops, op_seconds, splash_flops
+from .hlo import (
+    DTYPE_BYTES,
+    CallGraph,
+    Computation,
+    HloModule,
+    Instr,
+    call_graph,
+    hbm_shape_bytes,
+    parse_module,
+    shape_bytes,
+    shape_dims,
+    trip_count,
+)
 from .model import OVERLAP_FRACTION, Roofline, analyze
 from .schedule import ScheduleReplay, events, exposed_by_schedule
 

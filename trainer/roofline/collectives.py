@@ -418,7 +418,8 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
             if link == "dcn":
                 bw, lat = hw.dcn_bandwidth, hw.dcn_latency_s
             else:
-                links = 1 if kind in ("collective-permute", "collective-broadcast") else 2 * min(phys, max(hw.physical_dims, 1))
+                one_way = kind in ("collective-permute", "collective-broadcast")
+                links = 1 if one_way else 2 * min(phys, max(hw.physical_dims, 1))
                 bw, lat = hw.ici_link_bandwidth * links, hw.ici_latency_s
             steps = _hops(kind, n, layout.ring_steps(groups) if link == "ici" else None)
             seconds = 0.0 if link == "none" or per == 0 else (per / bw + steps * lat) * mult

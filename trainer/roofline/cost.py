@@ -9,8 +9,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from .collectives import DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, _collective_kind
-from .hlo import (Computation, HloModule, Instr, _operand_shape, _prod, _split_top, hbm_shape_bytes, shape_bytes,
-                  shape_dims)
+from .hlo import (
+    Computation,
+    HloModule,
+    Instr,
+    _operand_shape,
+    _prod,
+    _split_top,
+    hbm_shape_bytes,
+    shape_bytes,
+    shape_dims,
+)
 
 _NO_TRAFFIC = {
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call", "conditional",

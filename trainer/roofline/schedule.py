@@ -80,7 +80,8 @@ def events(module: HloModule, comp: Computation,
                 continue
             if start.opcode == "async-start":
                 called = _wrapped(module, start)
-                keys = [transfer_key(called.name, i) for i in called.instrs if _collective_kind(i.opcode)] if called else []
+                keys = ([transfer_key(called.name, i) for i in called.instrs if _collective_kind(i.opcode)]
+                        if called else [])
             else:
                 keys = [transfer_key(comp.name, start)]
             if keys:
