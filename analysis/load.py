@@ -167,7 +167,7 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
     if attrs.get("memory_bytes") is not None:
         row["memory_bytes"] = _finite_or_nan(attrs["memory_bytes"])
     if trial.values is not None:  # the stored objective values are authoritative
-        for name, value in zip(objective_names, trial.values, strict=False):  # stored objectives may not match the names
+        for name, value in zip(objective_names, trial.values, strict=False):  # names may differ from what was stored
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
 
     for key, value in (attrs.get("plan") or {}).items():

@@ -6,21 +6,23 @@ import dataclasses
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from .hlo import CallGraph, HloModule, Instr, _balanced, _called, _dims, _operand_shape, _prod, shape_bytes
-
-if TYPE_CHECKING:
-    from .cost import Hardware
-
-ICI_STEP_LATENCY_S = 1e-6  # per ring step over ICI
-DCN_STEP_LATENCY_S = 20e-6  # per ring step over the data-center network
-
-COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
-               "collective-broadcast", "ragged-all-to-all")
-
+from .chip import Hardware
+from .hlo import (
+    CallGraph,
+    HloModule,
+    Instr,
+    balanced,
+    callees,
+    collective_kind,
+    operand_shape,
+    parse_dims,
+    prod,
+    shape_bytes,
+)
 
 # ----------------------------------------------------------------------------- collectives
 
@@ -28,15 +30,15 @@ def _iota_groups(spec: str) -> list[list[int]]:
     m = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", spec.strip())
     if not m:
         raise ValueError(f"not an iota replica group list: {spec!r}")
-    shape, reshape = _dims(m.group(1)), _dims(m.group(2))
-    arr = np.arange(_prod(reshape)).reshape(reshape)
+    shape, reshape = parse_dims(m.group(1)), parse_dims(m.group(2))
+    arr = np.arange(prod(reshape)).reshape(reshape)
     if m.group(3):
         arr = arr.transpose([int(x) for x in m.group(3).split(",")])
     return arr.reshape(shape[0], -1).tolist()
 
 
 def _device_array(spec: str | None, sizes: list[int]) -> np.ndarray:
-    n = _prod(sizes)
+    n = prod(sizes)
     if not spec:
         return np.arange(n).reshape(sizes)
     spec = spec.strip()
@@ -44,7 +46,7 @@ def _device_array(spec: str | None, sizes: list[int]) -> np.ndarray:
         m = re.fullmatch(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", spec)
         if not m:
             raise ValueError(f"cannot read device_ids={spec!r}")
-        arr = np.arange(n).reshape(_dims(m.group(1)))
+        arr = np.arange(n).reshape(parse_dims(m.group(1)))
         if m.group(2):
             arr = arr.transpose([int(x) for x in m.group(2).split(",")])
         return arr.reshape(sizes)
@@ -96,7 +98,7 @@ def _mesh_axes_groups(text: str) -> list[list[int]]:
     grouped = [slot_of_ref[k] for k in range(len(refs))]
     arr = devices.reshape(new_shape)
     rest = [i for i in range(len(new_shape)) if i not in grouped]
-    group_size = _prod(new_shape[i] for i in grouped)
+    group_size = prod(new_shape[i] for i in grouped)
     return arr.transpose(rest + grouped).reshape(-1, group_size).tolist()
 
 
@@ -110,7 +112,7 @@ def replica_groups(ins: Instr, num_devices: int) -> list[list[int]]:
         return [list(range(num_devices))]
     s = ins.attrs[i + len("replica_groups="):]
     if s.startswith("{"):
-        block = _balanced(s, 0, "{", "}")
+        block = balanced(s, 0, "{", "}")
         groups = [[int(x) for x in g.split(",") if x.strip()] for g in re.findall(r"\{([\d,\s]*)\}", block[1:-1])]
         return groups or [list(range(num_devices))]
     if s.startswith("["):
@@ -169,14 +171,9 @@ def transfer_key(computation: str, ins: Instr) -> str:
     """The name of one transfer: the copies of a channel (a TPU async-collective chain, or
     the -start of an async pair) share "<kind>:<channel_id>"; a collective without a channel
     is "<computation>/<instruction>"."""
-    kind = _collective_kind(ins.opcode) or ins.opcode
+    kind = collective_kind(ins.opcode) or ins.opcode
     channel = ins.attr("channel_id")
     return f"{kind}:{channel}" if channel is not None else f"{computation}/{ins.name}"
-
-
-def _collective_kind(opcode: str) -> str | None:
-    base = opcode[:-6] if opcode.endswith("-start") else opcode
-    return base if base in COLLECTIVES else None
 
 
 class DeviceLayout:
@@ -202,7 +199,7 @@ class DeviceLayout:
 
     @property
     def num_devices(self) -> int | None:
-        return _prod(self.shape) if self.shape is not None else None
+        return prod(self.shape) if self.shape is not None else None
 
     def use_partitions(self, num_partitions: int | None) -> None:
         """Map ids to the devices of the first slice when the program is per slice."""
@@ -278,7 +275,7 @@ def _runs(module: HloModule, name: str, memo: dict[str, set[str]]) -> set[str]:
     out: set[str] = set()
     comp = module.computations.get(name)
     for ins in comp.instrs if comp is not None else ():
-        for kind, child in _called(ins):
+        for kind, child in callees(ins):
             if kind != "fused" and child in module.computations:
                 out.add(child)
                 out |= _runs(module, child, memo)
@@ -308,7 +305,7 @@ def chain_homes(module: HloModule, graph: CallGraph) -> dict[str, set[str]]:
                 continue
             called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
             for i in called.instrs if called is not None else ():
-                if _collective_kind(i.opcode) and i.attr("channel_id") is not None:
+                if collective_kind(i.opcode) and i.attr("channel_id") is not None:
                     holders[transfer_key(called.name, i)].add(comp.name)
     memo: dict[str, set[str]] = {}
     out: dict[str, set[str]] = {}
@@ -325,7 +322,7 @@ _MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "RED
                     "ALL_TO_ALL": "all-to-all", "ONE_TO_ONE": "collective-permute"}
 
 
-def _megascale(ins: Instr) -> tuple[str, int] | None:
+def megascale_transfer(ins: Instr) -> tuple[str, int] | None:
     """(kind, slices in the group) of a TPU cross-slice (DCN) transfer: a host-transfer
     `send` carrying _xla_megascale_transfer_type; its `recv` half is not counted."""
     if ins.opcode != "send":
@@ -355,7 +352,7 @@ def _fusion_output_bytes(module: HloModule) -> dict[str, float]:
         for ins in comp.instrs:
             if ins.opcode != "fusion":
                 continue
-            for kind, name in _called(ins):
+            for kind, name in callees(ins):
                 if kind == "fused":
                     out[name] = min(out.get(name, float("inf")), shape_bytes(ins.shape))
     return out
@@ -382,17 +379,17 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
         if mult == 0:
             continue
         for ins in comp.instrs:
-            mega = _megascale(ins)
+            mega = megascale_transfer(ins)
             if mega is not None:
                 kind, n = mega
-                operand_bytes = shape_bytes(_operand_shape(comp, ins.operands[0])) if ins.operands else 0.0
+                operand_bytes = shape_bytes(operand_shape(comp, ins.operands[0])) if ins.operands else 0.0
                 per = _traffic(kind, operand_bytes, n)
                 steps = _hops(kind, n)
                 seconds = (per / hw.dcn_bandwidth + steps * hw.dcn_latency_s) * mult if per else 0.0
                 out.append(CollectiveCost(kind, ins.name, comp.name, mult, operand_bytes, n, layout.dcn_axes(),
                                           "dcn", per, seconds, key=f"{comp.name}/{ins.name}", resource="dcn"))
                 continue
-            kind = _collective_kind(ins.opcode)
+            kind = collective_kind(ins.opcode)
             if kind is None:
                 continue
             channel = ins.attr("channel_id")
@@ -404,7 +401,7 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
                         out[seen_channels[key]] = dataclasses.replace(
                             prev, executions=mult, seconds=prev.seconds / max(prev.executions, 1e-30) * mult)
                     continue
-            operand_bytes = sum(shape_bytes(_operand_shape(comp, o)) for o in ins.operands)
+            operand_bytes = sum(shape_bytes(operand_shape(comp, o)) for o in ins.operands)
             if operand_bytes == 0:
                 operand_bytes = shape_bytes(ins.shape)
             groups = replica_groups(ins, num_devices)
