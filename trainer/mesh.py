@@ -55,9 +55,11 @@ def global_batch_size(cfg: TrainConfig, num_devices: int) -> int:
                 f"global batch {cfg.global_batch} does not divide over the {batch_devices} devices of the batch "
                 f"axes (data={sizes['data']} x fsdp={sizes['fsdp']}); use a multiple of {batch_devices}")
         return cfg.global_batch
-    if cfg.per_device_batch < 1:
-        raise ConfigError(f"per_device_batch must be >= 1, got {cfg.per_device_batch}")
-    return cfg.per_device_batch * batch_devices
+    per_device = cfg.per_device_batch
+    assert per_device is not None  # exactly one of the two is set (checked above)
+    if per_device < 1:
+        raise ConfigError(f"per_device_batch must be >= 1, got {per_device}")
+    return per_device * batch_devices
 
 
 def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> None:

@@ -68,8 +68,9 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        # unbox=True is flax's default, stated so that the type is the array's, not LogicallyPartitioned's
         scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-                           (x.shape[-1],), DTYPES[self.cfg.param_dtype])
+                           (x.shape[-1],), DTYPES[self.cfg.param_dtype], unbox=True)
         x32 = x.astype(jnp.float32)
         y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
         return (y * scale.astype(jnp.float32)).astype(x.dtype)
@@ -90,8 +91,9 @@ class Proj(nn.Module):
         init = nn.initializers.variance_scaling(
             1.0, "fan_in", "truncated_normal", in_axis=tuple(range(n_in)),
             out_axis=tuple(range(n_in, n_in + len(self.features))))
+        # unbox=True (the default): typed as the array, not LogicallyPartitioned
         kernel = self.param("kernel", nn.with_logical_partitioning(init, self.names),
-                            self.in_dims + self.features, DTYPES[self.cfg.param_dtype])
+                            self.in_dims + self.features, DTYPES[self.cfg.param_dtype], unbox=True)
         return jnp.tensordot(x.astype(DTYPES[self.cfg.dtype]), kernel.astype(DTYPES[self.cfg.dtype]), axes=n_in)
 
 

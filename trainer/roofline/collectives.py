@@ -72,7 +72,7 @@ def _mesh_axes_groups(text: str) -> list[list[int]]:
     if not refs:
         return [[int(d)] for d in devices.flat]
     # Split mesh axes into sub-axes where sub-axis references need it (major to minor).
-    new_shape, grouped, offset = [], [], {}
+    new_shape: list[int] = []
     per_axis: dict[int, list] = defaultdict(list)
     for k, (ax, pre, size) in enumerate(refs):
         per_axis[ax].append((pre, size, k))
@@ -80,7 +80,6 @@ def _mesh_axes_groups(text: str) -> list[list[int]]:
     for ax, full in enumerate(sizes):
         subs = per_axis.get(ax, [])
         if not subs or all(p is None for p, _, _ in subs):
-            offset[ax] = len(new_shape)
             for _, _, k in subs:
                 slot_of_ref[k] = len(new_shape)
             new_shape.append(full)
@@ -117,7 +116,8 @@ def replica_groups(ins: Instr, num_devices: int) -> list[list[int]]:
         return groups or [list(range(num_devices))]
     if s.startswith("["):
         m = re.match(r"\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?", s)
-        return _iota_groups(m.group(0))
+        if m is not None:
+            return _iota_groups(m.group(0))
     if s.startswith("mesh["):
         return _mesh_axes_groups(s)
     if s.startswith("maximal_mesh"):
@@ -187,15 +187,17 @@ class DeviceLayout:
     def __init__(self, mesh_devices: np.ndarray | None, axis_names: Sequence[str] | None):
         self.axis_names = tuple(axis_names or ())
         self.local: list[int] | None = None
+        self.shape: tuple[int, ...] | None = None  # None: no mesh given (then nothing below is read)
+        self.slices: list[int] = []
+        self.coords: list[tuple[int, ...]] | None = None  # None: some device has no physical coordinates
         if mesh_devices is None:
-            self.shape, self.slices, self.coords = None, None, None
             return
         arr = np.asarray(mesh_devices, dtype=object)
         self.shape = arr.shape
         flat = list(arr.flat)
         self.slices = [getattr(d, "slice_index", 0) or 0 for d in flat]
-        coords = [getattr(d, "coords", None) for d in flat]
-        self.coords = None if any(c is None for c in coords) else [tuple(c) for c in coords]
+        coords = [tuple(c) for d in flat if (c := getattr(d, "coords", None)) is not None]
+        self.coords = coords if len(coords) == len(flat) else None
 
     @property
     def num_devices(self) -> int | None:
@@ -203,7 +205,7 @@ class DeviceLayout:
 
     def use_partitions(self, num_partitions: int | None) -> None:
         """Map ids to the devices of the first slice when the program is per slice."""
-        if self.shape is None or not num_partitions or num_partitions >= self.num_devices:
+        if self.shape is None or not num_partitions or num_partitions >= prod(self.shape):
             return
         first = self.slices[0]
         self.local = [i for i, s in enumerate(self.slices) if s == first][:num_partitions]
@@ -223,7 +225,7 @@ class DeviceLayout:
         """(mesh axes spanned, link, physical torus dims spanned)."""
         if self.shape is None:
             return (), "ici", 1
-        n = self.num_devices
+        n = prod(self.shape)
         axes: set[int] = set()
         slices_cross = False
         phys: set[int] = set()
@@ -253,11 +255,12 @@ class DeviceLayout:
         along it - 1) steps (a 16 x 16 v5e slice: 30, not 255), and never more than n - 1."""
         if self.shape is None or self.coords is None:
             return None
+        n = prod(self.shape)
         steps = 0
         for g in groups:
             if self.local is not None:
                 g = [self.local[d] for d in g if d < len(self.local)]
-            g = [d for d in g if d < self.num_devices]
+            g = [d for d in g if d < n]
             if len(g) < 2:
                 continue
             pc = np.array([self.coords[d] for d in g])
@@ -304,7 +307,9 @@ def chain_homes(module: HloModule, graph: CallGraph) -> dict[str, set[str]]:
             if ins.opcode != "fusion":
                 continue
             called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
-            for i in called.instrs if called is not None else ():
+            if called is None:
+                continue
+            for i in called.instrs:
                 if collective_kind(i.opcode) and i.attr("channel_id") is not None:
                     holders[transfer_key(called.name, i)].add(comp.name)
     memo: dict[str, set[str]] = {}
@@ -374,6 +379,7 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
     seen_channels: dict[str, int] = {}
     layout.use_partitions(module.num_partitions)
     fused_out = _fusion_output_bytes(module)
+    kind: str | None
     for comp in module.computations.values():
         mult = graph.multiplier.get(comp.name, 0.0)
         if mult == 0:

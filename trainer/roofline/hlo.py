@@ -128,7 +128,9 @@ def balanced(s: str, i: int, open_: str, close: str) -> str:
 
 def split_top_level(s: str) -> list[str]:
     """s split at the commas outside any bracket, each part stripped, empty parts dropped."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch in "([{":
             depth += 1

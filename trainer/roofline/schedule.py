@@ -189,7 +189,8 @@ class ScheduleReplay:
             return self.memo[name]
         evs = events(self.module, comp, self.homes)
         links = _Links()
-        now, stalls = 0.0, defaultdict(float)
+        now = 0.0
+        stalls: dict[str, float] = defaultdict(float)
         in_flight: dict[str, float] = {}  # key -> when it ends
 
         def wait(key: str) -> None:
