@@ -160,7 +160,7 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
     if memory_bytes is not None:
         row["memory_bytes"] = _finite_or_nan(memory_bytes)
     if trial.values is not None:  # the stored objective values are authoritative
-        for name, value in zip(objective_names, trial.values):
+        for name, value in zip(objective_names, trial.values, strict=False):  # names may differ from what was stored
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
 
     for key, value in (outcome.plan or {}).items():
@@ -232,7 +232,7 @@ def study_info(source: Source | OpenedStudy, study_name: str | None = None,
     attrs = study.user_attrs
     objectives = attrs.get("objectives") or [
         {"name": n, "direction": d.name.lower()}
-        for n, d in zip(objective_names(study), study.directions)]
+        for n, d in zip(objective_names(study), study.directions, strict=True)]
     completed = frame[frame["state"] == "COMPLETE"] if len(frame) else frame
     plan_only = bool(attrs.get("plan_only", False))
     info = {

@@ -60,7 +60,7 @@ def pareto_figure(frame: pd.DataFrame, on_front: pd.Series, knee: int | None,
     drawn = axes.scatter(x[front], y[front], s=80, edgecolors="black", linewidths=1.2,
                          label="Pareto front", zorder=3,
                          **{k: (v[front] if k == "c" else v) for k, v in style.items()})
-    for number, xi, yi in zip(points["number"].to_numpy()[front], x[front], y[front]):
+    for number, xi, yi in zip(points["number"].to_numpy()[front], x[front], y[front], strict=True):
         axes.annotate(str(number), (xi, yi), textcoords="offset points", xytext=(6, 4),
                       fontsize=8)
     if knee is not None and (points["number"] == knee).any():

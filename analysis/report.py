@@ -11,8 +11,7 @@ import pyarrow as pa
 from . import pareto, plots, report_html, report_md, tables
 from .best import study_objectives
 from .fmt import header_items
-from .load import Source, decision_columns, objective_names, open_study, study_info, \
-    trials_frame
+from .load import Source, decision_columns, objective_names, open_study, study_info, trials_frame
 
 
 def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:

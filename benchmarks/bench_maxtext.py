@@ -84,8 +84,7 @@ def run_maxtext(case: str, steps: int, warmup: int, remat: str) -> dict:
 
 def paxsearch_side(case: str, steps: int, warmup: int, remat: str, prefetch: int) -> dict:
     """Runs in its own process (device count set before JAX starts)."""
-    from paxsearch.trainer.config import (CheckpointConfig, EvalConfig, LogConfig, MeshConfig, ModelConfig,
-                                          TrainConfig)
+    from paxsearch.trainer.config import CheckpointConfig, EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig
     from paxsearch.trainer.train import train
 
     model, dtype, devices, pdb = _parse(case)
@@ -106,7 +105,8 @@ def run_paxsearch(case: str, steps: int, warmup: int, remat: str, prefetch: int)
     proc = subprocess.run(cmd, env=_env(devices), capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode or not lines:
-        raise RuntimeError(f"paxsearch run {case} failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"paxsearch run {case} failed (rc {proc.returncode}):\n{tail}")
     return json.loads(lines[-1])
 
 
@@ -142,7 +142,7 @@ def main() -> None:
                 with open(a.out, "a") as f:
                     f.write(json.dumps(res) + "\n")
                 print(json.dumps(res), flush=True)
-        ratios = [x / y for x, y in zip(px, mt)]
+        ratios = [x / y for x, y in zip(px, mt, strict=True)]
         row = {"case": case, "maxtext_tok_s": statistics.median(mt), "paxsearch_tok_s": statistics.median(px),
                "ratios": [round(r, 3) for r in ratios], "median_ratio": statistics.median(ratios)}
         summary.append(row)

@@ -65,7 +65,8 @@ def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> 
         # MaxText 0.2.5 keeps the 2023 remat names ("minimal" saves every projection and MLP dot);
         # its attention names are ours (published.ATTENTION: flash, or plain attention = dot_product)
         f"remat_policy={row.remat}", f"attention={P.ATTENTION[row.attention]}", "dtype=bfloat16",
-        "weight_dtype=float32", "enable_dropout=false", "dataset_type=synthetic", "enable_checkpointing=false", "opt_type=adamw", "skip_jax_distributed_system=true",
+        "weight_dtype=float32", "enable_dropout=false", "dataset_type=synthetic", "enable_checkpointing=false",
+        "opt_type=adamw", "skip_jax_distributed_system=true",
     ]
 
 
@@ -78,7 +79,6 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
     os.environ.update(T.target_env(target))
     os.environ.update(flagsets.env_for(row.flags, "tpu"))
     import jax
-
     import maxtext
     from maxtext.trainers.pre_train import train_compile as tc
 

@@ -95,7 +95,8 @@ def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], se
     # the naive loop has no memory budget, so neither does this run (the sweep's own 10 MiB
     # budget would rule out configs the naive loop may find best)
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir, "--objective", "mfu",
-           "--no-progress", "--memory-budget", "1GiB", "--seed", str(seed), *arm] + [a for s in sets for a in ("--set", s)]
+           "--no-progress", "--memory-budget", "1GiB", "--seed", str(seed), *arm]
+    cmd += [a for s in sets for a in ("--set", s)]
     if trials:
         cmd += ["--trials", str(trials)]
     t0 = time.time()
@@ -177,11 +178,13 @@ def main() -> None:
             base = naive(sets)
         result["naive"] = base
         for arm in arms:
-            result["arms"][arm]["time_to_best"] = time_to_best(result["arms"][arm]["search"], base) if base["best"] else None
+            arm_result = result["arms"][arm]
+            arm_result["time_to_best"] = time_to_best(arm_result["search"], base) if base["best"] else None
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2, default=str)
-    summary = {arm: {k: v for k, v in r.items() if k in ("overhead", "time_to_best")} for arm, r in result["arms"].items()}
+    summary = {arm: {k: v for k, v in r.items() if k in ("overhead", "time_to_best")}
+               for arm, r in result["arms"].items()}
     print(json.dumps(summary, indent=2, default=str))
 
 

@@ -63,7 +63,8 @@ def run_planned(args, env) -> dict:
     from study_run import run_space
 
     extra = ["--trials", "100000", *[x for s in args.set for x in ("--set", s)]]
-    extra += (["--target", args.target] if args.target else []) + (["--workers", str(args.workers)] if args.workers else [])
+    extra += ["--target", args.target] if args.target else []
+    extra += ["--workers", str(args.workers)] if args.workers else []
     wall, trials = run_space(args.space, extra, env)
     rows = {}
     for t in trials:

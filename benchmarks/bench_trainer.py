@@ -75,7 +75,8 @@ def _handwritten_step(m, tx):
 def throughput(steps: int = 30, rounds: int = 3) -> dict:
     _setup(8)
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from paxsearch.trainer import data as data_lib
     from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig

@@ -109,7 +109,8 @@ ROWS = (
     Published(
         name="v5e-256 16B", preset="maxtext-v5e-16b", target="tpu:v5e-256", chips=256, ici=(1, 256, 1),
         maxtext_per_device_batch=6, remat="full", attention="flash", tflops=120, mfu=0.6110, formula="6N+attn",
-        flags="collective_fusion", published_in=f"{MAXTEXT} README.md@{C_V5E_16_32} (1x v5e-256: 120, 67.10%; MFU corrected to 61.10% in "
+        flags="collective_fusion",
+        published_in=f"{MAXTEXT} README.md@{C_V5E_16_32} (1x v5e-256: 120, 67.10%; MFU corrected to 61.10% in "
                      "9bc243c9536bbd80268be23f6374a164fa36efbe, 2023-10-27 'Fix performance numbers')",
         config=f"{MAXTEXT} MaxText/configs/largest_job/16b.sh@{C_V5E_64_128} (per_device_batch_size=6, "
                "remat_policy=full, global_parameter_scale=16, max_target_length=2048, enable_flash_attention=true; "

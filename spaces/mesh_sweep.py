@@ -31,8 +31,15 @@ Run:  paxsearch run spaces/mesh_sweep.py            (TPE, 16 trials, ~2-3 minute
 import fiddle as fdl
 import pyglove as pg
 
-from paxsearch.trainer.config import (DataConfig, EvalConfig, LogConfig, MeshConfig, ModelConfig,
-                                      OptimizerConfig, TrainConfig)
+from paxsearch.trainer.config import (
+    DataConfig,
+    EvalConfig,
+    LogConfig,
+    MeshConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+)
 
 DEVICES = 8
 MESHES = [f"{d}x{f}x{t}" for d in (1, 2, 4, 8) for f in (1, 2, 4, 8) for t in (1, 2, 4, 8) if d * f * t == DEVICES]

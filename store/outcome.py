@@ -82,7 +82,8 @@ class Measured:
     def from_dict(cls, d: dict | None) -> Measured | None:
         if d is None:
             return None
-        return cls(**{k: d.get(k) for k in MEASURED_KEYS if k in d})
+        known = {k: d[k] for k in MEASURED_KEYS if k in d}
+        return dataclasses.replace(cls(), **known)
 
     @property
     def score_loss(self) -> float | None:

@@ -77,12 +77,12 @@ def scrub(text: str, url: str | None) -> str:
     """`text` with the URL's password (and the URL itself) masked."""
     if not url:
         return text
-    text = text.replace(url, mask_url(url))
+    text = text.replace(url, str(mask_url(url)))
     try:
         url = resolve_url(url)
     except StorageUrlError:
         return text
-    text = text.replace(url, mask_url(url))
+    text = text.replace(url, str(mask_url(url)))
     pw = _password(url)
     if pw:
         for form in {pw, quote(pw, safe=""), quote(pw)}:

@@ -249,7 +249,7 @@ def _dividing(spec, shape, mesh):
     """`spec` with the entries whose mesh axes do not divide the dim replaced by None (e.g. the
     batch of 1 row that initialization traces)."""
     out = []
-    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)), strict=False):
         names = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
         size = 1
         for name in names:

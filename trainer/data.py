@@ -61,7 +61,8 @@ def _synthetic_documents_cached(count: int, seed: int) -> tuple[str, ...]:
     i = 0
     docs = []
     for target in targets.tolist():
-        sentences, length = [], 0
+        sentences: list[str] = []
+        length = 0
         while not sentences or length < target:
             kind, a, b, c, d = draws[i:i + 5]
             i += 5

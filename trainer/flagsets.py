@@ -69,7 +69,8 @@ FLAG_SETS: dict[str, FlagSet] = {
         "Paxml multi-slice launch commands (seeds: C4Spmd22BAdam2xv4_128)"),
     "collective_fusion": FlagSet(
         (),
-        ("--xla_tpu_enable_async_collective_fusion=true", "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true",
+        ("--xla_tpu_enable_async_collective_fusion=true",
+         "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true",
          "--xla_tpu_enable_async_collective_fusion_multiple_steps=true", "--xla_tpu_overlap_compute_collective_tc=true",
          "--xla_enable_async_all_gather=true", "--xla_tpu_enable_data_parallel_all_reduce_opt=true",
          "--xla_tpu_data_parallel_opt_different_sized_ops=true"),

@@ -40,7 +40,7 @@ def resolve_shapes(mesh_cfg: MeshConfig, num_devices: int) -> tuple[tuple[int, .
 
 def axis_sizes(mesh_cfg: MeshConfig, num_devices: int) -> dict[str, int]:
     ici, dcn = resolve_shapes(mesh_cfg, num_devices)
-    return {name: i * d for name, i, d in zip(MESH_AXES, ici, dcn)}
+    return {name: i * d for name, i, d in zip(MESH_AXES, ici, dcn, strict=True)}
 
 
 def global_batch_size(cfg: TrainConfig, num_devices: int) -> int:
@@ -55,9 +55,11 @@ def global_batch_size(cfg: TrainConfig, num_devices: int) -> int:
                 f"global batch {cfg.global_batch} does not divide over the {batch_devices} devices of the batch "
                 f"axes (data={sizes['data']} x fsdp={sizes['fsdp']}); use a multiple of {batch_devices}")
         return cfg.global_batch
-    if cfg.per_device_batch < 1:
-        raise ConfigError(f"per_device_batch must be >= 1, got {cfg.per_device_batch}")
-    return cfg.per_device_batch * batch_devices
+    per_device = cfg.per_device_batch
+    assert per_device is not None  # exactly one of the two is set (checked above)
+    if per_device < 1:
+        raise ConfigError(f"per_device_batch must be >= 1, got {per_device}")
+    return per_device * batch_devices
 
 
 def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> None:
@@ -67,13 +69,16 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
     gb = global_batch_size(cfg, num_devices)
     t = sizes["tensor"]
     if m.n_heads % t:
-        raise ConfigError(f"n_heads={m.n_heads} does not divide over tensor={t}; use a tensor size dividing {m.n_heads}")
+        raise ConfigError(
+            f"n_heads={m.n_heads} does not divide over tensor={t}; use a tensor size dividing {m.n_heads}")
     if m.d_ff % t:
         raise ConfigError(f"d_ff={m.d_ff} does not divide over tensor={t}; use a tensor size dividing {m.d_ff}")
     if m.vocab_size % t:
-        raise ConfigError(f"vocab_size={m.vocab_size} does not divide over tensor={t}; round the vocabulary up to a multiple of {t}")
+        raise ConfigError(
+            f"vocab_size={m.vocab_size} does not divide over tensor={t}; round the vocabulary up to a multiple of {t}")
     if m.d_model % sizes["fsdp"]:
-        raise ConfigError(f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']}; use an fsdp size dividing {m.d_model}")
+        raise ConfigError(
+            f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']}; use an fsdp size dividing {m.d_model}")
     if gb % process_count:
         raise ConfigError(f"global batch {gb} does not divide over {process_count} processes")
     for name in ("d_model", "n_layers", "n_heads", "head_dim", "d_ff", "seq_len", "vocab_size"):
@@ -123,7 +128,7 @@ def build_mesh(mesh_cfg: MeshConfig, devices: Sequence) -> Mesh:
             arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, process_is_granule=True,
                                                        allow_split_physical_axes=True)
         else:  # one granule (e.g. one process of simulated devices): lay DCN out as outer axes
-            shape = tuple(i * d for i, d in zip(ici, dcn))
+            shape = tuple(i * d for i, d in zip(ici, dcn, strict=True))
             arr = _device_array(shape, devices)
     else:
         arr = _device_array(ici, devices)

@@ -68,8 +68,9 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        # unbox=True is flax's default, stated so that the type is the array's, not LogicallyPartitioned's
         scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-                           (x.shape[-1],), DTYPES[self.cfg.param_dtype])
+                           (x.shape[-1],), DTYPES[self.cfg.param_dtype], unbox=True)
         x32 = x.astype(jnp.float32)
         y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
         return (y * scale.astype(jnp.float32)).astype(x.dtype)
@@ -90,8 +91,9 @@ class Proj(nn.Module):
         init = nn.initializers.variance_scaling(
             1.0, "fan_in", "truncated_normal", in_axis=tuple(range(n_in)),
             out_axis=tuple(range(n_in, n_in + len(self.features))))
+        # unbox=True (the default): typed as the array, not LogicallyPartitioned
         kernel = self.param("kernel", nn.with_logical_partitioning(init, self.names),
-                            self.in_dims + self.features, DTYPES[self.cfg.param_dtype])
+                            self.in_dims + self.features, DTYPES[self.cfg.param_dtype], unbox=True)
         return jnp.tensordot(x.astype(DTYPES[self.cfg.dtype]), kernel.astype(DTYPES[self.cfg.dtype]), axes=n_in)
 
 
@@ -183,9 +185,10 @@ class TransformerLM(nn.Module):
         if self.remat != "none":
             block = nn.remat(Block, policy=pol, prevent_cse=not c.scan_layers)
         if c.scan_layers:
-            stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
-                            in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
-                            metadata_params={nn.PARTITION_NAME: "layers"})(c, impl, self.mlp_grad_barrier, name="layers")
+            scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                              in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
+                              metadata_params={nn.PARTITION_NAME: "layers"})
+            stack = scanned(c, impl, self.mlp_grad_barrier, name="layers")
             x_BSE, _ = stack(x_BSE, segment_ids_BS, positions_BS)
         else:
             for i in range(c.n_layers):

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from . import attention as attention_lib
 from . import flops as flops_lib
@@ -201,7 +202,8 @@ def optimized_hlo(compiled, lowered) -> tuple[str | None, str | None, str | None
     return None, None, "no optimized HLO: " + "; ".join(errors)
 
 
-DUMP_SUFFIX = "after_optimizations.txt"  # TPU: <module>.after_optimizations.txt, CPU: <module>.cpu_after_optimizations.txt
+# TPU: <module>.after_optimizations.txt, CPU: <module>.cpu_after_optimizations.txt
+DUMP_SUFFIX = "after_optimizations.txt"
 
 
 def _dumped_hlo(lowered) -> str:

@@ -30,19 +30,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from .config import ModelConfig
 from .errors import ConfigError
 
-_TRAINING = dict(dtype="bfloat16", param_dtype="float32", scan_layers=True, attention="auto")
+# ModelConfig fields shared by presets (dict[str, Any]: their values are of several types).
+_TRAINING: dict[str, Any] = dict(dtype="bfloat16", param_dtype="float32", scan_layers=True, attention="auto")
 
-_LLAMA = dict(mlp="gated", activation="silu", position="rope", tie_embeddings=False, **_TRAINING)
-_PAXML_C4 = dict(mlp="dense", activation="gelu_exact", position="learned", tie_embeddings=True, **_TRAINING)
+_LLAMA: dict[str, Any] = dict(mlp="gated", activation="silu", position="rope", tie_embeddings=False, **_TRAINING)
+_PAXML_C4: dict[str, Any] = dict(mlp="dense", activation="gelu_exact", position="learned", tie_embeddings=True,
+                                 **_TRAINING)
 # MaxText's "default" decoder layer is a parallel block: one RMS pre-norm, attention and MLP both on
 # it, their sum added to the input (google/maxtext DecoderLayer @281e04bf MaxText/layers.py and
 # @632f6514 MaxText/layers/models.py, both read; NNXDecoderLayer in MaxText 0.2.5).
-_MAXTEXT_2023 = dict(mlp="dense", block="parallel", activation="relu", position="rope", rope_theta=10_000.0,
-                     tie_embeddings=True, n_kv_heads=None, **_TRAINING)
+_MAXTEXT_2023: dict[str, Any] = dict(mlp="dense", block="parallel", activation="relu", position="rope",
+                                     rope_theta=10_000.0, tie_embeddings=True, n_kv_heads=None, **_TRAINING)
 
 _MAXTEXT_COMMIT = "google/maxtext@632f65147607dff421c108f1592b7eb416ea7d6a, 2023-12-15,"
 _MAXTEXT_SCALE = (

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from .errors import ConfigError
 
-Rules = tuple[tuple[str, object], ...]
+Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
 # Parameters: sharded over fsdp on their embed dim, over tensor on heads / mlp / vocab.
 # Activations: batch over data+fsdp, heads and mlp hidden over tensor.

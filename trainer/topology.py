@@ -1,5 +1,5 @@
-"""TPU slices without TPUs: chip figures (a view of trainer/hardware.py), slice names -> topologies, compile-only devices,
-and the typed failure for a step that cannot fit in HBM.
+"""TPU slices without TPUs: chip figures (a view of trainer/hardware.py), slice names -> topologies,
+compile-only devices, and the typed failure for a step that cannot fit in HBM.
 
 A slice is named the way Google Cloud names accelerator types: "v5e-16", "v6e-256" count
 chips; "v4-32", "v5p-128" count TensorCores (2 per chip, one JAX device per chip in
@@ -202,7 +202,7 @@ def topology_devices(name: str, num_slices: int = 1) -> list:
     _quiet_libtpu_env(tpu_slice)
     from jax.experimental import topologies
 
-    kwargs = {}
+    kwargs: dict[str, str | int] = {}
     if tpu_slice.chip.chip_config_name:
         kwargs["chip_config_name"] = tpu_slice.chip.chip_config_name
     if num_slices > 1:
@@ -229,10 +229,7 @@ def _bytes(number: str, unit: str) -> int:
 def is_resource_exhausted(exc: BaseException) -> bool:
     """True when `exc` is XLA's RESOURCE_EXHAUSTED status (decided by the status code;
     older jaxlibs expose the code only as the message's prefix, which is the code too)."""
-    try:
-        from jax.errors import JaxRuntimeError
-    except ImportError:  # pragma: no cover - older jax
-        from jaxlib.xla_extension import XlaRuntimeError as JaxRuntimeError
+    from jax.errors import JaxRuntimeError
     if not isinstance(exc, JaxRuntimeError):
         return False
     code = getattr(exc, "error_code", None)
@@ -253,7 +250,7 @@ def predicted_oom_from(exc: BaseException, hbm_bytes: int | None = None) -> Pred
         required, available = _bytes(m.group(1), m.group(2)), _bytes(m.group(3), m.group(4))
     available = available or hbm_bytes
     first = text.splitlines()[0] if text else "RESOURCE_EXHAUSTED"
-    if required is not None:
+    if required is not None and available is not None:
         msg = (f"predicted OOM: the step needs {required / GiB:.2f} GiB per device, the chip has "
                f"{available / GiB:.2f} GiB usable HBM (XLA's TPU compiler: {first})")
     else:

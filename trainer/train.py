@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 
@@ -44,8 +44,8 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     writer = ScalarWriter(os.path.join(run_dir, "tb") if run_dir and cfg.log.tensorboard and pidx == 0 else None)
     ckpt = Checkpointer(cfg.checkpoint, run_dir) if cfg.checkpoint.enabled else None
     start = 0
-    if ckpt and resume and ckpt.latest_step() is not None:
-        start = int(ckpt.latest_step())
+    if ckpt and resume and (latest := ckpt.latest_step()) is not None:
+        start = int(latest)
         state = ckpt.restore(program.abstract_state, start)
     else:
         state = program.init_state(jax.random.key(cfg.seed))
@@ -98,8 +98,8 @@ class _Loop:
         self.t_mark = time.perf_counter()
         self.n_mark = start
         self._state_params = None
-        self._eval_fn = None
-        self._eval_batches = None
+        self._eval_fn: Callable[..., Any] | None = None
+        self._eval_batches: list[data_lib.Batch] | None = None
         self.bar = None
         if cfg.log.progress and jax.process_index() == 0:
             from tqdm import tqdm
@@ -126,7 +126,7 @@ class _Loop:
         self.t_mark, self.n_mark = time.perf_counter(), step  # eval and logging stay out of step time
         return stop
 
-    def _emit(self, step: int, m: dict, step_time: float | None) -> bool:
+    def _emit(self, step: int, m: dict, step_time: float) -> bool:
         plan = self.program.plan
         st = step_time
         per_dev_model = plan.model_flops_per_step / plan.num_devices / st
@@ -155,7 +155,7 @@ class _Loop:
 
     def evaluate(self) -> float:
         cfg, program = self.cfg, self.program
-        if self._eval_fn is None:
+        if self._eval_fn is None or self._eval_batches is None:
             params_sh = program.state_shardings["params"]
             with program.context():
                 self._eval_fn = jax.jit(make_eval_step(program.model),

@@ -33,7 +33,8 @@ def _line(where: str, study) -> str:
     counts = state_counts(trials)
     text = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no trials"
     budget = (study.user_attrs.get("settings") or {}).get("trials")
-    return f"{where:32s} {study.study_name:20s} {len(trials):4d} trials" + (f" / {budget}" if budget else "") + f"  {text}"
+    of_budget = f" / {budget}" if budget else ""
+    return f"{where:32s} {study.study_name:20s} {len(trials):4d} trials{of_budget}  {text}"
 
 
 def main(args) -> int:

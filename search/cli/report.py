@@ -27,8 +27,8 @@ def add_parser(sub) -> None:
 
 
 def _check_source(run: str) -> None:
-    if "://" not in run and not run.startswith("env:") and not os.path.exists(os.path.join(run, "study.db")) and not os.path.exists(
-            os.path.join(run, "study.json")):
+    is_url = "://" in run or run.startswith("env:")
+    if not is_url and not any(os.path.exists(os.path.join(run, name)) for name in ("study.db", "study.json")):
         raise UserError(f"{run} is not a run folder (no study.db or study.json); pass the folder `paxsearch run` wrote")
 
 

@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=VALUE",
                    help="override a config field, e.g. --set model.d_model=256 (repeatable)")
     p.add_argument("--steps", type=int, default=None, help="number of training steps")
-    p.add_argument("--run-dir", default=None, help="folder for checkpoints and TensorBoard (default: runs/train-<name>)")
+    p.add_argument("--run-dir", default=None,
+                   help="folder for checkpoints and TensorBoard (default: runs/train-<name>)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run folder")
     p.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N steps")
     p.add_argument("--cpu-devices", type=int, default=8, help="simulated CPU devices when running on CPU (default 8)")
@@ -96,7 +97,8 @@ def check_resume(cfg, run_dir: str, ckpt_dir: str) -> None:
         with open(path) as f:
             stored = configio.to_json_dict(configio.build(configio.loads(f.read())))
     except OSError:
-        raise UserError(f"--resume: {path} is missing, so the checkpoint's config is unknown; use a new --run-dir") from None
+        raise UserError(f"--resume: {path} is missing, so the checkpoint's config is unknown; "
+                        "use a new --run-dir") from None
     except (configio.ConfigFileError, ValueError, TypeError) as e:
         raise UserError(f"--resume: {path} is unreadable ({e}); use a new --run-dir") from None
     diffs = [(k, a, b) for k, a, b in _differences(stored, configio.to_json_dict(cfg))
@@ -163,8 +165,10 @@ def _summary(result, run_dir: str) -> None:
         f"params {plan.param_count:,}  devices {plan.num_devices} ({plan.device_kind})  mesh {plan.mesh_shape}",
     ]
     if f:
-        lines.append(f"loss {f.loss:.4f}" + (f"  eval loss {result.eval_loss:.4f}" if result.eval_loss is not None else ""))
-        lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
+        eval_loss = f"  eval loss {result.eval_loss:.4f}" if result.eval_loss is not None else ""
+        lines.append(f"loss {f.loss:.4f}{eval_loss}")
+        lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  "
+                     f"MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
         lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, "
                      + (f"process peak RSS {f.measured_peak_bytes / 2**20:.1f} MiB (CPU: the whole process)"
                         if plan.platform == "cpu" else f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB"))

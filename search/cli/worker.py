@@ -27,7 +27,9 @@ def add_parser(sub) -> None:
                        description="Pull trials from a stored study and run them, with the study's space and "
                                    "settings, until its budget is used up. On every host of a slice, the hosts "
                                    "run each trial together (a slice gang).")
-    p.add_argument("--storage", required=True, help="Optuna storage URL, e.g. postgresql://user@host/db (password from PGPASSWORD), or env:NAME for the URL in $NAME")
+    p.add_argument("--storage", required=True,
+                   help="Optuna storage URL, e.g. postgresql://user@host/db (password from PGPASSWORD), "
+                        "or env:NAME for the URL in $NAME")
     p.add_argument("--study", default=None, help="study name (needed when the storage holds several)")
     p.add_argument("--run-dir", default=None, help="local folder for trial logs (default: runs/<study>)")
     add_study_options(p, for_new=False)
@@ -35,7 +37,8 @@ def add_parser(sub) -> None:
     g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                    help="host 0's address for jax.distributed (default: detected under SLURM, GKE, Cloud TPU)")
     g.add_argument("--num-hosts", type=int, default=None, metavar="N", help="hosts in the gang")
-    g.add_argument("--host-index", type=int, default=None, metavar="I", help="this host's index, 0..N-1 (0 asks the tuner)")
+    g.add_argument("--host-index", type=int, default=None, metavar="I",
+                   help="this host's index, 0..N-1 (0 asks the tuner)")
     g.add_argument("--join-timeout", type=float, default=None, metavar="S",
                    help="seconds to wait for every host to join the gang (default 300)")
     g.add_argument("--no-gang", action="store_true", help="do not detect a gang: this host works on its own")

@@ -221,7 +221,8 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
                              "pass --study NAME")
         study_name = names[0]
     if study_name not in names:
-        raise SetupError(f"no study {study_name!r} in {storage_lib.mask_url(url)}; studies: {', '.join(names) or 'none'}")
+        raise SetupError(f"no study {study_name!r} in {storage_lib.mask_url(url)}; "
+                         f"studies: {', '.join(names) or 'none'}")
     study = optuna.load_study(study_name=study_name, storage=storage)
     attrs = study.user_attrs
     if "settings" not in attrs:

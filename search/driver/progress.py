@@ -37,7 +37,7 @@ class Progress:
     def _update_best(self, values) -> None:
         if not values:
             return
-        for name, v in zip(self.objectives, values):
+        for name, v in zip(self.objectives, values, strict=True):  # values are in objective order
             if v is None or not math.isfinite(v):
                 continue
             better = max if OBJECTIVES[name] == "maximize" else min

@@ -5,11 +5,13 @@ command line (`--coordinator HOST:PORT --num-hosts N --host-index I`) or read fr
 the job was started, with the conventions jax.distributed itself uses
 (jax/_src/clusters/*.py), so that the same command runs under each launcher:
 
-| launcher | what is read | coordinator |
-|---|---|---|
-| SLURM (`srun`) | SLURM_JOB_ID, SLURM_NTASKS, SLURM_PROCID, SLURM_STEP_NODELIST | first node, port 61440 + job id mod 4096 |
-| GKE / JobSet (XPK) | TPU_WORKER_ID, TPU_WORKER_HOSTNAMES (or TPU_PROCESS_ADDRESSES), MEGASCALE_* for several slices | MEGASCALE_COORDINATOR_ADDRESS, else the first worker, port 8482 |
-| Cloud TPU VM (`gcloud ... ssh --worker=all`) | the VM's metadata server: `agent-worker-number`, `worker-network-endpoints` | the first worker, port 8482 |
+- SLURM (`srun`): reads SLURM_JOB_ID, SLURM_NTASKS, SLURM_PROCID, SLURM_STEP_NODELIST;
+  coordinator: the first node, port 61440 + job id mod 4096.
+- GKE / JobSet (XPK): reads TPU_WORKER_ID, TPU_WORKER_HOSTNAMES (or TPU_PROCESS_ADDRESSES),
+  MEGASCALE_* for several slices; coordinator: MEGASCALE_COORDINATOR_ADDRESS, else the first
+  worker, port 8482.
+- Cloud TPU VM (`gcloud ... ssh --worker=all`): reads the VM's metadata server
+  (`agent-worker-number`, `worker-network-endpoints`); coordinator: the first worker, port 8482.
 
 The metadata server is asked only on a machine with TPU device files (/dev/accel*,
 /dev/vfio/<n>) or when GCE_METADATA_IP names it (as JAX and google-auth read it), with a

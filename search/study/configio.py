@@ -57,7 +57,7 @@ def _type_ok(value, hint) -> bool:
             return False
         if len(args) == 2 and args[1] is Ellipsis:
             return all(_type_ok(v, args[0]) for v in value)
-        return len(value) == len(args) and all(_type_ok(v, a) for v, a in zip(value, args))
+        return len(value) == len(args) and all(_type_ok(v, a) for v, a in zip(value, args, strict=True))
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:

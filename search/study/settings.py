@@ -62,7 +62,8 @@ class StudySettings:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'extra'}))}")
+            raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(known - {'extra'}))}")
         if d.get("extra"):  # once fault injection; faults are now a test-only seam (tests/fault_driver.py)
             raise SettingsError(f"setting extra={d['extra']!r} is not supported; remove it from STUDY")
         return cls().replace(**d)

@@ -220,7 +220,8 @@ class Space:
         try:
             return not self.constraint(dict(decisions))
         except Exception as e:
-            raise SpaceError(f"{self.path}: constraint({decisions}) raised {type(e).__name__}: {_one_line(e)}") from None
+            raise SpaceError(f"{self.path}: constraint({decisions}) raised "
+                             f"{type(e).__name__}: {_one_line(e)}") from None
 
     def points(self) -> Iterator[dict]:
         """Every point of a finite space (fixed decisions applied, constraint honoured)."""
@@ -229,7 +230,7 @@ class Space:
                              f"({', '.join(d.name for d in self.decisions if not d.finite)}); it has no finite grid")
         free = self.decisions
         for combo in itertools.product(*(d.values for d in free)):
-            point = self.full(dict(zip((d.name for d in free), combo)))
+            point = self.full(dict(zip((d.name for d in free), combo, strict=True)))
             if not self.excluded(point):
                 yield point
 
@@ -252,7 +253,7 @@ class Space:
     def from_dna(self, dna: pg.DNA) -> dict:
         numbers = dna.to_numbers()
         out = {}
-        for d, n in zip(self.all_decisions, numbers):
+        for d, n in zip(self.all_decisions, numbers, strict=False):
             out[d.name] = float(n) if d.kind == "float" else d.values[int(n)]
         return self.full({k: v for k, v in out.items() if k not in self.fixed})
 

@@ -16,7 +16,8 @@ def trial_config_json(source: str, trial: str) -> tuple[int, str]:
             return best_trial(source, "knee" if trial == "best" else trial)
         number = int(trial)
     except ValueError:
-        raise ConfigFileError(f"--trial {trial!r} is neither a trial number nor one of {', '.join(OBJECTIVE_WORDS)}") from None
+        raise ConfigFileError(f"--trial {trial!r} is neither a trial number nor one of "
+                              f"{', '.join(OBJECTIVE_WORDS)}") from None
     except (LookupError, FileNotFoundError) as e:
         raise ConfigFileError(str(e)) from None
     try:

@@ -130,14 +130,18 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
             timings["plan_s"] = time.perf_counter() - tp
         phase = Phase.SCREEN
         plan = program.plan
-        budget, budget_source = (job["memory_budget"], "setting") if job.get("memory_budget") else default_memory_budget()
-        outcome = outcome.replace(plan={**plan_dict(plan), **predicted_figures(program)},
+        if job.get("memory_budget"):
+            budget, budget_source = job["memory_budget"], "setting"
+        else:
+            budget, budget_source = default_memory_budget()
+        plan_figures = {**plan_dict(plan), **predicted_figures(program)}
+        outcome = outcome.replace(plan=plan_figures,
                                   memory_budget={"bytes": int(budget), "source": budget_source},
                                   peak_flops=_peak(plan, cfg))
         if plan.peak_bytes > budget:
             raise topology.PredictedOOM(f"predicted {plan.peak_bytes:,} bytes per device exceeds the budget "
                                         f"of {int(budget):,} bytes ({budget_source})")
-        steered = _steered(job.get("steer"), outcome.plan)
+        steered = _steered(job.get("steer"), plan_figures)
         if steered:  # predicted dominated by a finished trial: compiled, never trained
             return outcome.replace(steered=steered, pruned=True,
                                    timings={**timings, "worker_s": time.perf_counter() - t0})

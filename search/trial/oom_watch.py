@@ -33,7 +33,7 @@ def memory_cgroup(pid: int) -> tuple[str, str] | None:
             lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
     except OSError:
         return None
-    for hid, controllers, path in lines:
+    for _hid, controllers, path in lines:
         if "memory" in controllers.split(","):  # cgroup v1 memory controller
             base = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
             return os.path.join(base, "memory.oom_control"), os.path.join(base, "memory.limit_in_bytes")

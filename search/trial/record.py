@@ -26,6 +26,7 @@ def objective_values(objectives, outcome: TrialOutcome) -> list[float] | None:
     MFU with the plan's predicted MFU."""
     plan, measured = outcome.plan or {}, outcome.measured
     out = []
+    v: float | int | None
     for name in objectives:
         if name == "memory":
             v = outcome.memory_bytes

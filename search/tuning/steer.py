@@ -149,7 +149,8 @@ def describe(steered: dict) -> str:
     parts = [f"predicted dominated by #{steered['dominated_by']}"]
     if steered.get("optimistic_mfu") is not None:
         parts.append(f"optimistic MFU {100 * steered['optimistic_mfu']:.1f}% (predicted "
-                     f"{100 * steered['predicted_mfu']:.1f}% x {steered['ratio']:.2f}, the {100 * (1 - RISK):.0f}% bound of "
+                     f"{100 * steered['predicted_mfu']:.1f}% x {steered['ratio']:.2f}, "
+                     f"the {100 * (1 - RISK):.0f}% bound of "
                      f"measured/predicted over {steered['ratio_trials']} trials) < measured "
                      f"{100 * steered['reference_mfu']:.1f}%")
     return "skipped: " + "; ".join(parts)

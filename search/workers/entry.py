@@ -128,7 +128,7 @@ def main() -> int:
         watching = (gang.watch(seq, lambda failure: channel.send({**failure.to_wire(), "type": "gang_failure"}))
                     if gang is not None else None)
 
-        def report(metrics: dict) -> bool:
+        def report(metrics: dict, job=job, seq=seq) -> bool:  # this trial's job and sequence number
             channel.send({"type": "report", **metrics})
             if not job.get("relay_reports"):
                 return False

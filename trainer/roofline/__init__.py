@@ -4,7 +4,8 @@ Everything here is PREDICTED: no step runs. The inputs are the optimized HLO tex
 compiled step (`plan(..., keep_hlo=True).hlo_text`), the jax Mesh it was compiled for, and
 the hardware figures of one chip (Hardware).
 
-Modules: hlo.py (HLO text, call graph, trip counts), cost.py (Hardware, FLOPs and HBM bytes
+Modules: hlo.py (HLO text, call graph, trip counts, which opcodes are collectives), chip.py
+(Hardware: the figures of one chip, and the default hop latencies), cost.py (FLOPs and HBM bytes
 per instruction), collectives.py (replica groups, device layout, the cost of each transfer),
 schedule.py (overlap read from the schedule), model.py (the combination, analyze).
 
@@ -70,7 +71,7 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   are assumed present.
 
 Latency per hop (Hardware.ici_latency_s, dcn_latency_s; defaults ICI_STEP_LATENCY_S,
-DCN_STEP_LATENCY_S in collectives.py). A ring collective is a chain of dependent steps, each
+DCN_STEP_LATENCY_S in chip.py). A ring collective is a chain of dependent steps, each
 waiting for its neighbour's chunk, so each pays one hop's latency on top of its bytes: over a
 group laid out on the torus, one ring per physical dimension it spans, one after the other,
 sum over those dimensions of (devices along it - 1) steps (16 devices of a 4 x 4 v5e: 6; 256
@@ -179,11 +180,27 @@ Matmul efficiency (Hardware.matmul_efficiency, default 1). A chip's dense bf16 p
 """
 from __future__ import annotations
 
-from .collectives import (COLLECTIVES, DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, CollectiveCost, DeviceLayout,
-                          _collective_kind, _megascale, _traffic, collectives, replica_groups, transfer_key)
-from .cost import Hardware, conv_flops, instr_bytes, instr_flops, op_seconds, splash_flops, SPLASH_MATMULS
-from .hlo import (DTYPE_BYTES, CallGraph, Computation, HloModule, Instr, call_graph, hbm_shape_bytes, parse_module,
-                  shape_bytes, shape_dims, trip_count)
+from .chip import DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, Hardware
+from .collectives import CollectiveCost, DeviceLayout, collectives, replica_groups, transfer_key
+
+# Not public. tests/test_roofline.py reads R._traffic; once it imports _traffic from .collectives (as
+# tests/test_roofline_overlap.py does _hops), drop this line.
+from .collectives import _traffic as _traffic
+from .cost import SPLASH_MATMULS, conv_flops, instr_bytes, instr_flops, op_seconds, splash_flops
+from .hlo import (
+    COLLECTIVES,
+    DTYPE_BYTES,
+    CallGraph,
+    Computation,
+    HloModule,
+    Instr,
+    call_graph,
+    hbm_shape_bytes,
+    parse_module,
+    shape_bytes,
+    shape_dims,
+    trip_count,
+)
 from .model import OVERLAP_FRACTION, Roofline, analyze
 from .schedule import ScheduleReplay, events, exposed_by_schedule
 

@@ -6,21 +6,23 @@ import dataclasses
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from .hlo import CallGraph, HloModule, Instr, _balanced, _called, _dims, _operand_shape, _prod, shape_bytes
-
-if TYPE_CHECKING:
-    from .cost import Hardware
-
-ICI_STEP_LATENCY_S = 1e-6  # per ring step over ICI
-DCN_STEP_LATENCY_S = 20e-6  # per ring step over the data-center network
-
-COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
-               "collective-broadcast", "ragged-all-to-all")
-
+from .chip import Hardware
+from .hlo import (
+    CallGraph,
+    HloModule,
+    Instr,
+    balanced,
+    callees,
+    collective_kind,
+    operand_shape,
+    parse_dims,
+    prod,
+    shape_bytes,
+)
 
 # ----------------------------------------------------------------------------- collectives
 
@@ -28,15 +30,15 @@ def _iota_groups(spec: str) -> list[list[int]]:
     m = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", spec.strip())
     if not m:
         raise ValueError(f"not an iota replica group list: {spec!r}")
-    shape, reshape = _dims(m.group(1)), _dims(m.group(2))
-    arr = np.arange(_prod(reshape)).reshape(reshape)
+    shape, reshape = parse_dims(m.group(1)), parse_dims(m.group(2))
+    arr = np.arange(prod(reshape)).reshape(reshape)
     if m.group(3):
         arr = arr.transpose([int(x) for x in m.group(3).split(",")])
     return arr.reshape(shape[0], -1).tolist()
 
 
 def _device_array(spec: str | None, sizes: list[int]) -> np.ndarray:
-    n = _prod(sizes)
+    n = prod(sizes)
     if not spec:
         return np.arange(n).reshape(sizes)
     spec = spec.strip()
@@ -44,7 +46,7 @@ def _device_array(spec: str | None, sizes: list[int]) -> np.ndarray:
         m = re.fullmatch(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", spec)
         if not m:
             raise ValueError(f"cannot read device_ids={spec!r}")
-        arr = np.arange(n).reshape(_dims(m.group(1)))
+        arr = np.arange(n).reshape(parse_dims(m.group(1)))
         if m.group(2):
             arr = arr.transpose([int(x) for x in m.group(2).split(",")])
         return arr.reshape(sizes)
@@ -70,7 +72,7 @@ def _mesh_axes_groups(text: str) -> list[list[int]]:
     if not refs:
         return [[int(d)] for d in devices.flat]
     # Split mesh axes into sub-axes where sub-axis references need it (major to minor).
-    new_shape, grouped, offset = [], [], {}
+    new_shape: list[int] = []
     per_axis: dict[int, list] = defaultdict(list)
     for k, (ax, pre, size) in enumerate(refs):
         per_axis[ax].append((pre, size, k))
@@ -78,7 +80,6 @@ def _mesh_axes_groups(text: str) -> list[list[int]]:
     for ax, full in enumerate(sizes):
         subs = per_axis.get(ax, [])
         if not subs or all(p is None for p, _, _ in subs):
-            offset[ax] = len(new_shape)
             for _, _, k in subs:
                 slot_of_ref[k] = len(new_shape)
             new_shape.append(full)
@@ -96,7 +97,7 @@ def _mesh_axes_groups(text: str) -> list[list[int]]:
     grouped = [slot_of_ref[k] for k in range(len(refs))]
     arr = devices.reshape(new_shape)
     rest = [i for i in range(len(new_shape)) if i not in grouped]
-    group_size = _prod(new_shape[i] for i in grouped)
+    group_size = prod(new_shape[i] for i in grouped)
     return arr.transpose(rest + grouped).reshape(-1, group_size).tolist()
 
 
@@ -110,12 +111,13 @@ def replica_groups(ins: Instr, num_devices: int) -> list[list[int]]:
         return [list(range(num_devices))]
     s = ins.attrs[i + len("replica_groups="):]
     if s.startswith("{"):
-        block = _balanced(s, 0, "{", "}")
+        block = balanced(s, 0, "{", "}")
         groups = [[int(x) for x in g.split(",") if x.strip()] for g in re.findall(r"\{([\d,\s]*)\}", block[1:-1])]
         return groups or [list(range(num_devices))]
     if s.startswith("["):
         m = re.match(r"\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?", s)
-        return _iota_groups(m.group(0))
+        if m is not None:
+            return _iota_groups(m.group(0))
     if s.startswith("mesh["):
         return _mesh_axes_groups(s)
     if s.startswith("maximal_mesh"):
@@ -169,14 +171,9 @@ def transfer_key(computation: str, ins: Instr) -> str:
     """The name of one transfer: the copies of a channel (a TPU async-collective chain, or
     the -start of an async pair) share "<kind>:<channel_id>"; a collective without a channel
     is "<computation>/<instruction>"."""
-    kind = _collective_kind(ins.opcode) or ins.opcode
+    kind = collective_kind(ins.opcode) or ins.opcode
     channel = ins.attr("channel_id")
     return f"{kind}:{channel}" if channel is not None else f"{computation}/{ins.name}"
-
-
-def _collective_kind(opcode: str) -> str | None:
-    base = opcode[:-6] if opcode.endswith("-start") else opcode
-    return base if base in COLLECTIVES else None
 
 
 class DeviceLayout:
@@ -190,23 +187,25 @@ class DeviceLayout:
     def __init__(self, mesh_devices: np.ndarray | None, axis_names: Sequence[str] | None):
         self.axis_names = tuple(axis_names or ())
         self.local: list[int] | None = None
+        self.shape: tuple[int, ...] | None = None  # None: no mesh given (then nothing below is read)
+        self.slices: list[int] = []
+        self.coords: list[tuple[int, ...]] | None = None  # None: some device has no physical coordinates
         if mesh_devices is None:
-            self.shape, self.slices, self.coords = None, None, None
             return
         arr = np.asarray(mesh_devices, dtype=object)
         self.shape = arr.shape
         flat = list(arr.flat)
         self.slices = [getattr(d, "slice_index", 0) or 0 for d in flat]
-        coords = [getattr(d, "coords", None) for d in flat]
-        self.coords = None if any(c is None for c in coords) else [tuple(c) for c in coords]
+        coords = [tuple(c) for d in flat if (c := getattr(d, "coords", None)) is not None]
+        self.coords = coords if len(coords) == len(flat) else None
 
     @property
     def num_devices(self) -> int | None:
-        return _prod(self.shape) if self.shape is not None else None
+        return prod(self.shape) if self.shape is not None else None
 
     def use_partitions(self, num_partitions: int | None) -> None:
         """Map ids to the devices of the first slice when the program is per slice."""
-        if self.shape is None or not num_partitions or num_partitions >= self.num_devices:
+        if self.shape is None or not num_partitions or num_partitions >= prod(self.shape):
             return
         first = self.slices[0]
         self.local = [i for i, s in enumerate(self.slices) if s == first][:num_partitions]
@@ -226,7 +225,7 @@ class DeviceLayout:
         """(mesh axes spanned, link, physical torus dims spanned)."""
         if self.shape is None:
             return (), "ici", 1
-        n = self.num_devices
+        n = prod(self.shape)
         axes: set[int] = set()
         slices_cross = False
         phys: set[int] = set()
@@ -256,11 +255,12 @@ class DeviceLayout:
         along it - 1) steps (a 16 x 16 v5e slice: 30, not 255), and never more than n - 1."""
         if self.shape is None or self.coords is None:
             return None
+        n = prod(self.shape)
         steps = 0
         for g in groups:
             if self.local is not None:
                 g = [self.local[d] for d in g if d < len(self.local)]
-            g = [d for d in g if d < self.num_devices]
+            g = [d for d in g if d < n]
             if len(g) < 2:
                 continue
             pc = np.array([self.coords[d] for d in g])
@@ -278,7 +278,7 @@ def _runs(module: HloModule, name: str, memo: dict[str, set[str]]) -> set[str]:
     out: set[str] = set()
     comp = module.computations.get(name)
     for ins in comp.instrs if comp is not None else ():
-        for kind, child in _called(ins):
+        for kind, child in callees(ins):
             if kind != "fused" and child in module.computations:
                 out.add(child)
                 out |= _runs(module, child, memo)
@@ -307,8 +307,10 @@ def chain_homes(module: HloModule, graph: CallGraph) -> dict[str, set[str]]:
             if ins.opcode != "fusion":
                 continue
             called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
-            for i in called.instrs if called is not None else ():
-                if _collective_kind(i.opcode) and i.attr("channel_id") is not None:
+            if called is None:
+                continue
+            for i in called.instrs:
+                if collective_kind(i.opcode) and i.attr("channel_id") is not None:
                     holders[transfer_key(called.name, i)].add(comp.name)
     memo: dict[str, set[str]] = {}
     out: dict[str, set[str]] = {}
@@ -325,7 +327,7 @@ _MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "RED
                     "ALL_TO_ALL": "all-to-all", "ONE_TO_ONE": "collective-permute"}
 
 
-def _megascale(ins: Instr) -> tuple[str, int] | None:
+def megascale_transfer(ins: Instr) -> tuple[str, int] | None:
     """(kind, slices in the group) of a TPU cross-slice (DCN) transfer: a host-transfer
     `send` carrying _xla_megascale_transfer_type; its `recv` half is not counted."""
     if ins.opcode != "send":
@@ -355,7 +357,7 @@ def _fusion_output_bytes(module: HloModule) -> dict[str, float]:
         for ins in comp.instrs:
             if ins.opcode != "fusion":
                 continue
-            for kind, name in _called(ins):
+            for kind, name in callees(ins):
                 if kind == "fused":
                     out[name] = min(out.get(name, float("inf")), shape_bytes(ins.shape))
     return out
@@ -377,22 +379,23 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
     seen_channels: dict[str, int] = {}
     layout.use_partitions(module.num_partitions)
     fused_out = _fusion_output_bytes(module)
+    kind: str | None
     for comp in module.computations.values():
         mult = graph.multiplier.get(comp.name, 0.0)
         if mult == 0:
             continue
         for ins in comp.instrs:
-            mega = _megascale(ins)
+            mega = megascale_transfer(ins)
             if mega is not None:
                 kind, n = mega
-                operand_bytes = shape_bytes(_operand_shape(comp, ins.operands[0])) if ins.operands else 0.0
+                operand_bytes = shape_bytes(operand_shape(comp, ins.operands[0])) if ins.operands else 0.0
                 per = _traffic(kind, operand_bytes, n)
                 steps = _hops(kind, n)
                 seconds = (per / hw.dcn_bandwidth + steps * hw.dcn_latency_s) * mult if per else 0.0
                 out.append(CollectiveCost(kind, ins.name, comp.name, mult, operand_bytes, n, layout.dcn_axes(),
                                           "dcn", per, seconds, key=f"{comp.name}/{ins.name}", resource="dcn"))
                 continue
-            kind = _collective_kind(ins.opcode)
+            kind = collective_kind(ins.opcode)
             if kind is None:
                 continue
             channel = ins.attr("channel_id")
@@ -404,7 +407,7 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
                         out[seen_channels[key]] = dataclasses.replace(
                             prev, executions=mult, seconds=prev.seconds / max(prev.executions, 1e-30) * mult)
                     continue
-            operand_bytes = sum(shape_bytes(_operand_shape(comp, o)) for o in ins.operands)
+            operand_bytes = sum(shape_bytes(operand_shape(comp, o)) for o in ins.operands)
             if operand_bytes == 0:
                 operand_bytes = shape_bytes(ins.shape)
             groups = replica_groups(ins, num_devices)
@@ -418,7 +421,8 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
             if link == "dcn":
                 bw, lat = hw.dcn_bandwidth, hw.dcn_latency_s
             else:
-                links = 1 if kind in ("collective-permute", "collective-broadcast") else 2 * min(phys, max(hw.physical_dims, 1))
+                one_way = kind in ("collective-permute", "collective-broadcast")
+                links = 1 if one_way else 2 * min(phys, max(hw.physical_dims, 1))
                 bw, lat = hw.ici_link_bandwidth * links, hw.ici_latency_s
             steps = _hops(kind, n, layout.ring_steps(groups) if link == "ici" else None)
             seconds = 0.0 if link == "none" or per == 0 else (per / bw + steps * lat) * mult

@@ -1,16 +1,25 @@
 """Per-instruction costs: FLOPs and HBM bytes of each instruction that runs on its own, and
-the Hardware figures they are priced with (see trainer/roofline/__init__.py)."""
+its time on one chip's Hardware (see trainer/roofline/__init__.py)."""
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
-from .collectives import DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, _collective_kind
-from .hlo import (Computation, HloModule, Instr, _operand_shape, _prod, _split_top, hbm_shape_bytes, shape_bytes,
-                  shape_dims)
+from .chip import Hardware
+from .hlo import (
+    Computation,
+    HloModule,
+    Instr,
+    collective_kind,
+    hbm_shape_bytes,
+    operand_shape,
+    prod,
+    shape_bytes,
+    shape_dims,
+    split_top_level,
+)
 
 _NO_TRAFFIC = {
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call", "conditional",
@@ -24,26 +33,6 @@ _ELEMENTWISE = {
     "round-nearest-afz", "round-nearest-even", "shift-left", "shift-right-arithmetic",
     "shift-right-logical", "atan2", "popcnt", "count-leading-zeros", "convert",
 }
-
-
-@dataclass
-class Hardware:
-    """Figures of one device, all in bytes/s, FLOP/s and seconds."""
-
-    name: str
-    peak_flops: float
-    hbm_bandwidth: float
-    ici_link_bandwidth: float  # one direction of one link
-    dcn_bandwidth: float  # per chip
-    physical_dims: int = 1  # torus dimensions (2 for v5e/v6e, 3 for v4/v5p)
-    ici_latency_s: float = ICI_STEP_LATENCY_S  # per collective hop (ring step) over ICI
-    dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
-    matmul_efficiency: float = 1.0  # share of peak_flops a large bf16 matmul sustains (measured, sourced)
-
-    @property
-    def sustained_flops(self) -> float:
-        """FLOP/s the per-op roofline prices FLOPs at: peak x matmul efficiency."""
-        return self.peak_flops * self.matmul_efficiency
 
 
 # ----------------------------------------------------------------------------- FLOPs and bytes
@@ -71,7 +60,7 @@ def conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str) -> float:
     labels = ins.attr("dim_labels")
     lhs, rhs, out = shape_dims(lhs_shape), shape_dims(rhs_shape), shape_dims(ins.shape)
     if not labels or "->" not in labels:
-        return 2.0 * _prod(out)
+        return 2.0 * prod(out)
     lhs_l, rest = labels.split("_", 1)
     rhs_l, out_l = rest.split("->")
     spatial = sorted(c for c in lhs_l if c.isdigit())
@@ -93,7 +82,7 @@ def conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str) -> float:
         idx = undilated // bd if bd > 1 else undilated
         valid &= (idx >= 0) & (idx < i_lim)
         counts.append(int(valid.sum()))
-    return 2.0 * (in_feat // fgc) * out_feat * (batch // bgc) * _prod(counts)
+    return 2.0 * (in_feat // fgc) * out_feat * (batch // bgc) * prod(counts)
 
 
 # Pallas splash-attention kernels (TPU custom calls, named by their kernel): XLA cannot see
@@ -109,15 +98,15 @@ def splash_flops(comp: Computation, ins: Instr) -> float:
     matmuls = next((k for name, k in SPLASH_MATMULS if name in ins.name), 0)
     if not matmuls:
         return 0.0
-    shapes = [shape_dims(_operand_shape(comp, o)) for o in ins.operands]
-    q = max((d for d in shapes if len(d) >= 3), key=_prod, default=None)
+    shapes = [shape_dims(operand_shape(comp, o)) for o in ins.operands]
+    q = max((d for d in shapes if len(d) >= 3), key=prod, default=None)
     if q is None:
         return 0.0
     s, d = q[-2], q[-1]
     from ..attention import splash_block  # the block size the kernel was built with
     n = s // splash_block(s) if s % 128 == 0 else 1
     causal = (n + 1) / (2 * n)
-    return matmuls * 2.0 * s * s * d * _prod(q[:-2]) * causal
+    return matmuls * 2.0 * s * s * d * prod(q[:-2]) * causal
 
 
 def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0) -> float:
@@ -126,21 +115,21 @@ def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 
     if op == "custom-call":
         return splash_flops(comp, ins)
     if op == "dot":
-        lhs = shape_dims(_operand_shape(comp, ins.operands[0])) if ins.operands else []
+        lhs = shape_dims(operand_shape(comp, ins.operands[0])) if ins.operands else []
         cdims = ins.attr("lhs_contracting_dims")
-        k = _prod(lhs[int(d)] for d in cdims.strip("{}").split(",") if d.strip()) if cdims and lhs else 1
-        return 2.0 * _prod(shape_dims(ins.shape)) * k
+        k = prod(lhs[int(d)] for d in cdims.strip("{}").split(",") if d.strip()) if cdims and lhs else 1
+        return 2.0 * prod(shape_dims(ins.shape)) * k
     if op == "convolution" and len(ins.operands) >= 2:
-        return conv_flops(ins, _operand_shape(comp, ins.operands[0]), _operand_shape(comp, ins.operands[1]))
+        return conv_flops(ins, operand_shape(comp, ins.operands[0]), operand_shape(comp, ins.operands[1]))
     if op in ("fusion",) and _depth < 8:
         called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
         if called is None:
             return 0.0
         return sum(instr_flops(module, called, i, _depth + 1) for i in called.instrs)
     if op in _ELEMENTWISE:
-        return float(sum(_prod(shape_dims(s)) for s in [ins.shape]) if not ins.shape.startswith("(") else 0)
+        return float(sum(prod(shape_dims(s)) for s in [ins.shape]) if not ins.shape.startswith("(") else 0)
     if op in ("reduce", "reduce-window") and ins.operands:
-        return float(_prod(shape_dims(_operand_shape(comp, ins.operands[0]))))
+        return float(prod(shape_dims(operand_shape(comp, ins.operands[0]))))
     return 0.0
 
 
@@ -151,18 +140,18 @@ def _param_index(ins: Instr) -> int | None:
 
 def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
     """HBM bytes one instruction reads and writes (see the module docstring)."""
-    operand_bytes = [hbm_shape_bytes(_operand_shape(comp, o)) for o in ins.operands]
+    operand_bytes = [hbm_shape_bytes(operand_shape(comp, o)) for o in ins.operands]
     out_bytes = hbm_shape_bytes(ins.shape)
     if ins.opcode == "dynamic-slice":
         return 2 * out_bytes + sum(operand_bytes[1:])
     if ins.opcode == "dynamic-update-slice" and len(operand_bytes) >= 2:
         return 2 * operand_bytes[1] + sum(operand_bytes[2:])
     if ins.opcode == "copy-start" and ins.shape.startswith("("):  # (destination, source, context)
-        return sum(operand_bytes) + hbm_shape_bytes(_split_top(ins.shape[1:-1])[0])
+        return sum(operand_bytes) + hbm_shape_bytes(split_top_level(ins.shape[1:-1])[0])
     if ins.opcode.endswith("slice-start") and ins.shape.startswith("(("):
         # TPU async slice DMA: ((source), slice, context). It reads the slice of the source,
         # not the source (which the tuple only aliases), and writes the slice where it lives.
-        parts = _split_top(ins.shape[1:-1])
+        parts = split_top_level(ins.shape[1:-1])
         if len(parts) >= 2:
             read = shape_bytes(parts[1]) if operand_bytes and operand_bytes[0] > 0 else 0.0
             return read + hbm_shape_bytes(parts[1])
@@ -182,7 +171,7 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
         uses = _through_bitcasts(called, pname, users)
         sliced = _sliced_read(module, called, pname, users)
         if uses and all(u.opcode == "dynamic-update-slice" and pos == 0 for u, pos in uses):
-            upd = min(full, sum(shape_bytes(_operand_shape(called, u.operands[1])) for u, _ in uses))
+            upd = min(full, sum(shape_bytes(operand_shape(called, u.operands[1])) for u, _ in uses))
             total += upd  # read-modify-write of the slice only
             in_place_outputs += full - upd
         elif sliced is not None:
@@ -238,14 +227,14 @@ def _through_bitcasts(comp: Computation, name: str, users, depth: int = 0):
 def _fusion_is_collective(module: HloModule, ins: Instr) -> bool:
     """TPU async-collective fusions: their traffic is the collective's, priced as such."""
     called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
-    return called is not None and any(_collective_kind(i.opcode) for i in called.instrs)
+    return called is not None and any(collective_kind(i.opcode) for i in called.instrs)
 
 
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
     """(FLOPs, HBM bytes, seconds = max(FLOPs / sustained FLOP/s, bytes / HBM bandwidth)) of one instruction
     that runs on its own, once; None for what has no work of its own (bookkeeping, control
     flow, collectives and their -done halves, TPU async-collective wrappers)."""
-    if ins.opcode in _NO_TRAFFIC or _collective_kind(ins.opcode) or ins.opcode.endswith("-done"):
+    if ins.opcode in _NO_TRAFFIC or collective_kind(ins.opcode) or ins.opcode.endswith("-done"):
         return None
     f = instr_flops(module, comp, ins)
     if f == 0 and ins.opcode == "fusion" and _fusion_is_collective(module, ins):

@@ -28,7 +28,7 @@ def shape_bytes(shape: str) -> float:
     for dtype, dims in _ARRAY_RE.findall(shape):
         if dtype not in DTYPE_BYTES:
             continue
-        total += DTYPE_BYTES[dtype] * _prod(_dims(dims))
+        total += DTYPE_BYTES[dtype] * prod(parse_dims(dims))
     return total
 
 
@@ -46,21 +46,23 @@ def hbm_shape_bytes(shape: str) -> float:
         m = _MEMORY_SPACE_RE.search(layout or "")
         if m and int(m.group(1)) != 0:
             continue
-        total += DTYPE_BYTES[dtype] * _prod(_dims(dims))
+        total += DTYPE_BYTES[dtype] * prod(parse_dims(dims))
     return total
 
 
 def shape_dims(shape: str) -> list[int]:
     """Dimensions of the first array in a shape string."""
     m = _ARRAY_RE.search(shape)
-    return _dims(m.group(2)) if m else []
+    return parse_dims(m.group(2)) if m else []
 
 
-def _dims(text: str) -> list[int]:
+def parse_dims(text: str) -> list[int]:
+    """The integers of a dimension list ("8,<=16" -> [8, 16]: a bounded dimension counts its bound)."""
     return [int(d.replace("<=", "")) for d in text.split(",") if d.strip()]
 
 
-def _prod(xs: Iterable[int]) -> int:
+def prod(xs: Iterable[int]) -> int:
+    """Product of integers, as an int (1 for none)."""
     return int(math.prod(xs))
 
 
@@ -81,7 +83,7 @@ class Instr:
         i = m.end()
         s = self.attrs
         if i < len(s) and s[i] == "{":
-            return _balanced(s, i, "{", "}")
+            return balanced(s, i, "{", "}")
         j = i
         while j < len(s) and s[j] not in ", ":
             j += 1
@@ -111,7 +113,8 @@ class HloModule:
     is_scheduled: bool = False  # instruction order is the schedule (`is_scheduled=true`)
 
 
-def _balanced(s: str, i: int, open_: str, close: str) -> str:
+def balanced(s: str, i: int, open_: str, close: str) -> str:
+    """The bracketed span of s that opens at s[i], up to its matching `close` (the rest of s if none)."""
     depth = 0
     for j in range(i, len(s)):
         if s[j] == open_:
@@ -123,8 +126,11 @@ def _balanced(s: str, i: int, open_: str, close: str) -> str:
     return s[i:]
 
 
-def _split_top(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+def split_top_level(s: str) -> list[str]:
+    """s split at the commas outside any bracket, each part stripped, empty parts dropped."""
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch in "([{":
             depth += 1
@@ -146,7 +152,7 @@ def _parse_instr(line: str) -> Instr | None:
         return None
     root, name, rest = bool(m.group(1)), m.group(2), m.group(3)
     if rest.startswith("("):
-        shape = _balanced(rest, 0, "(", ")")
+        shape = balanced(rest, 0, "(", ")")
     else:
         shape = rest.split(" ", 1)[0]
     rest = rest[len(shape):].lstrip()
@@ -154,10 +160,10 @@ def _parse_instr(line: str) -> Instr | None:
     if k < 0:
         return None
     opcode = rest[:k].strip()
-    args = _balanced(rest, k, "(", ")")
+    args = balanced(rest, k, "(", ")")
     attrs = rest[k + len(args):].lstrip(", ")
     operands = []
-    for a in _split_top(args[1:-1]):
+    for a in split_top_level(args[1:-1]):
         tok = a.split()[-1] if a.split() else a
         operands.append(tok.lstrip("%"))
     return Instr(name, shape, opcode, operands, attrs, root)
@@ -199,14 +205,27 @@ def parse_module(text: str) -> HloModule:
     return HloModule(comps, entry, partitions, scheduled)
 
 
-def _operand_shape(comp: Computation, name: str) -> str:
+def operand_shape(comp: Computation, name: str) -> str:
+    """Shape string of instruction `name` of comp ("" when comp has no such instruction)."""
     ins = comp.by_name.get(name)
     return ins.shape if ins is not None else ""
 
 
+# ----------------------------------------------------------------------------- collectives
+
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
+               "collective-broadcast", "ragged-all-to-all")
+
+
+def collective_kind(opcode: str) -> str | None:
+    """The collective an opcode performs (its -start half too), or None."""
+    base = opcode[:-6] if opcode.endswith("-start") else opcode
+    return base if base in COLLECTIVES else None
+
+
 # ----------------------------------------------------------------------------- call graph
 
-def _called(ins: Instr) -> list[tuple[str, str]]:
+def callees(ins: Instr) -> list[tuple[str, str]]:
     """(kind, computation) pairs: kind is 'body', 'cond', 'fused' or 'control'."""
     out = []
     if ins.opcode == "while":
@@ -387,7 +406,7 @@ def call_graph(module: HloModule) -> CallGraph:
     unknown, trips = [], {}
     for comp in module.computations.values():
         for ins in comp.instrs:
-            called = _called(ins)
+            called = callees(ins)
             if not called:
                 continue
             if ins.opcode == "while":

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import Hardware, op_seconds
+from .cost import op_seconds
 from .hlo import call_graph, parse_module
 from .schedule import exposed_by_schedule
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .collectives import CollectiveCost, _collective_kind, _megascale, chain_homes, transfer_key
-from .cost import Hardware, op_seconds
-from .hlo import CallGraph, Computation, HloModule, Instr, call_graph
+from .chip import Hardware
+from .collectives import CollectiveCost, chain_homes, megascale_transfer, transfer_key
+from .cost import op_seconds
+from .hlo import CallGraph, Computation, HloModule, Instr, call_graph, collective_kind
 
 
 @dataclass
@@ -29,7 +30,7 @@ def _carried_keys(module: HloModule, ins: Instr) -> list[str]:
     called = _wrapped(module, ins)
     if called is None:
         return []
-    return [transfer_key(called.name, i) for i in called.instrs if _collective_kind(i.opcode)]
+    return [transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)]
 
 
 def _start_of(comp: Computation, name: str) -> Instr | None:
@@ -63,31 +64,32 @@ def events(module: HloModule, comp: Computation,
     carried: dict[str, list[str]] = defaultdict(list)  # key -> instruction names, schedule order
     for ins in comp.instrs:
         op = ins.opcode
-        if _megascale(ins) is not None:
+        if megascale_transfer(ins) is not None:
             out[ins.name] = ("open", [f"{comp.name}/{ins.name}"])
         elif op == "send-done":
             start = comp.by_name.get(ins.operands[0]) if ins.operands else None
-            if start is not None and _megascale(start) is not None:
+            if start is not None and megascale_transfer(start) is not None:
                 out[ins.name] = ("close", [f"{comp.name}/{start.name}"])
         elif op == "async-start":
             called = _wrapped(module, ins)
-            keys = [transfer_key(called.name, i) for i in called.instrs if _collective_kind(i.opcode)] if called else []
+            keys = [transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)] if called else []
             if keys:
                 out[ins.name] = ("open", keys)
-        elif op == "async-done" or (op.endswith("-done") and _collective_kind(op[:-5] + "-start")):
+        elif op == "async-done" or (op.endswith("-done") and collective_kind(op[:-5] + "-start")):
             start = _start_of(comp, ins.operands[0]) if ins.operands else None
             if start is None:
                 continue
             if start.opcode == "async-start":
                 called = _wrapped(module, start)
-                keys = [transfer_key(called.name, i) for i in called.instrs if _collective_kind(i.opcode)] if called else []
+                keys = ([transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)]
+                        if called else [])
             else:
                 keys = [transfer_key(comp.name, start)]
             if keys:
                 out[ins.name] = ("close", keys)
-        elif op.endswith("-start") and _collective_kind(op):
+        elif op.endswith("-start") and collective_kind(op):
             out[ins.name] = ("open", [transfer_key(comp.name, ins)])
-        elif _collective_kind(op):
+        elif collective_kind(op):
             out[ins.name] = ("sync", [transfer_key(comp.name, ins)])
         elif op == "fusion":
             for key in _carried_keys(module, ins):
@@ -174,7 +176,7 @@ class ScheduleReplay:
             return sum(self.replay(b).duration_s for b in branches) / len(branches) if branches else 0.0
         if ins.opcode == "async-start":
             called = _wrapped(m, ins)
-            if called is not None and not any(_collective_kind(i.opcode) for i in called.instrs):
+            if called is not None and not any(collective_kind(i.opcode) for i in called.instrs):
                 return self.replay(called.name).duration_s  # wrapped compute: counted where it starts
         return 0.0
 
@@ -187,7 +189,8 @@ class ScheduleReplay:
             return self.memo[name]
         evs = events(self.module, comp, self.homes)
         links = _Links()
-        now, stalls = 0.0, defaultdict(float)
+        now = 0.0
+        stalls: dict[str, float] = defaultdict(float)
         in_flight: dict[str, float] = {}  # key -> when it ends
 
         def wait(key: str) -> None:
@@ -230,7 +233,7 @@ def exposed_by_schedule(module: HloModule, graph: CallGraph, hw: Hardware, costs
     replay = ScheduleReplay(module, graph, hw, costs, homes)
     exposed: dict[str, float] = defaultdict(float)
     wrapped = {c.name for comp in module.computations.values() for i in comp.instrs if i.opcode == "async-start"
-               for c in [_wrapped(module, i)] if c is not None and any(_collective_kind(x.opcode) for x in c.instrs)}
+               for c in [_wrapped(module, i)] if c is not None and any(collective_kind(x.opcode) for x in c.instrs)}
     for name in module.computations:
         mult = graph.multiplier.get(name, 0.0)
         if mult == 0 or name in graph.fused or name in wrapped:  # an async-wrapped collective: its pair prices it

@@ -1,0 +1,28 @@
+"""The figures of one chip that the roofline prices FLOPs, HBM bytes and transfers with
+(Hardware), and the default latency per collective hop (see trainer/roofline/__init__.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ICI_STEP_LATENCY_S = 1e-6  # per ring step over ICI
+DCN_STEP_LATENCY_S = 20e-6  # per ring step over the data-center network
+
+
+@dataclass
+class Hardware:
+    """Figures of one device, all in bytes/s, FLOP/s and seconds."""
+
+    name: str
+    peak_flops: float
+    hbm_bandwidth: float
+    ici_link_bandwidth: float  # one direction of one link
+    dcn_bandwidth: float  # per chip
+    physical_dims: int = 1  # torus dimensions (2 for v5e/v6e, 3 for v4/v5p)
+    ici_latency_s: float = ICI_STEP_LATENCY_S  # per collective hop (ring step) over ICI
+    dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
+    matmul_efficiency: float = 1.0  # share of peak_flops a large bf16 matmul sustains (measured, sourced)
+
+    @property
+    def sustained_flops(self) -> float:
+        """FLOP/s the per-op roofline prices FLOPs at: peak x matmul efficiency."""
+        return self.peak_flops * self.matmul_efficiency
