@@ -50,7 +50,7 @@ def _wait_training(proc, run_dir, timeout=300.0) -> int:
         except Exception:
             trials = []
         if trials and trials[0].state == TrialState.RUNNING and tb.exists() and any(tb.rglob("*tfevents*")):
-            workers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "worker_proc" in " ".join(c.cmdline())]
+            workers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "workers.entry" in " ".join(c.cmdline())]
             assert len(workers) == 1
             time.sleep(2.0)  # a few training steps
             return workers[0].pid
