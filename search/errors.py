@@ -10,3 +10,8 @@ class UserError(Exception):
     MembershipError (gang/, cli/), ConfigFileError, ImportFailed (study/). cli.main alone maps
     them, store.StorageUrlError, and the trainer's ConfigError and DataError, to exit status 2
     (a diverged `train` to 3)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, as SLURM, Kubernetes and preemptible VMs send it before a kill: handled as Ctrl-C
+    (running trials are marked interrupted and queued again), then exit status 143."""

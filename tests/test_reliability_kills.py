@@ -79,6 +79,23 @@ def test_ctrl_c_during_training_requeues_the_trial(tmp_path):
 
 
 @pytest.mark.slow
+def test_sigterm_during_training_requeues_the_trial_and_exits_143(tmp_path):
+    """SLURM, Kubernetes and preemptible VMs send SIGTERM before they kill: it is Ctrl-C's path."""
+    run = tmp_path / "run"
+    proc = _start_run(run)
+    _wait_training(proc, run)
+    proc.send_signal(signal.SIGTERM)
+    out = _communicate(proc, 120)
+    assert proc.returncode == 143, out[-3000:]
+    assert "terminated (SIGTERM)" in out and "Traceback" not in out
+    first = load(run).get_trials(deepcopy=False)[0]
+    assert first.state == TrialState.FAIL and first.user_attrs.get("superseded") is True
+    assert first.user_attrs.get("failure_kind") == "interrupted", first.user_attrs
+    assert "SIGTERM" in first.user_attrs.get("failure_message", "")
+    assert [t.user_attrs.get("requeued_from") for t in load(run).get_trials(deepcopy=False)].count(0) == 1
+
+
+@pytest.mark.slow
 def test_sigkill_from_someone_else_is_a_crash_not_an_oom(tmp_path):
     run = tmp_path / "run"
     proc = _start_run(run, "--trials", "1")

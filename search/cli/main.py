@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
-from ..errors import UserError
+from ..errors import Terminated, UserError
 
 # subcommand name -> module of this package defining add_parser(sub) and main(args)
 COMMANDS = {
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from ...store.urls import StorageUrlError
     from ...trainer.errors import ConfigError, DataError, NonFiniteLoss  # imports nothing heavy
 
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
     except (UserError, StorageUrlError, ConfigError, DataError) as e:
@@ -41,7 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteLoss as e:
         print(f"paxsearch: training diverged: {e}", file=sys.stderr)
         return 3
+    except Terminated:
+        print("paxsearch: terminated (SIGTERM); running trials were queued again", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("paxsearch: interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
 

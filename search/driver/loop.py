@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
 from ...trainer import flagsets
-from ..errors import UserError
+from ..errors import Terminated, UserError
 from ..planning import screen as plan_screen
 from ..study import configio
 from ..study import storage as storage_lib
@@ -222,13 +222,14 @@ class Driver:
             while any(th.is_alive() for th in threads):
                 for th in threads:
                     th.join(timeout=0.5)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (errors.Terminated)
             self._interrupted.set()
             self._stop.set()
             for g in gangs:
                 g.kill("interrupt")
+            why = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
             for number in list(self._inflight):
-                abandon(ctx, number, "driver interrupted (Ctrl-C); queued again", Kind.INTERRUPTED)
+                abandon(ctx, number, f"driver {why}; queued again", Kind.INTERRUPTED)
             raise
         finally:
             for g in gangs:
