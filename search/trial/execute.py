@@ -18,11 +18,10 @@ import jax
 from ...store.outcome import Counters, Kind, Measured, TrialOutcome, finite_or_none
 from ...trainer import distributed, flagsets, topology
 from ...trainer import flops as flops_lib
-from ...trainer import mesh as mesh_lib
-from ...trainer import remat as remat_lib
 from ...trainer.config import DistributedConfig, TrainConfig
 from ...trainer.errors import ConfigError, NonFiniteLoss
 from ...trainer.plan import build_program
+from ...trainer.predict import hardware_for, predict
 from ...trainer.train import train
 from ..planning import targets
 from ..study import configio
@@ -120,9 +119,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
     try:
         cfg = trial_config(job)
         _inject(job.get("fault"))
-        mesh_lib.check_config(cfg, jax.device_count(), jax.process_count())  # static checks (no compilation)
-        remat_lib.check_policy(cfg.remat, jax.devices()[0].platform)
-        phase = Phase.PLAN  # compile ahead of time, and hold the plan against the memory budget
+        phase = Phase.PLAN  # static checks (trainer.validate, in build_program), then compile ahead of time
         tp = time.perf_counter()
         try:
             program = build_program(cfg, count_flops=job.get("count_flops", True), keep_hlo=True)
@@ -221,11 +218,8 @@ def plan_dict(plan) -> dict:
 def predicted_figures(program) -> dict:
     """The roofline's predicted step time and MFU of a trial that will also be measured, so
     that reports can set predicted against measured (search/planning/targets.py, trainer/roofline/)."""
-    devices = jax.devices()
-    platform = devices[0].platform
-    target = targets.Target(f"{platform}:{len(devices)}", platform, len(devices))
     try:
-        figures = targets.predictions(program, target, devices)
+        figures = predict(program, hardware_for(jax.devices())).to_dict()
     except Exception as e:  # no figures for this device (e.g. an unknown peak): the trial goes on
         return {"roofline": {"predicted": True, "error": describe(e)}}
     keys = ("predicted_step_time", "predicted_mfu", "predicted_tokens_per_sec", "roofline")
