@@ -240,28 +240,13 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
         raise oom from None
     plan = program.plan
     hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
-    mem = plan.memory
     d = {
         "target": target.name,  # the concrete target ("tpu:v5e-256,slices=2" under slices=auto)
         "num_slices": int(target.num_slices),
         "plan_only": target.plan_only,
-        "peak_bytes": int(plan.peak_bytes),
-        "argument_bytes": int(mem.argument_bytes),
-        "output_bytes": int(mem.output_bytes),
-        "temp_bytes": int(mem.temp_bytes),
-        "alias_bytes": int(mem.alias_bytes),
-        "generated_code_bytes": int(mem.generated_code_bytes),
+        **plan.figures(),
         "hbm_bytes": int(hbm) if hbm else None,
         "fits": bool(hbm is None or plan.peak_bytes <= hbm),
-        "model_flops_per_step": float(plan.model_flops_per_step),
-        "param_count": int(plan.param_count),
-        "compile_seconds": float(plan.compile_seconds),
-        "global_batch": int(plan.global_batch),
-        "tokens_per_step": int(plan.tokens_per_step),
-        "num_devices": int(plan.num_devices),
-        "device_kind": plan.device_kind,
-        "platform": plan.platform,
-        "mesh_shape": dict(plan.mesh_shape),
         **_mesh_shapes(cfg, target),
         **predict(program, hardware_for(devices, target.chip)).to_dict(),
     }

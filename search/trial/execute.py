@@ -131,7 +131,8 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
             budget, budget_source = job["memory_budget"], "setting"
         else:
             budget, budget_source = default_memory_budget()
-        plan_figures = {**plan_dict(plan), **predicted_figures(program)}
+        plan_figures = {**plan.figures(), "predicted_step_time": None, "predicted_mfu": None,
+                        **predicted_figures(program)}
         outcome = outcome.replace(plan=plan_figures,
                                   memory_budget={"bytes": int(budget), "source": budget_source},
                                   peak_flops=_peak(plan, cfg))
@@ -203,16 +204,6 @@ def _peak(plan, cfg: TrainConfig) -> dict:
     except ValueError as e:
         return {"value": None, "source": str(e)}
     return {"value": float(value), "source": source}
-
-
-def plan_dict(plan) -> dict:
-    mem = plan.memory
-    return {"peak_bytes": int(plan.peak_bytes), "argument_bytes": int(mem.argument_bytes),
-            "output_bytes": int(mem.output_bytes), "temp_bytes": int(mem.temp_bytes),
-            "xla_flops_per_step": float(plan.xla_flops_per_step),
-            "model_flops_per_step": float(plan.model_flops_per_step), "param_count": int(plan.param_count),
-            "compile_seconds": float(plan.compile_seconds), "global_batch": int(plan.global_batch),
-            "mesh_shape": dict(plan.mesh_shape), "predicted_step_time": None, "predicted_mfu": None}
 
 
 def predicted_figures(program) -> dict:
