@@ -85,6 +85,7 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
     from paxsearch.trainer import flops as flops_lib
     from paxsearch.trainer import roofline as R
     from paxsearch.trainer.plan import optimized_hlo
+    from paxsearch.trainer.predict import hardware_for
     from paxsearch.trainer.results import MemoryEstimate
 
     captured: dict = {}
@@ -131,7 +132,7 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
             with open(out_path.replace(".json", ".hlo.txt"), "w") as f:
                 f.write(text)
             mesh = captured["mesh"]
-            hw = T.hardware_for(target, list(mesh.devices.flat))
+            hw = hardware_for(list(mesh.devices.flat), target.chip)
             roof = R.analyze(text, hw, mesh=mesh)
             model_flops = flops_lib.model_flops_per_step(model_of(row, layers), row.global_batch)
             res.update(roofline=roof.to_dict(), model_flops_per_step=model_flops,

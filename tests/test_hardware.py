@@ -8,6 +8,7 @@ import pytest
 
 from paxsearch.search.planning import targets as T
 from paxsearch.trainer import flops, hardware, topology
+from paxsearch.trainer.predict import hardware_for
 
 # what each kind of source says about the number: a document, or how it was obtained
 SOURCE_KINDS = ("https://", "measured:", "estimate:", "assumption:", "model:", "one TensorCore", "2 TensorCores",
@@ -101,7 +102,7 @@ def _expected(entry) -> dict:
 @pytest.mark.parametrize("name", ["v4", "v5e", "v5p", "v6e"])
 def test_planner_hardware_of_a_tpu_target_comes_from_the_table(name):
     target = T.parse_target(f"tpu:{name}-{8 * topology.CHIPS[name].cores_per_chip}")
-    hw = T.hardware_for(target, [])
+    hw = hardware_for([], target.chip)
     for field, value in _expected(hardware.TABLE[name]).items():
         assert getattr(hw, field) == value, field
 
@@ -110,7 +111,7 @@ def test_planner_hardware_of_a_tpu_target_comes_from_the_table(name):
                                         ("NVIDIA A100-SXM4-80GB", "a100")])
 def test_planner_hardware_of_a_gpu_comes_from_the_table(kind, name):
     gpu = types.SimpleNamespace(device_kind=kind, platform="gpu", process_index=0)  # what hardware_for reads
-    hw = T.hardware_for(T.parse_target("gpu:8"), [gpu] * 8)
+    hw = hardware_for([gpu] * 8)
     for field, value in _expected(hardware.TABLE[name]).items():
         assert getattr(hw, field) == value, field
     assert hw.ici_link_bandwidth == hardware.TABLE[name].ici_bandwidth.value / 4  # one ring, one direction
@@ -118,7 +119,7 @@ def test_planner_hardware_of_a_gpu_comes_from_the_table(kind, name):
 
 def test_latencies_are_passed_to_the_planner_hardware():
     entry = hardware.TABLE["v5p"]
-    hw = T.hardware_for(T.parse_target("tpu:v5p-16"), [])
+    hw = hardware_for([], T.parse_target("tpu:v5p-16").chip)
     assert hw.peak_flops == 459e12 and hw.physical_dims == 3
     assert (hw.ici_latency_s, hw.dcn_latency_s) == (entry.ici_latency_s.value, entry.dcn_latency_s.value) \
         == (1e-6, 20e-6)
@@ -136,4 +137,4 @@ def test_matmul_efficiency_is_a_measured_share_of_peak_with_its_measurement():
         assert entry.matmul_efficiency.value == round(tflops * 1e12 / entry.peak_bf16_flops.value, 3)
         assert str(tflops) in entry.matmul_efficiency.source and "ml-engineering" in entry.matmul_efficiency.source
     cpu = types.SimpleNamespace(device_kind="cpu", platform="cpu", process_index=0)
-    assert T.hardware_for(T.parse_target("cpu:1"), [cpu]).matmul_efficiency == 1.0  # a measured peak already
+    assert hardware_for([cpu]).matmul_efficiency == 1.0  # a measured peak already

@@ -18,6 +18,7 @@ from paxsearch.search.planning import targets as T
 from paxsearch.trainer import plan as plan_lib
 from paxsearch.trainer import presets
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
+from paxsearch.trainer.predict import hardware_for, predict
 
 from .search_util import needs_libtpu
 
@@ -88,7 +89,7 @@ def test_without_any_hlo_the_plan_stands_and_the_roofline_says_why():
     program = plan_lib.build_program(cfg, devices, count_flops=False, keep_hlo=False)
     reason = "no optimized HLO: as_text: JaxRuntimeError: INTERNAL: ...; hlo_modules: ...; xla_dump: ..."
     program.plan = dataclasses.replace(program.plan, hlo_error=reason)
-    out = T.predictions(program, T.parse_target("cpu:8"), devices)
+    out = predict(program, hardware_for(devices)).to_dict()
     assert out["roofline"] == {"predicted": True, "error": f"roofline failed: {reason}"}
     assert out["predicted_step_time"] is None and out["predicted_mfu"] is None and out["hlo_source"] is None
     assert out["flops_source"] == "XLA cost_analysis (loop body once)" and out["xla_flops_per_step"] > 0

@@ -23,8 +23,7 @@ from jax.sharding import PartitionSpec as P
 from . import attention as attention_lib
 from . import flops as flops_lib
 from . import mesh as mesh_lib
-from . import remat as remat_lib
-from . import sharding
+from . import sharding, validate
 from . import step as step_lib
 from .config import TrainConfig
 from .results import MemoryEstimate, PlanResult
@@ -140,8 +139,7 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     devices = list(devices if devices is not None else jax.devices())
     process_count = len({getattr(d, "process_index", 0) for d in devices})
     platform = devices[0].platform
-    mesh_lib.check_config(cfg, len(devices), process_count)
-    remat_lib.check_policy(cfg.remat, platform)
+    validate.check(cfg, len(devices), platform, process_count)
     global_batch = mesh_lib.global_batch_size(cfg, len(devices))
     attention_lib.implementation(cfg.model, platform)  # a ConfigError before compiling
     mesh = mesh_lib.build_mesh(cfg.mesh, devices)

@@ -13,16 +13,14 @@ PREFLIGHT_MAX_POINTS = 5000
 
 
 def static_message(space: Space, point: dict, target: Target, processes: int) -> str | None:
-    """None when the point passes trainer.mesh.check_config on the target, else why not."""
-    from ...trainer import mesh as mesh_lib
-    from ...trainer import remat as remat_lib
+    """None when the point passes trainer.validate.check on the target, else why not."""
+    from ...trainer import validate
     from ...trainer.errors import ConfigError
 
     try:
         cfg = configio.build(space.config(point))
         target = target.for_config(cfg)  # slices=auto: the point's own slice count
-        mesh_lib.check_config(cfg, target.num_devices, processes)
-        remat_lib.check_policy(cfg.remat, target.platform)
+        validate.check(cfg, target.num_devices, target.platform, processes)
     except (ConfigError, SpaceError) as e:
         return str(e)
     return None

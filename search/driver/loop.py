@@ -340,8 +340,7 @@ class Driver:
                  trial_dir: str) -> tuple[TrialOutcome | None, str | None, str]:
         """Config and static checks in the driver: (the outcome when the trial ends here, config
         JSON, compiler flag set). With STUDY tokens=, the config's steps are the token budget's."""
-        from ...trainer import mesh as mesh_lib
-        from ...trainer import remat as remat_lib
+        from ...trainer import validate
         from ...trainer.errors import ConfigError
 
         ctx = self.ctx
@@ -367,9 +366,7 @@ class Driver:
             f.write(config_json)
         try:
             target = ctx.target.for_config(built)  # slices=auto: prod(mesh.dcn) slices for this trial
-            mesh_lib.check_config(built, target.num_devices, ctx.settings.processes)
-            remat_lib.check_policy(built.remat, target.platform)
-            flagsets.check(built.flags)
+            validate.check(built, target.num_devices, target.platform, ctx.settings.processes)
             if built.flags != "default":  # XLA aborts on a flag it does not know: one probe per set
                 flagsets.validate(built.flags, target.platform,
                                   tpu_slice=target.slice_name if target.plan_only else None)

@@ -29,12 +29,12 @@ import hashlib
 import json
 import os
 import re
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
 from ...trainer import topology as topo
 from ...trainer.errors import ConfigError
+from ...trainer.predict import hardware_for, predict
 from ..errors import UserError
 
 PLATFORMS = ("cpu", "tpu", "gpu")
@@ -192,50 +192,6 @@ def target_devices(target: Target) -> list:
     return list(devices)[:target.num_devices]
 
 
-# ----------------------------------------------------------------------------- hardware
-
-def hardware_for(target: Target, devices: Sequence):
-    """roofline.Hardware of one device of `target`: the figures of trainer/hardware.py's entry
-    for the target's chip or the devices' kind; simulated CPU devices get the host's measured
-    memory bandwidth (collectives are memory copies) and the measured matmul peak (matmul
-    efficiency 1: that peak is itself a sustained matmul rate)."""
-    from ...trainer import flops as flops_lib
-    from ...trainer import hardware
-    from ...trainer.roofline import Hardware
-
-    entry = hardware.TABLE.get(target.chip or "") or hardware.find_device_kind(devices[0].device_kind)
-    if entry is not None:
-        return Hardware(name=entry.name, peak_flops=entry.peak_bf16_flops.value,
-                        hbm_bandwidth=entry.hbm_bandwidth.value, ici_link_bandwidth=entry.ici_link_bandwidth,
-                        dcn_bandwidth=entry.dcn_bandwidth.value, physical_dims=int(entry.torus_dims.value),
-                        ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
-                        matmul_efficiency=entry.matmul_efficiency.value)
-    local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
-    peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)
-    bw = _host_memory_bandwidth() / max(local, 1)
-    return Hardware(name=devices[0].platform, peak_flops=peak, hbm_bandwidth=bw, ici_link_bandwidth=bw / 2,
-                    dcn_bandwidth=bw / 2, physical_dims=1)
-
-
-_HOST_BW: list[float] = []
-
-
-def _host_memory_bandwidth() -> float:
-    """Copy bandwidth of this host (read + write bytes per second), measured once."""
-    if not _HOST_BW:
-        import numpy as np
-
-        a = np.ones(1 << 24, dtype=np.float32)  # 64 MiB
-        b = np.empty_like(a)
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            np.copyto(b, a)
-            best = min(best, time.perf_counter() - t)
-        _HOST_BW.append(2 * a.nbytes / best)
-    return _HOST_BW[0]
-
-
 # ----------------------------------------------------------------------------- memory
 
 def memory_limit(hbm_bytes: int | None, budget_bytes: int | None) -> tuple[int | None, str]:
@@ -284,30 +240,15 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
         raise oom from None
     plan = program.plan
     hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
-    mem = plan.memory
     d = {
         "target": target.name,  # the concrete target ("tpu:v5e-256,slices=2" under slices=auto)
         "num_slices": int(target.num_slices),
         "plan_only": target.plan_only,
-        "peak_bytes": int(plan.peak_bytes),
-        "argument_bytes": int(mem.argument_bytes),
-        "output_bytes": int(mem.output_bytes),
-        "temp_bytes": int(mem.temp_bytes),
-        "alias_bytes": int(mem.alias_bytes),
-        "generated_code_bytes": int(mem.generated_code_bytes),
+        **plan.figures(),
         "hbm_bytes": int(hbm) if hbm else None,
         "fits": bool(hbm is None or plan.peak_bytes <= hbm),
-        "model_flops_per_step": float(plan.model_flops_per_step),
-        "param_count": int(plan.param_count),
-        "compile_seconds": float(plan.compile_seconds),
-        "global_batch": int(plan.global_batch),
-        "tokens_per_step": int(plan.tokens_per_step),
-        "num_devices": int(plan.num_devices),
-        "device_kind": plan.device_kind,
-        "platform": plan.platform,
-        "mesh_shape": dict(plan.mesh_shape),
         **_mesh_shapes(cfg, target),
-        **predictions(program, target, devices),
+        **predict(program, hardware_for(devices, target.chip)).to_dict(),
     }
     return program, d
 
@@ -318,40 +259,6 @@ def _mesh_shapes(cfg, target: Target) -> dict:
 
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
     return {"ici_mesh": list(ici), "dcn_mesh": list(dcn)}
-
-
-def predictions(program, target: Target, devices: Sequence) -> dict:
-    """The roofline's PREDICTED figures of a compiled program (built with keep_hlo=True):
-    predicted_step_time, predicted_mfu, predicted_tokens_per_sec, the "roofline" dict, and
-    the step's FLOPs and HBM bytes (from the optimized HLO with loop trip counts). An HLO
-    the parser cannot read leaves the predictions None with the reason under
-    roofline["error"], and the FLOPs XLA's cost_analysis; the plan itself stands."""
-    from ...trainer.roofline import analyze
-
-    plan = program.plan
-    hw = hardware_for(target, devices)
-    roof, error = None, None
-    if plan.hlo_text is None:  # the compile stands; only its optimized HLO could not be had
-        error = f"roofline failed: {plan.hlo_error or 'no optimized HLO'}"
-    else:
-        try:
-            roof = analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=len(devices))
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            error = f"roofline failed: {type(e).__name__}: {e}"
-    step = roof.step_time_s if roof else None
-    mfu = roof.predicted_mfu(plan.model_flops_per_step, len(devices), hw.peak_flops) if roof else None
-    return {
-        "xla_flops_per_step": float(roof.flops_per_step if roof else plan.xla_flops_per_step),
-        "xla_bytes_accessed_per_step": float(roof.hbm_bytes_per_step if roof else plan.xla_bytes_accessed_per_step),
-        "flops_source": "optimized HLO, loop trip counts applied" if roof else "XLA cost_analysis (loop body once)",
-        "peak_flops_per_device": float(hw.peak_flops),
-        "predicted": True,
-        "predicted_step_time": float(step) if step else None,
-        "predicted_mfu": float(mfu) if mfu is not None else None,
-        "predicted_tokens_per_sec": float(plan.tokens_per_step / step) if step else None,
-        "roofline": roof.to_dict() if roof else {"predicted": True, "error": error},
-        "hlo_source": plan.hlo_source,  # "as_text" | "hlo_modules" | "xla_dump" | None (trainer.plan.optimized_hlo)
-    }
 
 
 def plan_trial(cfg, target: Target) -> dict:
@@ -376,12 +283,11 @@ def _dtype_bytes(name: str) -> int:
 def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.PredictedOOM | None:
     """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
     one device (or `limit_bytes`, when smaller), without compiling; None when the point may
-    fit. Raises ConfigError for a point that fails the static checks."""
+    fit. Call it on a point that passed trainer.validate.check (the driver's static checks)."""
     from ...trainer import flops as flops_lib
     from ...trainer import mesh as mesh_lib
 
     target = target.for_config(cfg)
-    mesh_lib.check_config(cfg, target.num_devices)
     hbm, what = memory_limit(target.hbm_bytes_per_device, limit_bytes)
     if hbm is None:
         return None

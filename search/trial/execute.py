@@ -18,11 +18,10 @@ import jax
 from ...store.outcome import Counters, Kind, Measured, TrialOutcome, finite_or_none
 from ...trainer import distributed, flagsets, topology
 from ...trainer import flops as flops_lib
-from ...trainer import mesh as mesh_lib
-from ...trainer import remat as remat_lib
 from ...trainer.config import DistributedConfig, TrainConfig
 from ...trainer.errors import ConfigError, NonFiniteLoss
 from ...trainer.plan import build_program
+from ...trainer.predict import hardware_for, predict
 from ...trainer.train import train
 from ..planning import targets
 from ..study import configio
@@ -120,9 +119,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
     try:
         cfg = trial_config(job)
         _inject(job.get("fault"))
-        mesh_lib.check_config(cfg, jax.device_count(), jax.process_count())  # static checks (no compilation)
-        remat_lib.check_policy(cfg.remat, jax.devices()[0].platform)
-        phase = Phase.PLAN  # compile ahead of time, and hold the plan against the memory budget
+        phase = Phase.PLAN  # static checks (trainer.validate, in build_program), then compile ahead of time
         tp = time.perf_counter()
         try:
             program = build_program(cfg, count_flops=job.get("count_flops", True), keep_hlo=True)
@@ -134,7 +131,8 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
             budget, budget_source = job["memory_budget"], "setting"
         else:
             budget, budget_source = default_memory_budget()
-        plan_figures = {**plan_dict(plan), **predicted_figures(program)}
+        plan_figures = {**plan.figures(), "predicted_step_time": None, "predicted_mfu": None,
+                        **predicted_figures(program)}
         outcome = outcome.replace(plan=plan_figures,
                                   memory_budget={"bytes": int(budget), "source": budget_source},
                                   peak_flops=_peak(plan, cfg))
@@ -208,24 +206,11 @@ def _peak(plan, cfg: TrainConfig) -> dict:
     return {"value": float(value), "source": source}
 
 
-def plan_dict(plan) -> dict:
-    mem = plan.memory
-    return {"peak_bytes": int(plan.peak_bytes), "argument_bytes": int(mem.argument_bytes),
-            "output_bytes": int(mem.output_bytes), "temp_bytes": int(mem.temp_bytes),
-            "xla_flops_per_step": float(plan.xla_flops_per_step),
-            "model_flops_per_step": float(plan.model_flops_per_step), "param_count": int(plan.param_count),
-            "compile_seconds": float(plan.compile_seconds), "global_batch": int(plan.global_batch),
-            "mesh_shape": dict(plan.mesh_shape), "predicted_step_time": None, "predicted_mfu": None}
-
-
 def predicted_figures(program) -> dict:
     """The roofline's predicted step time and MFU of a trial that will also be measured, so
     that reports can set predicted against measured (search/planning/targets.py, trainer/roofline/)."""
-    devices = jax.devices()
-    platform = devices[0].platform
-    target = targets.Target(f"{platform}:{len(devices)}", platform, len(devices))
     try:
-        figures = targets.predictions(program, target, devices)
+        figures = predict(program, hardware_for(jax.devices())).to_dict()
     except Exception as e:  # no figures for this device (e.g. an unknown peak): the trial goes on
         return {"roofline": {"predicted": True, "error": describe(e)}}
     keys = ("predicted_step_time", "predicted_mfu", "predicted_tokens_per_sec", "roofline")

@@ -1,0 +1,19 @@
+"""The one static validation of a config: every check that needs no compilation, on a given
+number of devices of a platform. ConfigError (one line naming the problem and the fix).
+
+Called once per process that sees a config: by build_program in a worker (trainer/plan.py),
+and by the search driver before it hands the config to a worker."""
+from __future__ import annotations
+
+from . import flagsets
+from . import mesh as mesh_lib
+from . import remat as remat_lib
+from .config import TrainConfig
+
+
+def check(cfg: TrainConfig, num_devices: int, platform: str, process_count: int = 1) -> None:
+    """Mesh size and divisibility, model names and family, sharding rules, the remat policy on
+    `platform`, the compiler flag set's name."""
+    mesh_lib.check_config(cfg, num_devices, process_count)
+    remat_lib.check_policy(cfg.remat, platform)
+    flagsets.check(cfg.flags)
