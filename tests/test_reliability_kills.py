@@ -60,39 +60,26 @@ def _wait_training(proc, run_dir, timeout=300.0) -> int:
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_training_requeues_the_trial(tmp_path):
+@pytest.mark.parametrize("sig, code, why", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_ctrl_c_or_sigterm_during_training_requeues_the_trial(tmp_path, sig, code, why):
+    """Ctrl-C, and SIGTERM as SLURM, Kubernetes and preemptible VMs send it before they kill."""
     run = tmp_path / "run"
     proc = _start_run(run)
     _wait_training(proc, run)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out = _communicate(proc, 120)
-    assert proc.returncode == 130, out[-3000:]
+    assert proc.returncode == code, out[-3000:]
     trials = load(run).get_trials(deepcopy=False)
     first = trials[0]
     assert first.state == TrialState.FAIL
     assert first.user_attrs.get("failure_kind") == "interrupted", first.user_attrs
+    assert why in first.user_attrs.get("failure_message", "")
     assert first.user_attrs.get("superseded") is True  # not counted against the budget
     copies = [t for t in trials if t.user_attrs.get("requeued_from") == 0]
     assert len(copies) == 1 and copies[0].state == TrialState.WAITING
     assert all(t.user_attrs.get("failure_kind") != "runtime_oom" for t in trials)
     assert "Traceback" not in out
-
-
-@pytest.mark.slow
-def test_sigterm_during_training_requeues_the_trial_and_exits_143(tmp_path):
-    """SLURM, Kubernetes and preemptible VMs send SIGTERM before they kill: it is Ctrl-C's path."""
-    run = tmp_path / "run"
-    proc = _start_run(run)
-    _wait_training(proc, run)
-    proc.send_signal(signal.SIGTERM)
-    out = _communicate(proc, 120)
-    assert proc.returncode == 143, out[-3000:]
-    assert "terminated (SIGTERM)" in out and "Traceback" not in out
-    first = load(run).get_trials(deepcopy=False)[0]
-    assert first.state == TrialState.FAIL and first.user_attrs.get("superseded") is True
-    assert first.user_attrs.get("failure_kind") == "interrupted", first.user_attrs
-    assert "SIGTERM" in first.user_attrs.get("failure_message", "")
-    assert [t.user_attrs.get("requeued_from") for t in load(run).get_trials(deepcopy=False)].count(0) == 1
 
 
 @pytest.mark.slow
