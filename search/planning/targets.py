@@ -22,6 +22,8 @@ target's environment (target_env) set before JAX is imported, one compile per po
 (FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline/, so
 the two unrolled FLOP probes of plan(count_flops=True) are not needed).
 """
+# trainer.mesh and trainer.plan import JAX: they are imported inside the functions that need them,
+# so that the driver, which parses targets and keys plans, never starts JAX.
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +34,11 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from ...trainer import flops as flops_lib
+from ...trainer import hardware
 from ...trainer import topology as topo
 from ...trainer.errors import ConfigError
+from ...trainer.flagsets import with_device_count
 from ...trainer.predict import hardware_for, predict
 from ..errors import UserError
 
@@ -144,8 +149,6 @@ def target_env(target: Target) -> dict[str, str]:
     """Environment variables a process needs for `target`, to set before JAX is imported."""
     env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
     if target.platform == "cpu":
-        from ...trainer.flagsets import with_device_count
-
         env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=with_device_count(os.environ.get("XLA_FLAGS"), target.num_devices))
     elif target.platform == "tpu" and target.plan_only:
         # compile-only TPU devices need no TPU backend: stay on CPU, and answer libtpu's
@@ -213,8 +216,6 @@ def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
     if chip is not None:
         out["device"] = {"device_kind": chip.device_kinds[0], "platform": target.platform,
                          "num_devices": target.num_devices}
-        from ...trainer import hardware
-
         peak = hardware.spec(chip.name).peak_bf16_flops
         out["peak_flops"] = {"value": peak.value, "source": f"trainer/hardware.py: {peak.source}"}
     return out
@@ -284,7 +285,6 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
     one device (or `limit_bytes`, when smaller), without compiling; None when the point may
     fit. Call it on a point that passed trainer.validate.check (the driver's static checks)."""
-    from ...trainer import flops as flops_lib
     from ...trainer import mesh as mesh_lib
 
     target = target.for_config(cfg)
