@@ -41,6 +41,10 @@ def resolve_url(spec: str) -> str:
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """An Optuna RDB storage (plain optuna schema, so optuna-dashboard opens it)."""
     url = resolve_url(url)
+    try:
+        urls.parse_url(url)  # a URL that cannot be read: one line, before anything is touched
+    except urls.StorageUrlError as e:
+        raise StorageError(str(e)) from None
     path = sqlite_path(url)
     kwargs = {"connect_args": {"timeout": 120}} if path else {"pool_pre_ping": True}
     if path:
@@ -50,6 +54,8 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     except ImportError:
         raise StorageError(f"cannot open storage {mask_url(url)}: its database driver is not installed "
                            "(for PostgreSQL: pip install 'paxsearch[postgres]')") from None
+    except urls.StorageUrlError as e:
+        raise StorageError(str(e)) from None
     except Exception as e:
         raise StorageError(f"cannot open storage {mask_url(url)}: {scrub(_first_line(e), url)}") from None
 

@@ -1,0 +1,94 @@
+"""What a user with write access to shared storage cannot do: make paxsearch write or delete
+where the storage says (report folders, study names as folders, paths in stored configs),
+make it print a password, or make a refused command leave something half-written."""
+from __future__ import annotations
+
+import os
+import string
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import optuna
+import pytest
+
+from paxsearch.store import urls
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def paxsearch(*args, cwd, env=None, timeout=300) -> subprocess.CompletedProcess:
+    """`paxsearch ARGS` in a subprocess run in `cwd` (relative defaults such as runs/ land there)."""
+    return subprocess.run([sys.executable, "-m", "paxsearch.search.cli", *map(str, args)], cwd=cwd,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(proc, *words, jax_started: bool = False) -> str:
+    """Exit status 2 and one line `paxsearch: error: ...` (after JAX's own start-up log lines,
+    when the refusal needed the devices)."""
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    if jax_started:
+        lines = [line for line in lines if line.startswith("paxsearch") or "Traceback" in line]
+    assert len(lines) == 1 and lines[0].startswith("paxsearch: error: "), proc.stderr[-3000:]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def files_under(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+# ------------------------------------------------------------ 3. passwords are never printed
+
+SECRET = "SECRETTAIL"
+RAW = f"postgresql://u:ab@cd:{SECRET}@127.0.0.1:5432/test"  # the issue's URL: a raw password with @ and :
+AMBIGUOUS = f"postgresql://u:ab@cd/x?{SECRET}@127.0.0.1:5432/test"  # read two ways: refused
+
+
+def test_a_raw_password_with_at_and_colon_is_read_or_refused_never_echoed():
+    parsed = urls.parse_url(RAW)
+    assert (parsed.username, parsed.password, parsed.host, parsed.port) == ("u", f"ab@cd:{SECRET}", "127.0.0.1", 5432)
+    with pytest.raises(urls.StorageUrlError) as e:
+        urls.parse_url(AMBIGUOUS)
+    assert SECRET not in str(e.value) and "URL-encode" in str(e.value) and "PGPASSWORD" in str(e.value)
+    for url in (RAW, AMBIGUOUS):
+        assert SECRET not in str(urls.mask_url(url))
+        assert SECRET not in urls.scrub(f"failed: {url} ({SECRET}@127.0.0.1:5432)", url)
+
+
+def test_url_encoded_passwords_of_any_printable_character_work():
+    password = string.printable.strip()
+    url = f"postgresql://u:{quote(password, safe='')}@127.0.0.1:5432/test"
+    assert urls.parse_url(url).password == password
+    assert urls.parse_url(urls.driver_url(url)).password == password
+    assert password not in urls.mask_url(url) and "***" in urls.mask_url(url)
+
+
+@pytest.mark.parametrize("command", [["ls", "--storage"], ["best"], ["worker", "--no-progress", "--storage"]])
+@pytest.mark.parametrize("through_env", [False, True])
+def test_cli_never_prints_a_password_it_cannot_read(tmp_path, command, through_env):
+    env = {"PAXSEARCH_TEST_URL": AMBIGUOUS} if through_env else {}
+    storage = "env:PAXSEARCH_TEST_URL" if through_env else AMBIGUOUS
+    proc = paxsearch(*command, storage, cwd=tmp_path, env=env)
+    line = one_line_error(proc, "URL-encode")
+    assert SECRET not in proc.stdout + proc.stderr, line
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.postgres
+def test_cli_reads_a_raw_password_with_at_and_colon_never_printing_it(tmp_path):
+    """PostgreSQL trust auth accepts any password: the URL parses, connects, and its password
+    is shown masked only; a database that does not exist is one line, masked too."""
+    pytest.importorskip("psycopg2")
+    good = f"postgresql://postgres:ab@cd:{SECRET}@127.0.0.1:5432/test"
+    proc = paxsearch("ls", "--storage", good, cwd=tmp_path)
+    if proc.returncode != 0 and "Connection refused" in proc.stderr:
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    assert proc.returncode == 0 and SECRET not in proc.stdout + proc.stderr, proc.stderr
+    proc = paxsearch("worker", "--storage", good.replace("/test", "/no_such_db_paxsearch"), cwd=tmp_path,
+                     env={"PAXSEARCH_TEST_URL": good})
+    one_line_error(proc)
+    assert SECRET not in proc.stdout + proc.stderr
