@@ -15,6 +15,8 @@ import pytest
 
 from paxsearch.store import urls
 
+from .search_util import cli
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -92,3 +94,46 @@ def test_cli_reads_a_raw_password_with_at_and_colon_never_printing_it(tmp_path):
                      env={"PAXSEARCH_TEST_URL": good})
     one_line_error(proc)
     assert SECRET not in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------ 4. a refused command writes nothing
+
+def test_worker_on_a_missing_sqlite_file_creates_nothing(tmp_path):
+    proc = paxsearch("worker", "--storage", "sqlite:///missing/study.db", "--no-progress", cwd=tmp_path)
+    one_line_error(proc, "no such SQLite file")
+    assert not list(tmp_path.iterdir())
+    proc = paxsearch("ls", "--storage", "sqlite:///missing/study.db", cwd=tmp_path)
+    one_line_error(proc, "no such SQLite file")
+    assert not list(tmp_path.iterdir())
+
+
+TRAIN_CONFIG = '''
+import fiddle as fdl
+from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig
+
+
+def config():
+    return fdl.Config(
+        TrainConfig,
+        model=fdl.Config(ModelConfig, d_model=32, n_layers=1, n_heads=2, head_dim=16, d_ff=64, seq_len=32,
+                         scan_layers=False),
+        mesh=fdl.Config(MeshConfig, ici=(8, 1, 1)),
+        per_device_batch=1, steps=2,
+        eval=fdl.Config(EvalConfig, enabled=False),
+        log=fdl.Config(LogConfig, every_steps=1),
+    )
+'''
+
+
+def test_a_refused_train_resume_leaves_the_run_folder_as_it_was(tmp_path):
+    path = tmp_path / "tiny.py"
+    path.write_text(TRAIN_CONFIG)
+    run = tmp_path / "run"
+    cli("train", path, "--run-dir", run, "--steps", "2", "--checkpoint-every", "1", timeout=900)
+    before = files_under(run)
+    env_text = (run / "env.json").read_text()
+    proc = cli("train", path, "--run-dir", run, "--resume", "--steps", "3", "--cpu-devices", "4", check=False,
+               timeout=600)
+    one_line_error(proc, "8 devices", "4", jax_started=True)
+    assert (run / "env.json").read_text() == env_text
+    assert files_under(run) == before

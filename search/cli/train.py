@@ -142,18 +142,31 @@ def main(args) -> int:
     if args.resume:  # before anything is written: a refused resume leaves the run folder as it was
         check_resume(cfg, run_dir, ckpt_dir)
     check_shell_xla_flags()
+    from ...trainer import distributed
+    from ...trainer.train import build_program, check_vocab, train
+
+    # Every refusal before the first write: the mesh against this machine's devices (e.g. a
+    # --resume with another --cpu-devices), remat, memory, the data vocabulary. A refused run
+    # leaves the run folder as it was (config.json, env.json, checkpoints untouched).
+    distributed.maybe_initialize(cfg.distributed)
+    program = build_program(cfg)  # ConfigError: one line (cli.main)
+    check_vocab(cfg)
+    from ..trial.execute import environment
+
+    env = environment()
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        f.write(configio.dumps(configio.to_fiddle(cfg)))
-    from ..trial.execute import environment  # imports JAX: after the refusals above
-
-    with open(os.path.join(run_dir, "env.json"), "w") as f:  # versions, devices, compiler flags
-        json.dump(environment(), f, indent=2)
-    from ...trainer.train import train  # imported once the run is settled: refusals stay quick and quiet
-
-    result = train(cfg)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
+    _write_whole(os.path.join(run_dir, "config.json"), configio.dumps(configio.to_fiddle(cfg)))
+    _write_whole(os.path.join(run_dir, "env.json"), json.dumps(env, indent=2))  # versions, devices, compiler flags
+    result = train(cfg, program=program)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
     _summary(result, run_dir)
     return 0
+
+
+def _write_whole(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _summary(result, run_dir: str) -> None:

@@ -158,9 +158,9 @@ def study_attrs(space: Space, settings: StudySettings, target: Target) -> dict:
     }
 
 
-def _open(url: str):
+def _open(url: str, create: bool = True):
     try:
-        return storage_lib.open_storage(url)
+        return storage_lib.open_storage(url, create=create)
     except storage_lib.StorageError as e:
         raise SetupError(str(e)) from None
 
@@ -208,8 +208,9 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
 def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dict,
            seed: int | None = None, trust_stored_space: bool = False) -> StudyContext:
     """`paxsearch worker` / `resume`: continue a stored study with its own space and settings.
-    The study's stored space source (code) runs only when `trust_stored_space`."""
-    storage = _open(url)
+    The study's stored space source (code) runs only when `trust_stored_space`. The storage must
+    exist already (a missing SQLite file is refused, nothing created)."""
+    storage = _open(url, create=False)
     try:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     except Exception as e:
