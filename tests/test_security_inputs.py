@@ -14,8 +14,9 @@ import optuna
 import pytest
 
 from paxsearch.store import urls
+from paxsearch.store.paths import UnsafeFolderName, folder_name
 
-from .search_util import cli
+from .search_util import TINY, cli
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -41,6 +42,66 @@ def one_line_error(proc, *words, jax_started: bool = False) -> str:
 
 def files_under(root: Path) -> dict:
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+# ------------------------------------------------------------ 2. a study name is never a path
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "/abs/x", "a/b", "a\\b", "a\x00b"])
+def test_unsafe_study_names_are_refused_as_folder_names(name):
+    with pytest.raises(UnsafeFolderName):
+        folder_name(name)
+    assert folder_name("mesh_sweep") == "mesh_sweep"
+
+
+def _study_named(url: str, name: str, tmp_path: Path) -> None:
+    """A paxsearch study whose space file is not on this machine; its stored copy does not load."""
+    from paxsearch.search.driver.context import check_settings, study_attrs
+    from paxsearch.search.study.space import load_space
+
+    space = load_space(TINY)
+    study = optuna.create_study(study_name=name, storage=url, directions=space.settings.directions)
+    for key, value in study_attrs(space, space.settings, check_settings(space.settings, space)).items():
+        study.set_user_attr(key, value)
+    study.set_user_attr("space_file", str(tmp_path / "gone" / "tiny_space.py"))
+    study.set_user_attr("space_source", "this is not python (\n")
+
+
+@pytest.mark.parametrize("name", ["../../escape", "ABS"])
+def test_worker_never_runs_outside_runs_for_a_study_name_from_storage(tmp_path, name):
+    name = str(tmp_path / "escape") if name == "ABS" else name
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    _study_named(url, name, tmp_path)
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    proc = paxsearch("worker", "--storage", url, "--study", name, "--trials", "1", "--no-progress",
+                     "--trust-stored-space", cwd=work)
+    one_line_error(proc, "--run-dir")
+    assert not (tmp_path / "escape").exists() and not (work / "runs").exists()
+
+
+def test_the_stored_space_copy_never_overwrites_run_folder_files():
+    from paxsearch.search.driver.context import stored_space_name
+
+    assert stored_space_name("/elsewhere/tiny_space.py") == "tiny_space.py"
+    for stored in ("/x/study.db", "/x/study.json", "/x/..", "", None, "/x/.hidden.py"):
+        assert stored_space_name(stored) == "space.py"
+
+
+def test_train_of_a_stored_trial_writes_only_where_the_user_says(tmp_path):
+    from paxsearch.search.cli.main import build_parser
+    from paxsearch.search.cli.train import without_stored_paths
+    from paxsearch.trainer.config import CheckpointConfig, TrainConfig
+
+    stored = TrainConfig(run_dir=str(tmp_path / "victim"), checkpoint=CheckpointConfig(directory="/victim/ckpt"))
+    args = build_parser().parse_args(["train", str(tmp_path), "--trial", "0"])
+    cfg = without_stored_paths(stored, args)
+    assert cfg.run_dir is None and cfg.checkpoint.directory is None
+    args = build_parser().parse_args(["train", str(tmp_path), "--trial", "0", "--set", "checkpoint.directory=/mine"])
+    overridden = TrainConfig(run_dir=str(tmp_path / "victim"), checkpoint=CheckpointConfig(directory="/mine"))
+    cfg = without_stored_paths(overridden, args)  # the user's own --set is kept, the stored run_dir is not
+    assert cfg.checkpoint.directory == "/mine" and cfg.run_dir is None
+    args = build_parser().parse_args(["train", str(tmp_path / "cfg.json")])
+    assert without_stored_paths(stored, args) == stored  # the user's own file
 
 
 # ------------------------------------------------------------ 3. passwords are never printed

@@ -29,10 +29,28 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
+def from_storage(args) -> bool:
+    """The config is a trial's, read from a study (a run folder or a storage URL with --trial)."""
+    return args.trial is not None or os.path.isdir(args.config)
+
+
+def without_stored_paths(cfg, args):
+    """A config read from a study writes only where the user says (--run-dir, --set): its own
+    run_dir and checkpoint.directory are dropped, as whoever can write the study could name any folder."""
+    if not from_storage(args):
+        return cfg
+    given = {item.split("=", 1)[0].strip() for item in args.overrides}
+    if "run_dir" not in given:
+        cfg = dataclasses.replace(cfg, run_dir=None)
+    if "checkpoint.directory" not in given:
+        cfg = dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint, directory=None))
+    return cfg
+
+
 def resolve_config(args):
     from ..study import configio
 
-    if args.trial is not None or os.path.isdir(args.config):
+    if from_storage(args):
         from ..study.trial_config import trial_fiddle_config  # run folder or storage: the stored trial's config
         cfg = trial_fiddle_config(args.config, args.trial or "best")
     else:
@@ -128,7 +146,7 @@ def main(args) -> int:
     fcfg = resolve_config(args)
     from ..study import configio
 
-    cfg = configio.build(fcfg)
+    cfg = without_stored_paths(configio.build(fcfg), args)
     apply_flag_set(cfg.flags)  # before JAX starts
     name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
     run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
