@@ -3,7 +3,10 @@ where the storage says (report folders, study names as folders, paths in stored 
 make it print a password, or make a refused command leave something half-written."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sqlite3
 import string
 import subprocess
 import sys
@@ -13,10 +16,13 @@ from urllib.parse import quote
 import optuna
 import pytest
 
+from paxsearch.analysis.staging import staged_into
+from paxsearch.analysis.tensorboard import export_tensorboard
 from paxsearch.store import urls
-from paxsearch.store.paths import UnsafeFolderName, folder_name
+from paxsearch.store.paths import UnsafeFolderName, folder_name, sanitized_folder_name
 
 from .search_util import TINY, cli
+from .test_analysis_load import grid_specs, make_run
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -42,6 +48,97 @@ def one_line_error(proc, *words, jax_started: bool = False) -> str:
 
 def files_under(root: Path) -> dict:
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+# ------------------------------------------------------------ 1. report writes where the user says
+
+def _shared_study_pointing_at(tmp_path: Path) -> tuple[str, Path]:
+    """The issue's reproduction: a copy of a run's study.db whose trial 0 says its trial_dir is
+    victim/x/0, and a victim folder with a TensorBoard run of its own."""
+    run = make_run(tmp_path / "a", grid_specs()[:4])
+    shared = tmp_path / "shared.db"
+    shutil.copy(run / "study.db", shared)
+    victim = tmp_path / "victim"
+    (victim / "tensorboard" / "trial_99").mkdir(parents=True)
+    (victim / "tensorboard" / "trial_99" / "f").write_text("keep me")
+    with sqlite3.connect(shared) as db:
+        db.execute("UPDATE trial_user_attributes SET value_json = ? WHERE key = 'trial_dir' AND trial_id = "
+                   "(SELECT trial_id FROM trials WHERE number = 0)", (json.dumps(str(victim / "x" / "0")),))
+    return f"sqlite:///{shared}", victim
+
+
+def test_report_of_a_storage_url_never_writes_or_deletes_where_the_storage_says(tmp_path):
+    url, victim = _shared_study_pointing_at(tmp_path)
+    before = files_under(victim)
+    work = tmp_path / "work"
+    work.mkdir()
+
+    proc = paxsearch("report", url, "--study", "sweep", "--out", tmp_path / "out", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "report.html").exists() and (tmp_path / "out" / "trials.csv").exists()
+    assert (tmp_path / "out" / "tensorboard" / "trial_0").is_dir()
+    assert files_under(victim) == before  # nothing written there, trial_99 kept
+
+    # without --out: a folder named from the command line, under runs/ of the working folder
+    proc = paxsearch("report", url, "--study", "sweep", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "runs" / "report-sweep" / "report.html").exists()
+    assert files_under(victim) == before
+    assert not list(tmp_path.glob(".*tmp-*")) and not list((work / "runs").glob(".*tmp-*"))
+
+
+def test_report_of_a_storage_url_without_out_or_study_is_one_line(tmp_path):
+    url, victim = _shared_study_pointing_at(tmp_path)
+    before = files_under(victim)
+    proc = paxsearch("report", url, cwd=tmp_path)
+    one_line_error(proc, "--out")
+    assert not (tmp_path / "runs").exists() and files_under(victim) == before
+
+
+def test_report_study_name_from_the_command_line_is_one_plain_folder(tmp_path):
+    assert sanitized_folder_name("../../etc") == "_.._etc"
+    assert sanitized_folder_name("/abs/x") == "_abs_x"
+    assert sanitized_folder_name("..") == "study" and sanitized_folder_name("") == "study"
+    assert sanitized_folder_name("mesh_sweep-2.1") == "mesh_sweep-2.1"
+
+
+def test_a_failed_write_leaves_the_output_as_it_was(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "report.html").write_text("old")
+    with pytest.raises(RuntimeError):
+        with staged_into(out) as root:
+            (root / "report.html").write_text("new")
+            (root / "report").mkdir()
+            raise RuntimeError("the report failed midway")
+    assert (out / "report.html").read_text() == "old" and not (out / "report").exists()
+    assert [p.name for p in out.iterdir()] == ["report.html"]
+    with pytest.raises(RuntimeError):
+        with staged_into(tmp_path / "fresh") as root:
+            (root / "report.html").write_text("new")
+            raise RuntimeError("the report failed midway")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no new folder, no temporary one
+
+
+def test_a_failed_tensorboard_export_keeps_the_earlier_one(tmp_path):
+    run = make_run(tmp_path / "run", grid_specs()[:4], with_tensorboard=True)
+    logdir = export_tensorboard(run)
+    before = files_under(logdir)
+    assert "trial_0" in before
+    (run / "trials" / "1" / "tb" / "dangling").symlink_to(tmp_path / "nowhere")  # copytree fails on it
+    with pytest.raises(OSError):
+        export_tensorboard(run)
+    assert files_under(logdir) == before
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
+
+
+def test_trainer_scalars_are_never_read_from_a_folder_the_storage_names(tmp_path):
+    url, victim = _shared_study_pointing_at(tmp_path)
+    for tb in (victim / "x" / "0" / "tb", victim / "trials" / "0" / "tb"):  # the stored trial_dir, its run folder
+        tb.mkdir(parents=True)
+        (tb / "secret.txt").write_text("private")
+    logdir = export_tensorboard(url, tmp_path / "tb", study_name="sweep")
+    assert (logdir / "trial_0").is_dir() and not list(logdir.rglob("secret.txt"))
 
 
 # ------------------------------------------------------------ 2. a study name is never a path
