@@ -45,7 +45,7 @@ SCORE_COLUMNS = ["loss", "mfu", "memory_bytes", "eval_loss", "hfu", "tokens_per_
 @dataclass(frozen=True)
 class OpenedStudy:
     study: optuna.Study
-    run_dir: Path | None  # the run folder, when known
+    run_dir: Path | None  # the run folder the caller named; None for a storage URL or a Study
     storage_display: str  # storage URL with any password masked
 
 
@@ -81,12 +81,12 @@ def _load(storage: str, display: str, study_name: str | None) -> optuna.Study:
 def open_study(source: Source, study_name: str | None = None) -> OpenedStudy:
     """Open a study from a run folder, a storage URL (+ study name) or a Study object."""
     if isinstance(source, optuna.Study):
-        return OpenedStudy(source, _run_dir_from_trials(source), "<optuna.Study object>")
+        return OpenedStudy(source, None, "<optuna.Study object>")
     text = os.fspath(source)
     if _looks_like_url(text):
         display = mask_url(text)
         study = _load(text, display, study_name)
-        return OpenedStudy(study, _run_dir_from_trials(study), display)
+        return OpenedStudy(study, None, display)  # never a folder the storage names (trial_dir)
     run_dir = Path(text).resolve()
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
@@ -109,15 +109,6 @@ def open_study(source: Source, study_name: str | None = None) -> OpenedStudy:
     except StudyReadError as e:
         raise StudyReadError(f"run folder {run_dir}: {e}") from None
     return OpenedStudy(study, run_dir, display)
-
-
-def _run_dir_from_trials(study: optuna.Study) -> Path | None:
-    """The run folder of a study given by URL: the parent of its trials/<n> folders."""
-    for trial in study.get_trials(deepcopy=False):
-        trial_dir = trial.user_attrs.get("trial_dir")
-        if trial_dir:
-            return Path(trial_dir).resolve().parent.parent
-    return None
 
 
 def _scalar(value: Any) -> Any:

@@ -12,6 +12,7 @@ from . import pareto, plots, report_html, report_md, tables
 from .best import study_objectives
 from .fmt import header_items
 from .load import Source, decision_columns, objective_names, open_study, study_info, trials_frame
+from .staging import staged_into
 
 
 def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:
@@ -35,14 +36,22 @@ def write_report(run_dir_or_storage: Source, out_dir: str | os.PathLike | None =
     """Write the report of a study; returns {"html", "markdown", "csv", "parquet",
     "pareto_png", "effect_png:<decision>"...} -> path.
 
-    out_dir defaults to the run folder (for a storage URL: the folder above the trials'
-    trial_dir). rtol is the relative tolerance of the Pareto front (see pareto).
+    out_dir defaults to the run folder; a study given by storage URL needs out_dir (paths come
+    from the caller, never from what the storage says). Everything is written into a temporary
+    folder beside the output and moved into place (analysis/staging.py): a failure leaves no
+    half-written report. rtol is the relative tolerance of the Pareto front (see pareto).
     """
     opened = open_study(run_dir_or_storage, study_name)
     out = Path(out_dir) if out_dir is not None else opened.run_dir
     if out is None:
-        raise ValueError("the study's run folder is unknown (no trial records trial_dir); "
-                         "pass out_dir")
+        raise ValueError("a study read from a storage URL has no run folder here; pass out_dir (--out DIR)")
+    with staged_into(out) as root:
+        written = _write(opened, root, rtol)
+        return {key: out / path.relative_to(root) for key, path in written.items()}
+
+
+def _write(opened, out: Path, rtol: float) -> dict[str, Path]:
+    """Every file of the report, written under `out` (the staging folder)."""
     figure_dir = out / "report"
     figure_dir.mkdir(parents=True, exist_ok=True)
 

@@ -26,6 +26,7 @@ from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from .load import Source, decision_columns, open_study, study_info, trials_frame
+from .staging import staged_into
 
 # DataFrame column -> scalar tag of the final figure written for each trial.
 METRIC_TAGS = {
@@ -122,11 +123,11 @@ def _timestamp(raw, default: float) -> float:
 
 
 def _trainer_tb(row: dict, run_dir: Path | None) -> Path | None:
-    """RUN/trials/<n>/tb when the run folder is known, else the trial's stored trial_dir/tb."""
-    if run_dir is not None:
-        return run_dir / "trials" / str(row["number"]) / "tb"
-    trial_dir = row.get("trial_dir")
-    return Path(trial_dir) / "tb" if isinstance(trial_dir, str) and trial_dir else None
+    """RUN/trials/<n>/tb of a run folder the caller named; None for a study read from storage
+    (a path stored in the study is never read: whoever writes the storage could name any folder)."""
+    if run_dir is None:
+        return None
+    return run_dir / "trials" / str(int(row["number"])) / "tb"
 
 
 def _write_trial(run: Path, row: dict, hparams: dict, trainer_tb: Path | None) -> None:
@@ -152,25 +153,23 @@ def export_tensorboard(source: Source, out_dir: str | os.PathLike | None = None,
                        study_name: str | None = None) -> Path:
     """Write every trial of the study into one TensorBoard log directory; returns it.
 
-    out_dir defaults to RUN/tensorboard. Runs from an earlier export are replaced.
+    out_dir defaults to RUN/tensorboard for a run folder; a study read from a storage URL needs
+    out_dir. The log directory is written beside itself and then replaces an earlier export as a
+    whole (analysis/staging.py): nothing outside it is touched, a failure leaves the old one.
     """
     opened = open_study(source, study_name)
     if out_dir is None and opened.run_dir is None:
-        raise ValueError("the study's run folder is unknown; pass out_dir")
+        raise ValueError("a study read from a storage URL has no run folder here; pass out_dir (--out DIR)")
     logdir = Path(out_dir) if out_dir is not None else opened.run_dir / "tensorboard"
     frame = trials_frame(opened.study)
     info = study_info(opened, frame=frame)
-    logdir.mkdir(parents=True, exist_ok=True)
-    for old in logdir.glob("trial_*"):
-        if old.is_dir():
-            shutil.rmtree(old)
-    for old in logdir.glob("events.out.tfevents.*.paxsearch_experiment"):
-        old.unlink()
     hparams = _hparams_by_trial(frame)
-    experiment = _EventFile(logdir, "paxsearch_experiment")
-    experiment.summary(_experiment_summary(frame, hparams, info["predicted"]), 0, time.time())
-    experiment.close()
-    for row in frame.to_dict("records"):
-        _write_trial(logdir / f"trial_{row['number']}", row, hparams[int(row["number"])],
-                     _trainer_tb(row, opened.run_dir))
+    with staged_into(logdir.parent) as root:
+        staged = root / logdir.name
+        experiment = _EventFile(staged, "paxsearch_experiment")
+        experiment.summary(_experiment_summary(frame, hparams, info["predicted"]), 0, time.time())
+        experiment.close()
+        for row in frame.to_dict("records"):
+            _write_trial(staged / f"trial_{row['number']}", row, hparams[int(row["number"])],
+                         _trainer_tb(row, opened.run_dir))
     return logdir

@@ -30,21 +30,58 @@ def resolve_url(spec: str) -> str:
     return value
 
 
+URL_FIX = ("URL-encode the password (@ as %40, : as %3A, / as %2F), or leave it out of the URL and set "
+           "PGPASSWORD (with the URL in a variable, pass --storage env:NAME)")
+# What may follow the '@' that ends the user info: host (or [ipv6]), digits of a port, a database
+# name without '@', '?' or '#', then the query string (which may hold anything).
+_HOST_PART = re.compile(r"(?:\[[^\]/?#@]*\]|[^@:/?#\[\]]*)(?::\d*)?(?:/[^@?#]*)?(?:\?.*)?", re.S)
+
+
 def parse_url(url: str):
-    """SQLAlchemy's URL object of `url`. A password may hold URL delimiters (/ # ? @) unquoted:
-    when SQLAlchemy's own parse splits it wrongly, the user info ends at the last '@'."""
+    """SQLAlchemy's URL object of `url`. A password may hold URL delimiters (/ # ? @ :) unquoted:
+    when SQLAlchemy's own parse splits it wrongly, the user info ends at the one '@' after which
+    a host[:port][/database][?query] follows. A URL that cannot be read, or read only one of
+    several ways, is a StorageUrlError whose text holds no part of the URL."""
     from sqlalchemy.engine import make_url
 
-    parsed = make_url(url)
+    m = re.match(r"^([A-Za-z][\w+.-]*)://(.*)$", url, re.S)
+    parsed = _sqlalchemy_parse(make_url, url, sqlite=m is not None and m.group(1).startswith("sqlite"))
+    if parsed is not None:
+        return parsed
+    if m is None or "@" not in m.group(2) or m.group(1).startswith("sqlite"):
+        raise StorageUrlError(f"the storage URL{_scheme_of(url)} cannot be read; expected "
+                              "sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DB")
+    scheme, rest = m.groups()
+    splits = [i for i, c in enumerate(rest) if c == "@" and _HOST_PART.fullmatch(rest, i + 1)]
+    if len(splits) != 1:
+        raise StorageUrlError(f"the storage URL ({scheme}://...) cannot be read unambiguously: its password "
+                              f"holds '@', ':' or '?'; {URL_FIX}")
+    userinfo, hostpart = rest[:splits[0]], rest[splits[0] + 1:]
+    user, _, password = userinfo.partition(":")
+    base = _sqlalchemy_parse(make_url, f"{scheme}://{hostpart}")
+    if base is None:
+        raise StorageUrlError(f"the storage URL ({scheme}://...) cannot be read (its host, port or database); "
+                              f"expected {scheme}://USER[:PASSWORD]@HOST[:PORT]/DB; {URL_FIX}")
+    return base.set(username=unquote(user), password=unquote(password) or None)
+
+
+def _sqlalchemy_parse(make_url, url: str, sqlite: bool = False):
+    """make_url(url) when it parses and accounts for every '@' of the URL (a SQLite path may hold
+    any); None otherwise (its exception text would repeat the URL, password included, so it is
+    never shown)."""
+    try:
+        parsed = make_url(url)
+        int(parsed.port or 0)
+    except Exception:
+        return None
     accounted = (parsed.username is not None) + sum(str(k).count("@") + str(v).count("@")
                                                     for k, v in parsed.query.items())
-    broken = url.count("@") > accounted  # an '@' of the password taken for the host's
-    if not broken:
-        return parsed
-    scheme, rest = url.split("://", 1)
-    userinfo, hostpart = rest.rsplit("@", 1)
-    user, _, password = userinfo.partition(":")
-    return make_url(f"{scheme}://{hostpart}").set(username=unquote(user), password=unquote(password) or None)
+    return parsed if sqlite or url.count("@") <= accounted else None  # else an '@' of the password taken for the host's
+
+
+def _scheme_of(url: str) -> str:
+    m = re.match(r"^([A-Za-z][\w+.-]*)://", url)
+    return f" ({m.group(1)}://...)" if m else ""
 
 
 def mask_url(url: str | None) -> str | None:
@@ -73,6 +110,19 @@ def _password(url: str) -> str | None:
                                     if k.lower() in ("password", "passwd", "pass") and isinstance(v, str)), None)
 
 
+def _secrets(url: str) -> list[str]:
+    """The password of `url`, whole and cut at URL delimiters (a message may hold a piece of it).
+    Of a URL that cannot be parsed: everything that may be its password, between the first ':'
+    of the user info and the last '@'."""
+    password = _password(url)
+    if password is None:
+        m = re.match(r"^[A-Za-z][\w+.-]*://[^:/@]*:(.*)@", url, re.S)
+        password = m.group(1) if m else None
+    if not password:
+        return []
+    return [password, *(p for p in re.split(r"[@:/?#]", password) if len(p) >= 4 and p != password)]
+
+
 def scrub(text: str, url: str | None) -> str:
     """`text` with the URL's password (and the URL itself) masked."""
     if not url:
@@ -83,9 +133,8 @@ def scrub(text: str, url: str | None) -> str:
     except StorageUrlError:
         return text
     text = text.replace(url, str(mask_url(url)))
-    pw = _password(url)
-    if pw:
-        for form in {pw, quote(pw, safe=""), quote(pw)}:
+    for secret in _secrets(url):
+        for form in sorted({secret, quote(secret, safe=""), quote(secret)}, key=len, reverse=True):
             text = text.replace(form, "***")
     return text
 

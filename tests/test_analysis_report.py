@@ -224,8 +224,8 @@ def test_report_of_a_postgres_study_never_shows_the_password(tmp_path):
     name = f"analysis_{tmp_path.name}"
     try:
         make_run(tmp_path / "run", grid_specs()[:6], study_name=name, storage=url)
-        paths = write_report(url, study_name=name)  # run folder from the trials' trial_dir
-        assert paths["html"] == tmp_path / "run" / "report.html"
+        paths = write_report(url, out_dir=tmp_path / "out", study_name=name)  # a URL: the caller names the folder
+        assert paths["html"] == tmp_path / "out" / "report.html"
         for path in paths.values():
             assert b"hunter2-secret" not in path.read_bytes(), path
         assert "postgres:***@127.0.0.1" in paths["markdown"].read_text()

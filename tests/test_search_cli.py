@@ -27,6 +27,7 @@ def bad_files(tmp_path):
     (tmp_path / "syntax.py").write_text("def space(:\n    pass\n")
     (tmp_path / "nofn.py").write_text("STUDY = {}\n")
     (tmp_path / "junk.db").write_bytes(b"this is not a database" * 100)
+    (tmp_path / "empty.db").write_bytes(b"")  # an empty SQLite database: a worker never creates one
     return tmp_path
 
 

@@ -35,10 +35,7 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     program = program or build_program(cfg)
     plan = program.plan
     pidx, pcount = jax.process_index(), jax.process_count()
-    data_vocab = data_lib.data_vocab_size(cfg.data)
-    if cfg.model.vocab_size < data_vocab:
-        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data vocabulary "
-                          f"({data_vocab}); set model.vocab_size >= {data_vocab}")
+    check_vocab(cfg)
 
     run_dir = cfg.run_dir
     writer = ScalarWriter(os.path.join(run_dir, "tb") if run_dir and cfg.log.tensorboard and pidx == 0 else None)
@@ -79,6 +76,14 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     return TrainResult(plan=plan, history=loop.history, final=loop.history[-1] if loop.history else None,
                        steps_run=step - start, stopped_early=stopped, eval_loss=loop.last_eval,
                        run_dir=run_dir, start_step=start)
+
+
+def check_vocab(cfg: TrainConfig) -> None:
+    """The model's vocabulary holds the data's tokens; ConfigError (one line) otherwise."""
+    data_vocab = data_lib.data_vocab_size(cfg.data)
+    if cfg.model.vocab_size < data_vocab:
+        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data vocabulary "
+                          f"({data_vocab}); set model.vocab_size >= {data_vocab}")
 
 
 def _to_global(local: dict, sharding, global_batch: int) -> dict:

@@ -45,7 +45,7 @@ def main(args) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
         if args.storage:
-            storage = open_storage(args.storage)
+            storage = open_storage(args.storage, create=False)
             for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
                 print(_line(mask_url(args.storage), optuna.load_study(study_name=s.study_name, storage=storage)))
             return 0
@@ -60,7 +60,7 @@ def main(args) -> int:
             print(f"{folder:32s} {meta.get('study_name', '?'):20s} on {url} (pass --storage to count)")
             continue
         try:
-            storage = open_storage(url)
+            storage = open_storage(url, create=False)
             names = [meta["study_name"]] if meta.get("study_name") else [
                 s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
             lines = [_line(folder, optuna.load_study(study_name=name, storage=storage)) for name in names]

@@ -3,15 +3,22 @@ from __future__ import annotations
 
 import os
 
+from ...store.paths import sanitized_folder_name
 from ..errors import UserError
+from .common import default_run_dir
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write report.html, report.md, trials.csv/parquet and a TensorBoard log dir",
-                       description="Pareto front of loss / MFU / memory over a study, written into the run folder.")
+                       description="Pareto front of loss / MFU / memory over a study, written into the run folder "
+                                   "(or --out). For a storage URL the output folder is --out, else "
+                                   "runs/report-<--study>; never a folder the storage names. The files are "
+                                   "written beside the output and moved into place: a failure leaves none.")
     p.add_argument("run", help="run folder, or a storage URL (or env:NAME) with --study")
     p.add_argument("--study", default=None, help="study name (with a storage URL)")
-    p.add_argument("--out", default=None, help="output folder (default: the run folder)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: the run folder; for a storage URL runs/report-<study>, "
+                        "the name from --study)")
     p.add_argument("--tolerance", type=float, default=0.0,
                    help="relative difference below which scores count as ties (e.g. 0.02)")
     p.add_argument("--no-tensorboard", action="store_true", help="skip the TensorBoard HParams export")
@@ -26,10 +33,26 @@ def add_parser(sub) -> None:
     b.set_defaults(func=best_main)
 
 
+def _is_url(run: str) -> bool:
+    return "://" in run or run.startswith("env:")
+
+
 def _check_source(run: str) -> None:
-    is_url = "://" in run or run.startswith("env:")
-    if not is_url and not any(os.path.exists(os.path.join(run, name)) for name in ("study.db", "study.json")):
+    if not _is_url(run) and not any(os.path.exists(os.path.join(run, name)) for name in ("study.db", "study.json")):
         raise UserError(f"{run} is not a run folder (no study.db or study.json); pass the folder `paxsearch run` wrote")
+
+
+def output_folder(args) -> str:
+    """Where `report` writes: --out; else the run folder named; for a storage URL
+    runs/report-<--study> (the name made one plain folder name). Never a path from storage."""
+    if args.out:
+        return args.out
+    if not _is_url(args.run):
+        return args.run
+    if not args.study:
+        raise UserError(f"report of a storage URL: pass --out DIR (or --study NAME to write into "
+                        f"{default_run_dir('report-NAME')})")
+    return default_run_dir(f"report-{sanitized_folder_name(args.study)}")
 
 
 def report_main(args) -> int:
@@ -37,11 +60,13 @@ def report_main(args) -> int:
     from ...analysis.tensorboard import export_tensorboard
 
     _check_source(args.run)
+    out = output_folder(args)
     try:
-        paths = write_report(args.run, out_dir=args.out, study_name=args.study, rtol=args.tolerance)
+        paths = write_report(args.run, out_dir=out, study_name=args.study, rtol=args.tolerance)
         if not args.no_tensorboard:
-            paths["tensorboard"] = export_tensorboard(args.run, study_name=args.study)
-    except (LookupError, FileNotFoundError, ValueError) as e:
+            paths["tensorboard"] = export_tensorboard(args.run, os.path.join(out, "tensorboard"),
+                                                      study_name=args.study)
+    except (LookupError, OSError, ValueError) as e:
         raise UserError(str(e)) from None
     for key in ("html", "markdown", "csv", "parquet", "tensorboard"):
         if key in paths:

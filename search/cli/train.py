@@ -29,10 +29,28 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
+def from_storage(args) -> bool:
+    """The config is a trial's, read from a study (a run folder or a storage URL with --trial)."""
+    return args.trial is not None or os.path.isdir(args.config)
+
+
+def without_stored_paths(cfg, args):
+    """A config read from a study writes only where the user says (--run-dir, --set): its own
+    run_dir and checkpoint.directory are dropped, as whoever can write the study could name any folder."""
+    if not from_storage(args):
+        return cfg
+    given = {item.split("=", 1)[0].strip() for item in args.overrides}
+    if "run_dir" not in given:
+        cfg = dataclasses.replace(cfg, run_dir=None)
+    if "checkpoint.directory" not in given:
+        cfg = dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint, directory=None))
+    return cfg
+
+
 def resolve_config(args):
     from ..study import configio
 
-    if args.trial is not None or os.path.isdir(args.config):
+    if from_storage(args):
         from ..study.trial_config import trial_fiddle_config  # run folder or storage: the stored trial's config
         cfg = trial_fiddle_config(args.config, args.trial or "best")
     else:
@@ -128,7 +146,7 @@ def main(args) -> int:
     fcfg = resolve_config(args)
     from ..study import configio
 
-    cfg = configio.build(fcfg)
+    cfg = without_stored_paths(configio.build(fcfg), args)
     apply_flag_set(cfg.flags)  # before JAX starts
     name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
     run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
@@ -142,18 +160,31 @@ def main(args) -> int:
     if args.resume:  # before anything is written: a refused resume leaves the run folder as it was
         check_resume(cfg, run_dir, ckpt_dir)
     check_shell_xla_flags()
+    from ...trainer import distributed
+    from ...trainer.train import build_program, check_vocab, train
+
+    # Every refusal before the first write: the mesh against this machine's devices (e.g. a
+    # --resume with another --cpu-devices), remat, memory, the data vocabulary. A refused run
+    # leaves the run folder as it was (config.json, env.json, checkpoints untouched).
+    distributed.maybe_initialize(cfg.distributed)
+    program = build_program(cfg)  # ConfigError: one line (cli.main)
+    check_vocab(cfg)
+    from ..trial.execute import environment
+
+    env = environment()
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        f.write(configio.dumps(configio.to_fiddle(cfg)))
-    from ..trial.execute import environment  # imports JAX: after the refusals above
-
-    with open(os.path.join(run_dir, "env.json"), "w") as f:  # versions, devices, compiler flags
-        json.dump(environment(), f, indent=2)
-    from ...trainer.train import train  # imported once the run is settled: refusals stay quick and quiet
-
-    result = train(cfg)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
+    _write_whole(os.path.join(run_dir, "config.json"), configio.dumps(configio.to_fiddle(cfg)))
+    _write_whole(os.path.join(run_dir, "env.json"), json.dumps(env, indent=2))  # versions, devices, compiler flags
+    result = train(cfg, program=program)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
     _summary(result, run_dir)
     return 0
+
+
+def _write_whole(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _summary(result, run_dir: str) -> None:

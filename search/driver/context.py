@@ -6,12 +6,14 @@ objectives, settings, the space file (path and source), fixed decisions and over
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
 
 import optuna
 
+from ...store.paths import UnsafeFolderName, folder_name
 from ...trainer import flagsets
 from ...trainer.errors import ConfigError
 from ...trainer.flops import MFU_CONVENTION
@@ -158,9 +160,9 @@ def study_attrs(space: Space, settings: StudySettings, target: Target) -> dict:
     }
 
 
-def _open(url: str):
+def _open(url: str, create: bool = True):
     try:
-        return storage_lib.open_storage(url)
+        return storage_lib.open_storage(url, create=create)
     except storage_lib.StorageError as e:
         raise SetupError(str(e)) from None
 
@@ -208,8 +210,9 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
 def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dict,
            seed: int | None = None, trust_stored_space: bool = False) -> StudyContext:
     """`paxsearch worker` / `resume`: continue a stored study with its own space and settings.
-    The study's stored space source (code) runs only when `trust_stored_space`."""
-    storage = _open(url)
+    The study's stored space source (code) runs only when `trust_stored_space`. The storage must
+    exist already (a missing SQLite file is refused, nothing created)."""
+    storage = _open(url, create=False)
     try:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     except Exception as e:
@@ -227,7 +230,11 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
     attrs = study.user_attrs
     if "settings" not in attrs:
         raise SetupError(f"study {study_name!r} was not created by paxsearch run (no settings stored)")
-    run_dir = run_dir or os.path.join("runs", study_name)
+    if run_dir is None:  # runs/<study name>: a name from storage, never a path
+        try:
+            run_dir = os.path.join("runs", folder_name(study_name))
+        except UnsafeFolderName as e:
+            raise SetupError(f"{e}, so it cannot name the run folder runs/<study>; pass --run-dir DIR") from None
     space = _stored_space(attrs, run_dir, trust_stored_space)
     try:
         stored = dict(attrs["settings"])
@@ -256,16 +263,22 @@ def _stored_space(attrs: dict, run_dir: str, trust_stored_space: bool = False) -
             raise SetupError(f"the study's space file {path} is not on this machine; copy it here, or pass "
                              "--trust-stored-space to run the copy stored in the study (it is Python code: "
                              "trust everyone who can write that database)")
-        print(f"running the space source stored in the study (--trust-stored-space), as "
-              f"{os.path.join(run_dir, os.path.basename(path or 'space.py'))}", flush=True)
+        path = os.path.join(run_dir, stored_space_name(path))
+        print(f"running the space source stored in the study (--trust-stored-space), as {path}", flush=True)
         os.makedirs(run_dir, exist_ok=True)
-        path = os.path.join(run_dir, os.path.basename(path or "space.py"))
         with open(path, "w") as f:
             f.write(source)
     try:
         return load_space(path)
     except SpaceError as e:
         raise SetupError(str(e)) from None
+
+
+def stored_space_name(stored_path: str | None) -> str:
+    """The file name the stored space source is written under in the run folder: the stored
+    path's own name when it is a plain `NAME.py`, else space.py (never a path, never study.db)."""
+    name = os.path.basename(str(stored_path or ""))
+    return name if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py", name) else "space.py"
 
 
 def with_cli(settings: StudySettings, **cli) -> StudySettings:

@@ -38,11 +38,20 @@ def resolve_url(spec: str) -> str:
         raise StorageError(str(e)) from None
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna RDB storage (plain optuna schema, so optuna-dashboard opens it)."""
+def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
+    """An Optuna RDB storage (plain optuna schema, so optuna-dashboard opens it). With
+    create=False (worker, resume, ls), a SQLite file that does not exist is refused in one line
+    and nothing is created: no folder, no empty database, no lock file."""
     url = resolve_url(url)
+    try:
+        urls.parse_url(url)  # a URL that cannot be read: one line, before anything is touched
+    except urls.StorageUrlError as e:
+        raise StorageError(str(e)) from None
     path = sqlite_path(url)
     kwargs = {"connect_args": {"timeout": 120}} if path else {"pool_pre_ping": True}
+    if path and not create and not os.path.isfile(path):
+        raise StorageError(f"storage {mask_url(url)}: no such SQLite file; pass the study.db that `paxsearch run` "
+                           "wrote (or create the study first with `paxsearch run SPACE --storage URL --create-only`)")
     if path:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
@@ -50,6 +59,8 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     except ImportError:
         raise StorageError(f"cannot open storage {mask_url(url)}: its database driver is not installed "
                            "(for PostgreSQL: pip install 'paxsearch[postgres]')") from None
+    except urls.StorageUrlError as e:
+        raise StorageError(str(e)) from None
     except Exception as e:
         raise StorageError(f"cannot open storage {mask_url(url)}: {scrub(_first_line(e), url)}") from None
 

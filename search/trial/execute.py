@@ -51,7 +51,10 @@ def trial_config(job: dict) -> TrainConfig:
         raise ConfigError(f"the trial needs compiler flag set {cfg.flags!r} and this worker was started with "
                           f"{started!r}; flags apply only before the backend starts")
     dist = job.get("distributed") or {}
+    # A trial writes only into its own trial folder: a checkpoint.directory in the config (which
+    # the study's stored --set overrides could name) is dropped, as run_dir is.
     cfg = dataclasses.replace(cfg, run_dir=job["trial_dir"],
+                              checkpoint=dataclasses.replace(cfg.checkpoint, directory=None),
                               log=dataclasses.replace(cfg.log, progress=False),
                               distributed=DistributedConfig(**dist) if dist else cfg.distributed)
     if job.get("fault") == "nan":  # fault injection (tests): a learning rate that must diverge
