@@ -56,8 +56,8 @@ def _naive_one(config_path: str) -> None:
 
 def naive(sets: list[str]) -> dict:
     """Every config once, in a fresh process, trained for its token budget's steps."""
-    from paxsearch.search.study import configio
     from paxsearch.search.driver.loop import token_budget
+    from paxsearch.search.study import configio
     from paxsearch.search.study.space import load_space
 
     space = load_space(SPACE)

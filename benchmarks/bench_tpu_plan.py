@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child_naive(args) -> None:
-    from paxsearch.search.study import configio
     from paxsearch.search.planning import targets as T
+    from paxsearch.search.study import configio
     from paxsearch.search.study.space import decisions_key, load_space
     from paxsearch.trainer import topology as topo
     from paxsearch.trainer.errors import ConfigError

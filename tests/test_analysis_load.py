@@ -11,11 +11,11 @@ import json
 import math
 from pathlib import Path
 
+import fiddle as fdl
 import optuna
 import pytest
 from fiddle.experimental import serialization
 
-import fiddle as fdl
 from paxsearch.analysis import load
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -129,7 +129,7 @@ def grid_specs(n_failed_every: int = 5) -> list[dict]:
     specs = []
     kinds = ["predicted_oom", "compile_error", "invalid", "runtime_oom"]
     for number, combo in enumerate(itertools.product(*SPACE.values())):
-        decisions = dict(zip(SPACE, combo))
+        decisions = dict(zip(SPACE, combo, strict=True))
         if number % n_failed_every == 3:
             specs.append(trial_spec(number, decisions,
                                     failure_kind=kinds[number % len(kinds)]))

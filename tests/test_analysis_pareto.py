@@ -51,7 +51,7 @@ def random_frame(seed: int, n: int = 60) -> pd.DataFrame:
     # Coarse values so that exact ties and near-ties occur often.
     frame = frame_of(list(zip(rng.integers(20, 40, n) / 10.0,
                               rng.integers(1, 20, n) / 40.0,
-                              rng.integers(1, 16, n) * 2.0 ** 28)))
+                              rng.integers(1, 16, n) * 2.0 ** 28, strict=True)))
     frame.loc[rng.random(n) < 0.1, "state"] = "FAIL"
     frame.loc[rng.random(n) < 0.05, "loss"] = np.nan
     frame.loc[rng.random(n) < 0.05, "mfu"] = np.nan

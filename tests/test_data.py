@@ -86,7 +86,7 @@ def test_unpacked_batches_have_one_segment_per_row(unpacked):
 
 def test_same_config_same_batches_and_resume(packed):
     again = take(data.train_batches(DataConfig(), SEQ, BATCH, 0, 1), 3)
-    for a, b in zip(packed, again):
+    for a, b in zip(packed, again, strict=True):
         assert_batches_equal(a, b)
     (resumed,) = take(data.train_batches(DataConfig(), SEQ, BATCH, 0, 1, start_step=2), 1)
     assert_batches_equal(resumed, packed[2])

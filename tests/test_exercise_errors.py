@@ -4,18 +4,19 @@ DataError) to exit status 2 with one line."""
 import pytest
 
 from paxsearch.search import cli
-from paxsearch.search.study.configio import ConfigFileError
+from paxsearch.search.driver.context import SetupError
 from paxsearch.search.driver.loop import DriverError
 from paxsearch.search.errors import UserError
+from paxsearch.search.planning.targets import TargetError
+from paxsearch.search.study.configio import ConfigFileError
 from paxsearch.search.study.settings import SettingsError
 from paxsearch.search.study.space import SpaceError
 from paxsearch.search.study.storage import StorageError
-from paxsearch.search.driver.context import SetupError
-from paxsearch.search.planning.targets import TargetError
-from paxsearch.search.tuning.tuners import TunerError
 from paxsearch.search.study.user_imports import ImportFailed
+from paxsearch.search.tuning.tuners import TunerError
 
-from .search_util import TINY, cli as run_cli
+from .search_util import TINY
+from .search_util import cli as run_cli
 
 
 @pytest.mark.parametrize("cls", [ConfigFileError, DriverError, SettingsError, SpaceError, StorageError, SetupError,

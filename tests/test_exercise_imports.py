@@ -1,7 +1,6 @@
 """A user's own seqio task reaches the search workers: `--import MODULE` (or STUDY imports=)
 is imported by the driver and by every worker before a trial's config is built, and is
 stored in the study by name only."""
-import os
 import re
 
 import pytest

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from paxsearch.search.planning.targets import parse_target
 from paxsearch.search.workers import gpu_assign
 from paxsearch.search.workers.pool import WorkerSlot
-from paxsearch.search.planning.targets import parse_target
 
 from .search_util import TINY, cli
 

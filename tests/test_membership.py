@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from paxsearch.search.gang import membership as M
 from paxsearch.search.cli import main as cli_main
+from paxsearch.search.gang import membership as M
 
 
 def test_explicit_membership_and_its_errors():

@@ -42,7 +42,7 @@ def test_barrier_keeps_loss_and_gradients(name, remat):
     (loss1, g1), jaxpr1 = _loss_and_grads(cfg, True, remat)
     assert "optimization_barrier" in jaxpr1 and "optimization_barrier" not in jaxpr0
     assert float(loss1) == float(loss0)
-    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
+    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1), strict=True):
         assert jnp.allclose(a, b, rtol=1e-6, atol=1e-7), float(jnp.max(jnp.abs(a - b)))
 
 

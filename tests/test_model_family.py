@@ -65,7 +65,7 @@ def test_blockwise_matches_dot_product_forward_and_gradients(n_kv):
     ref = _attend(q, k, v, seg, "dot_product")
     out = _attend(q, k, v, seg, "blockwise", 32)
     np.testing.assert_allclose(out, ref, atol=2e-5, rtol=1e-5)
-    for g_ref, g in zip(_grads("dot_product", q, k, v, seg, w), _grads("blockwise", q, k, v, seg, w)):
+    for g_ref, g in zip(_grads("dot_product", q, k, v, seg, w), _grads("blockwise", q, k, v, seg, w), strict=True):
         np.testing.assert_allclose(g, g_ref, atol=5e-5, rtol=1e-4)
 
 
@@ -98,7 +98,7 @@ def test_splash_kernel_in_interpret_mode_matches_dot_product():
     np.testing.assert_allclose(splash(q, k, v, seg), _attend(q, k, v, seg, "dot_product"), atol=2e-5, rtol=1e-5)
     g_ref = _grads("dot_product", q, k, v, seg, w)
     g = jax.jit(jax.grad(lambda q, k, v: jnp.sum(splash(q, k, v, seg) * w), argnums=(0, 1, 2)))(q, k, v)
-    for a, b in zip(g, g_ref):
+    for a, b in zip(g, g_ref, strict=True):
         np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-4)
 
 

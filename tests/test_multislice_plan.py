@@ -16,8 +16,9 @@ from paxsearch.trainer.errors import ConfigError
 from .search_util import HERE, TINY, cli, load, needs_libtpu
 
 SPACE = os.path.join(HERE, "spaces", "tpu_multislice_tiny.py")
-NO_TPUS = pytest.mark.skipif(topology.has_tpu_hardware(), reason="slices=auto plans on compile-only devices; with TPUs attached it is refused "
-                             "(that refusal: test_slices_auto_errors_are_one_line)")
+NO_TPUS = pytest.mark.skipif(topology.has_tpu_hardware(),
+                             reason="slices=auto plans on compile-only devices; with TPUs attached it is refused "
+                                    "(that refusal: test_slices_auto_errors_are_one_line)")
 
 
 def _cfg(dcn, ici=(1, 256, 1)) -> TrainConfig:

@@ -11,9 +11,9 @@ import sys
 import jax
 import pytest
 
+from paxsearch.search.planning.targets import parse_target
 from paxsearch.search.study import configio
 from paxsearch.search.study.space import load_space
-from paxsearch.search.planning.targets import parse_target
 from paxsearch.trainer import flops, presets, remat
 
 from .search_util import REPO

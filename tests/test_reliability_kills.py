@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import optuna
 import psutil
 import pytest
 from optuna.trial import TrialState
@@ -50,7 +49,8 @@ def _wait_training(proc, run_dir, timeout=300.0) -> int:
         except Exception:
             trials = []
         if trials and trials[0].state == TrialState.RUNNING and tb.exists() and any(tb.rglob("*tfevents*")):
-            workers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "workers.entry" in " ".join(c.cmdline())]
+            children = psutil.Process(proc.pid).children(recursive=True)
+            workers = [c for c in children if "workers.entry" in " ".join(c.cmdline())]
             assert len(workers) == 1
             time.sleep(2.0)  # a few training steps
             return workers[0].pid
@@ -144,9 +144,9 @@ def test_kernel_oom_kill_is_runtime_oom(tmp_path):
 def test_recovery_requeues_once_after_a_kill_between_its_steps(tmp_path):
     """Defect 9: a recovery killed after it queued the copy, before it failed the original,
     leaves a RUNNING trial and its WAITING copy; the next recovery must not queue a second."""
+    from paxsearch.search.driver.context import create_or_continue
     from paxsearch.search.driver.loop import abandon, recover_stale
     from paxsearch.search.study.space import load_space
-    from paxsearch.search.driver.context import create_or_continue
 
     space = load_space(TINY)
     ctx = create_or_continue(space, space.settings, str(tmp_path / "run"), None, None)

@@ -47,8 +47,8 @@ def test_cpu_measured_peak_is_labelled_process_rss(tmp_path):
 
 
 def test_study_names_its_objectives(tmp_path):
-    from paxsearch.search.study.space import load_space
     from paxsearch.search.driver.context import create_or_continue
+    from paxsearch.search.study.space import load_space
 
     space = load_space(TINY)
     ctx = create_or_continue(space, space.settings, str(tmp_path / "run"), None, None)

@@ -8,7 +8,8 @@ import optuna
 import pytest
 from fiddle.experimental import serialization
 
-from paxsearch.search.study import configio, storage as storage_lib
+from paxsearch.search.study import configio
+from paxsearch.search.study import storage as storage_lib
 
 from .search_util import TINY, cli
 
@@ -73,8 +74,8 @@ def test_train_trial_refuses_a_stored_config_that_runs_code(tmp_path):
 def _shared_study_with_evil_space(tmp_path, marker):
     """A study as `paxsearch run` stores it, whose space file is not on this machine and whose
     stored space source runs a command when loaded."""
+    from paxsearch.search.driver.context import check_settings, study_attrs
     from paxsearch.search.study.space import load_space
-    from paxsearch.search.driver.context import study_attrs, check_settings
 
     space = load_space(TINY)
     url = f"sqlite:///{tmp_path / 'shared.db'}"

@@ -1,7 +1,6 @@
 """Storage URLs: PostgreSQL studies read back in the README's URL form, passwords never shown
 or written, the URL taken from the environment (issue 10, defects 1 and 4)."""
 import json
-import os
 
 import optuna
 import pytest

@@ -1,5 +1,4 @@
 """Storage under concurrency and outages (issue 10, defects 6 and 8)."""
-import os
 import subprocess
 import sys
 import time
@@ -99,8 +98,8 @@ def test_a_long_postgresql_outage_stops_the_driver_and_leaves_the_trial_to_reque
     import optuna
     from optuna.trial import TrialState
 
-    from paxsearch.search.study import storage as storage_lib
     from paxsearch.search.driver.loop import is_stale
+    from paxsearch.search.study import storage as storage_lib
 
     from .search_util import TINY
 

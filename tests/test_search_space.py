@@ -10,12 +10,11 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from paxsearch.search.study import storage
-
-from paxsearch.search.tuning import tuners
-from paxsearch.search.trial import record
-from paxsearch.store import Kind, Measured, TrialOutcome
 from paxsearch.search.study.settings import SettingsError, StudySettings, parse_bytes
 from paxsearch.search.study.space import SpaceError, decisions_key, load_space
+from paxsearch.search.trial import record
+from paxsearch.search.tuning import tuners
+from paxsearch.store import Kind, Measured, TrialOutcome
 
 from .search_util import REPO, TINY
 
@@ -156,7 +155,7 @@ def test_grid_and_evolution_proposers():
     evo = tuners.EvolutionProposer(space, space.settings.replace(trials=6, objectives=("loss",)), seed=0)
     study = _study_with(space, [])
     keys = []
-    for i in range(6):
+    for _ in range(6):
         p = evo.propose(space, study.get_trials())
         assert p is not None
         keys.append(decisions_key(p))

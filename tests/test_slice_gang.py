@@ -11,8 +11,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from paxsearch.search.workers.pool import free_port
 from paxsearch.search.study.storage import driver_url
+from paxsearch.search.workers.pool import free_port
 
 from .search_util import HERE, REPO, active, cli, decision_keys
 from .test_search_distributed import pg_url  # noqa: F401 - a fresh PostgreSQL database per test
@@ -70,7 +70,7 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
             try:
                 proc.wait(timeout=900)
             except subprocess.TimeoutExpired:
-                raise AssertionError(f"host {i} of gang {g} did not finish:\n{_read(log)[-3000:]}")
+                raise AssertionError(f"host {i} of gang {g} did not finish:\n{_read(log)[-3000:]}") from None
             assert proc.returncode == 0, f"host {i} of gang {g}:\n{_read(log)[-3000:]}"
     finally:
         for proc, _ in hosts.values():
@@ -108,7 +108,7 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
     assert alone.user_attrs["env"]["process_count"] == 1
     steps = [s for s, _ in alone.user_attrs["intermediate"]]
     assert steps == [s for s, _ in ganged.user_attrs["intermediate"]] and len(steps) >= 2
-    for (_, a), (_, b) in zip(alone.user_attrs["intermediate"], ganged.user_attrs["intermediate"]):
+    for (_, a), (_, b) in zip(alone.user_attrs["intermediate"], ganged.user_attrs["intermediate"], strict=True):
         assert a == pytest.approx(b, rel=1e-5)
     assert alone.user_attrs["measured"]["loss"] == pytest.approx(ganged.user_attrs["measured"]["loss"], rel=1e-5)
 
@@ -180,7 +180,7 @@ def test_a_trial_with_another_flag_set_restarts_the_whole_gang_with_it(tmp_path)
         "default": "default", "cpu_eigen_dots": "cpu_eigen_dots"}  # each ran on a gang started with its set
     # the gang starts with the first config's set (default); every change of set restarts it
     sets = ["default"] + [t.params["flags"] for t in sorted(trials, key=lambda t: t.number)]
-    changes = [b for a, b in zip(sets, sets[1:]) if a != b]
+    changes = [b for a, b in zip(sets, sets[1:], strict=False) if a != b]
     assert changes and all(f"the gang starts again with compiler flag set {c}" in logs[1] for c in changes)
     assert logs[1].count("joined the slice gang") == 1 + len(changes), logs[1]
 

@@ -4,14 +4,13 @@ import dataclasses
 import os
 
 import numpy as np
-import optuna
 import pytest
-from scipy import stats
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
+from scipy import stats
 
-from paxsearch.search.tuning import steer
 from paxsearch.search.study.space import load_space
+from paxsearch.search.tuning import steer
 from paxsearch.search.tuning.tuners import GridProposer
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 

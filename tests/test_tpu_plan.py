@@ -26,7 +26,6 @@ from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
 from .search_util import needs_libtpu
 
-
 # ~0.94B parameters (d=2048, 16 layers, d_ff=8192, vocab 32768)
 MODEL_1B = ModelConfig(vocab_size=32768, d_model=2048, n_layers=16, n_heads=16, head_dim=128, d_ff=8192,
                        seq_len=1024, dtype="bfloat16", param_dtype="float32")

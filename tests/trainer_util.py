@@ -1,8 +1,15 @@
 """Small configs shared by the trainer tests."""
 import dataclasses
 
-from paxsearch.trainer.config import (CheckpointConfig, DataConfig, EvalConfig, LogConfig, MeshConfig,
-                                      ModelConfig, TrainConfig)
+from paxsearch.trainer.config import (
+    CheckpointConfig,
+    DataConfig,
+    EvalConfig,
+    LogConfig,
+    MeshConfig,
+    ModelConfig,
+    TrainConfig,
+)
 
 
 def tiny(ici=(8, 1, 1), dcn=(1, 1, 1), steps=3, log_every=1, **kw) -> TrainConfig:
