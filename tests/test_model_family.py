@@ -2,7 +2,8 @@
 implementations (dot_product, CPU blockwise flash, TPU splash) and named sharding rules.
 
 Runtime on 2 cores shared with other jobs (load average ~8): 57 tests in 11 minutes; the
-3 x 3 x 2 loss test (18 step compiles) takes ~5 of them, the TPU plan test ~2.
+3 x 3 x 2 loss test (18 step compiles) takes ~5 of them, the TPU plan test ~2: those two are
+marked slow (CI runs them; `pytest -m "not slow"` does not).
 """
 import dataclasses
 import functools
@@ -353,6 +354,7 @@ def _first_step(program, state=None):
     return float(metrics["loss"]), float(metrics["grad_norm"])
 
 
+@pytest.mark.slow  # 18 step compiles, ~5 minutes on 2 cores: CI runs it, the quick loop does not
 def test_loss_is_the_same_across_meshes_remat_and_attention():
     """3 meshes x 3 remat policies x 2 attention implementations: one first-step loss and
     gradient norm (same init, same batch) to 1e-5."""
@@ -406,6 +408,7 @@ def test_blockwise_attention_never_holds_the_scores_at_seq_1024():
 
 # ----------------------------------------------------------------------------- TPU plan mode
 
+@pytest.mark.slow  # two TPU compiles, ~2 minutes on 2 cores: CI runs it, the quick loop does not
 @needs_libtpu
 def test_splash_attention_compiles_for_a_tpu_topology_and_needs_less_memory():
     from paxsearch.trainer import topology as topo
