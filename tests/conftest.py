@@ -1,5 +1,14 @@
-"""Test session setup: 8 simulated CPU devices, set before anything imports JAX; fixtures
-shared by every folder."""
+"""Test session setup: 8 simulated CPU devices, set before anything imports JAX; the fixtures
+every folder shares:
+
+- cli            `paxsearch ARGS` in a subprocess (search_util.cli)
+- run_dir        a run folder path for this test (not created: the CLI creates it)
+- make_space     the space factory over the tiny model (space_factory.tiny_space): writes a
+                 space file and returns its path
+- tiny_config_file  a `paxsearch train` config file of the tiny model
+- pg_database    one fresh PostgreSQL database for the whole session, dropped at the end
+- pg_url         that database's URL, emptied after each test that uses it
+"""
 import os
 import uuid
 
@@ -11,25 +20,63 @@ from paxsearch.trainer.flagsets import with_device_count  # noqa: E402  (imports
 os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from . import pg_util  # noqa: E402
+from . import pg_util, search_util, space_factory  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """`cli(*args, env=None, timeout=600, check=True, faults=None)`: see search_util.cli."""
+    return search_util.cli
 
 
 @pytest.fixture
-def pg_url():
-    """A fresh PostgreSQL database for this test, dropped afterwards."""
+def run_dir(tmp_path):
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def make_space(tmp_path):
+    """`make_space(name="tiny_space", study=..., decisions=..., **fields)` writes tmp_path/<name>.py
+    through space_factory.tiny_space (with no arguments: tests/spaces/tiny_space.py's space) and
+    returns its path; the study is named `name`."""
+    def make(name: str = "tiny_space", **kwargs) -> str:
+        return space_factory.write_space(tmp_path / f"{name}.py", **kwargs)
+    return make
+
+
+@pytest.fixture
+def tiny_config_file(tmp_path):
+    """A `paxsearch train` config file: the tiny model on mesh 8x1x1, per-device batch 1, 2 steps,
+    no eval, a log line every step (space_factory.tiny_config())."""
+    return space_factory.write_config(tmp_path / "tiny.py")
+
+
+@pytest.fixture(scope="session")
+def pg_database():
+    """A uniquely named PostgreSQL database created for this test session and dropped at its
+    end (server on 127.0.0.1:5432, trust auth); skips where no server answers."""
     psycopg2 = pytest.importorskip("psycopg2")
     try:
         admin = pg_util.connect()
     except psycopg2.OperationalError as e:
-        pytest.skip(f"no PostgreSQL on 127.0.0.1:5432 ({e})")
+        pytest.skip(f"no PostgreSQL on {pg_util.HOST}:{pg_util.PORT} ({e})")
     admin.autocommit = True
-    name = f"paxsearch_test_{uuid.uuid4().hex[:10]}"
+    name = f"paxsearch_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     with admin.cursor() as cur:
         cur.execute(f"CREATE DATABASE {name}")
     try:
-        yield pg_util.url(name)
+        yield name
     finally:
         with admin.cursor() as cur:
+            cur.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
             cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
             cur.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
+
+
+@pytest.fixture
+def pg_url(pg_database):
+    """The session database's URL (postgresql://postgres@127.0.0.1:5432/NAME). It starts empty
+    for each test: after the test every connection to it is closed and its schema dropped."""
+    yield pg_util.url(pg_database)
+    pg_util.empty(pg_database)

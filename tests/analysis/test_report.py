@@ -12,6 +12,7 @@ from fiddle.experimental import serialization
 
 from paxsearch.analysis import best_trial, load, pareto, write_report
 
+from .. import pg_util
 from .study_builder import SPACE, grid_specs, make_run, trial_spec
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -206,31 +207,18 @@ def test_trial_table_sorts_on_click(measured_run, measured_report, tmp_path):
     assert int(first.group(1)) == best
 
 
-def _postgres_url_or_skip(password: str) -> str:
-    import socket
-    pytest.importorskip("psycopg2")
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-    except OSError:
-        pytest.skip("no PostgreSQL server on 127.0.0.1:5432")
-    # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; name the psycopg2 driver.
-    return f"postgresql+psycopg2://postgres:{password}@127.0.0.1:5432/test"
-
-
 @pytest.mark.postgres
-def test_report_of_a_postgres_study_never_shows_the_password(tmp_path):
-    import optuna
-    url = _postgres_url_or_skip("hunter2-secret")  # trust auth: any password is accepted
+def test_report_of_a_postgres_study_never_shows_the_password(tmp_path, pg_database, pg_url):
+    # trust auth: any password is accepted; SQLAlchemy 2.1 maps a bare postgresql:// to
+    # psycopg 3, so name the psycopg2 driver
+    url = pg_util.url(pg_database, password="hunter2-secret", driver="+psycopg2")
     name = f"analysis_{tmp_path.name}"
-    try:
-        make_run(tmp_path / "run", grid_specs()[:6], study_name=name, storage=url)
-        paths = write_report(url, study_name=name)  # run folder from the trials' trial_dir
-        assert paths["html"] == tmp_path / "run" / "report.html"
-        for path in paths.values():
-            assert b"hunter2-secret" not in path.read_bytes(), path
-        assert "postgres:***@127.0.0.1" in paths["markdown"].read_text()
-    finally:
-        optuna.delete_study(study_name=name, storage=url)
+    make_run(tmp_path / "run", grid_specs()[:6], study_name=name, storage=url)
+    paths = write_report(url, study_name=name)  # run folder from the trials' trial_dir
+    assert paths["html"] == tmp_path / "run" / "report.html"
+    for path in paths.values():
+        assert b"hunter2-secret" not in path.read_bytes(), path
+    assert "postgres:***@127.0.0.1" in paths["markdown"].read_text()
 
 
 def test_predicted_vs_measured_matches_plan_only_trials_by_decisions():

@@ -25,39 +25,14 @@ DEVICES8 = "--xla_force_host_platform_device_count=8"
 # the trainer's real train step, compiled in a fresh process (flags are read when the backend starts)
 COMPILE_STEP = """
 import json, re, jax
-from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
+from paxsearch.search import configio
+from paxsearch.tests.space_factory import tiny_config
 from paxsearch.trainer.plan import build_program
-cfg = TrainConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, head_dim=16, d_ff=64, seq_len=32,
-                                    scan_layers=False),
-                  mesh=MeshConfig(ici=(1, 1, 1)), per_device_batch=2, eval=EvalConfig(enabled=False))
+cfg = configio.build(tiny_config(mesh="1x1x1", per_device_batch=2))
 hlo = build_program(cfg, jax.devices()[:1], count_flops=False, keep_hlo=True).plan.hlo_text
 print(json.dumps({"library_fusions": len(re.findall(r'"kind":"__[a-z]+_fusion"', hlo)),
                   "dots": len(re.findall(r"= \\S+ dot\\(", hlo))}))
 """
-
-SPACE = """
-import fiddle as fdl
-import pyglove as pg
-
-from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig
-
-STUDY = dict(objectives=["loss", "mfu", "memory"], trials=2, tuner="grid", target="cpu:8", timeout=300,
-             count_flops=False)
-
-
-def space():
-    return fdl.Config(
-        TrainConfig,
-        model=fdl.Config(ModelConfig, d_model=32, n_layers=1, n_heads=2, head_dim=16, d_ff=64, seq_len=32,
-                         scan_layers=False),
-        mesh=fdl.Config(MeshConfig, ici=(8, 1, 1)),
-        per_device_batch=1,
-        flags=pg.oneof(["default", "%s"], name="flags"),
-        steps=2,
-        eval=fdl.Config(EvalConfig, enabled=False),
-        log=fdl.Config(LogConfig, every_steps=1),
-    )
-""" % EIGEN
 
 
 # ----------------------------------------------------------------------------- the table
@@ -143,9 +118,9 @@ def test_a_flag_the_installed_xla_lacks_fails_the_run_before_any_worker(tmp_path
 
 
 @pytest.mark.slow
-def test_study_over_flag_sets_records_them_and_train_honours_them(tmp_path):
-    space = tmp_path / "flag_space.py"
-    space.write_text(SPACE)
+def test_study_over_flag_sets_records_them_and_train_honours_them(tmp_path, make_space):
+    space = make_space("flag_space", study=dict(trials=2, timeout=300), decisions=dict(flags=["default", EIGEN]),
+                       mesh="8x1x1", per_device_batch=1, steps=2, log_every=1)
     run = tmp_path / "run"
     cli("run", space, "--run-dir", run, "--no-progress", timeout=900)
     study = optuna.load_study(study_name="flag_space", storage=f"sqlite:///{run}/study.db")

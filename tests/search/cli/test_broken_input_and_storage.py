@@ -52,13 +52,8 @@ def test_ls_goes_on_past_an_unreadable_run_folder(tmp_path):
     _one_line_error(proc, "a_broken", code=1)
 
 
-SPACE_WITH_A_STRING_STEPS = open(TINY).read().replace("steps=4,", 'steps="ten",')
-
-
-def test_a_wrongly_typed_value_in_space_is_one_line(tmp_path):
-    assert 'steps="ten"' in SPACE_WITH_A_STRING_STEPS
-    space = tmp_path / "typed.py"
-    space.write_text(SPACE_WITH_A_STRING_STEPS)
+def test_a_wrongly_typed_value_in_space_is_one_line(tmp_path, make_space):
+    space = make_space("typed", steps="ten")  # the tiny space with steps="ten"
     proc = cli("run", space, "--run-dir", tmp_path / "run", "--trials", 1, "--no-progress", check=False, timeout=300)
     _one_line_error(proc, "steps", "ten")
     dry = cli("run", space, "--dry-run", check=False, timeout=300)  # the dry run shows why, point by point

@@ -30,12 +30,9 @@ def test_main_maps_a_search_error_to_exit_2(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("paxsearch: error: ") and "missing_space.py" in err[0]
 
 
-def test_main_maps_a_trainer_config_error_to_exit_2(tmp_path):
+def test_main_maps_a_trainer_config_error_to_exit_2(tmp_path, tiny_config_file):
     """train's unknown compiler flag set is the trainer's ConfigError, reaching main unwrapped."""
-    from .test_train_command import CONFIG
-
-    path = tmp_path / "tiny.py"
-    path.write_text(CONFIG)
+    path = tiny_config_file
     proc = run_cli("train", path, "--set", "flags=no_such_set", "--run-dir", tmp_path / "run", check=False)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "no_such_set" in lines[0], proc.stderr

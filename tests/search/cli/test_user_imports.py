@@ -48,13 +48,10 @@ def test_unimportable_module_is_one_line_and_nothing_written(tmp_path):
         assert not run.exists()
 
 
-def test_train_imports_a_user_module(tmp_path):
+def test_train_imports_a_user_module(tmp_path, tiny_config_file):
     """`paxsearch train --import MODULE --set data.task=NAME` trains on the user's task; an
     unimportable module is one line, exit 2, and no run folder."""
-    from .test_train_command import CONFIG
-
-    path = tmp_path / "tiny.py"
-    path.write_text(CONFIG)
+    path = tiny_config_file
     marker = tmp_path / "reads.txt"
     out = cli("train", path, "--import", MODULE, "--set", "data.task=user_test_task", "--steps", "1",
               "--run-dir", tmp_path / "run", env={"PAXSEARCH_TEST_TASK_MARKER": str(marker)})

@@ -14,9 +14,8 @@ def test_a_stale_fault_variable_does_not_sabotage_a_real_study(tmp_path):
     assert trial.user_attrs.get("failure_kind") is None, trial.user_attrs.get("failure_message")
 
 
-def test_faults_in_a_study_are_refused_and_never_stored(tmp_path):
-    space = tmp_path / "tiny_space.py"
-    space.write_text(open(TINY).read() + '\nSTUDY["extra"] = {"faults": {"0": "segfault"}}\n')
+def test_faults_in_a_study_are_refused_and_never_stored(tmp_path, make_space):
+    space = make_space(study=dict(extra={"faults": {"0": "segfault"}}))  # the tiny space, faults in STUDY
     run = tmp_path / "run"
     proc = cli("run", space, "--run-dir", run, "--trials", 1, "--no-progress", check=False)
     assert proc.returncode == 2 and "extra" in proc.stderr, proc.stdout + proc.stderr

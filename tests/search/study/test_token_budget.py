@@ -13,35 +13,12 @@ from ...search_util import cli
 
 TOKENS = 2048  # 8 steps at global batch 8 x seq 32, 4 steps at 16 x 32; batch 512 x 32 is over a step
 
-SPACE = """
-import fiddle as fdl
-import pyglove as pg
 
-from paxsearch.trainer.config import DataConfig, EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig
-
-STUDY = dict(objectives=["loss", "mfu", "memory"], trials=3, tuner="grid", target="cpu:8", timeout=300,
-             count_flops=False, tokens=%(tokens)r)
-
-
-def space():
-    return fdl.Config(
-        TrainConfig,
-        model=fdl.Config(ModelConfig, d_model=32, n_layers=1, n_heads=2, head_dim=16, d_ff=64, seq_len=32,
-                         scan_layers=False),
-        mesh=fdl.Config(MeshConfig, ici=(8, 1, 1)),
-        per_device_batch=pg.oneof([1, 2, 64], name="per_device_batch"),
-        steps=3,  # replaced by the token budget
-        data=fdl.Config(DataConfig, eval_examples=16),
-        eval=fdl.Config(EvalConfig, enabled=%(eval)r, max_batches=1),
-        log=fdl.Config(LogConfig, every_steps=2),
-    )
-"""
-
-
-def _space(tmp_path, tokens=TOKENS, evaluate=True):
-    path = tmp_path / "fair_space.py"
-    path.write_text(SPACE % {"tokens": tokens, "eval": evaluate})
-    return path
+def _space(make_space, tokens=TOKENS, evaluate=True):
+    """3 per-device batches on mesh 8x1x1 with a token budget (steps=3 is replaced by it)."""
+    return make_space("fair_space", study=dict(trials=3, timeout=300, tokens=tokens),
+                      decisions=dict(per_device_batch=[1, 2, 64]), mesh="8x1x1", steps=3,
+                      data=dict(eval_examples=16), evaluate=evaluate, eval_batches=1)
 
 
 def test_steps_for_tokens_rounds_to_the_nearest_step():
@@ -64,17 +41,17 @@ def test_tokens_setting_parses_counts():
             StudySettings.from_dict({"tokens": bad})
 
 
-def test_tokens_without_eval_is_one_line(tmp_path):
-    out = cli("run", _space(tmp_path, evaluate=False), "--run-dir", tmp_path / "r", "--no-progress", check=False)
+def test_tokens_without_eval_is_one_line(tmp_path, make_space):
+    out = cli("run", _space(make_space, evaluate=False), "--run-dir", tmp_path / "r", "--no-progress", check=False)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "tokens=2048" in lines[0] and "eval.enabled=False" in lines[0], out.stderr
 
 
 @pytest.mark.slow
-def test_equal_tokens_per_trial_and_loss_is_the_eval_loss(tmp_path):
+def test_equal_tokens_per_trial_and_loss_is_the_eval_loss(tmp_path, make_space):
     run = tmp_path / "run"
-    cli("run", _space(tmp_path), "--run-dir", run, "--no-progress", timeout=900)
+    cli("run", _space(make_space), "--run-dir", run, "--no-progress", timeout=900)
     study = optuna.load_study(study_name="fair_space", storage=f"sqlite:///{run}/study.db")
     trials = {t.params["per_device_batch"]: t for t in study.get_trials()}
     assert set(trials) == {1, 2, 64}
