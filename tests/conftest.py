@@ -6,11 +6,17 @@ every folder shares:
 - make_space     the space factory over the tiny model (space_factory.tiny_space): writes a
                  space file and returns its path
 - tiny_config_file  a `paxsearch train` config file of the tiny model
+- tiny_grid_run  one finished study of the tiny space that several tests read (run once)
 - pg_database    one fresh PostgreSQL database for the whole session, dropped at the end
 - pg_url         that database's URL, emptied after each test that uses it
+
+and, for every test (autouse), the CPU's matmul peak measured once per session.
 """
 import os
+import shutil
 import uuid
+from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -21,6 +27,32 @@ os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from . import pg_util, search_util, space_factory  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_peak_measured_once(tmp_path_factory):
+    """MFU on CPU divides by this machine's measured matmul peak (trainer/flops.py), which is
+    cached in $PAXSEARCH_CACHE/cpu_peak.json only when measured on an idle machine. The suite
+    keeps the machine busy, so every trial worker, `paxsearch train` and train() measured it
+    again (~1-2 s each). The session measures it once (or takes the user's cached figure) into
+    a cache folder of its own that every test and subprocess reads through PAXSEARCH_CACHE;
+    the user's cache is never written."""
+    from paxsearch.trainer import flops
+
+    before = os.environ.get("PAXSEARCH_CACHE")
+    user_cache = flops._cache_file()
+    session = tmp_path_factory.mktemp("paxsearch_cache")
+    if user_cache.exists():
+        shutil.copy(user_cache, session / user_cache.name)
+    os.environ["PAXSEARCH_CACHE"] = str(session)
+    with mock.patch.object(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0)):
+        flops.measured_cpu_peak("float32")  # stored in the session folder whatever the load
+    assert Path(flops._cache_file()).parent == session
+    yield
+    if before is None:
+        os.environ.pop("PAXSEARCH_CACHE", None)
+    else:
+        os.environ["PAXSEARCH_CACHE"] = before
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +81,18 @@ def tiny_config_file(tmp_path):
     """A `paxsearch train` config file: the tiny model on mesh 8x1x1, per-device batch 1, 2 steps,
     no eval, a log line every step (space_factory.tiny_config())."""
     return space_factory.write_config(tmp_path / "tiny.py")
+
+
+@pytest.fixture(scope="session")
+def tiny_grid_run(tmp_path_factory):
+    """(run folder, its `paxsearch run` output): tests/spaces/tiny_space.py with per-device batch
+    2, i.e. its 3 meshes one trial each (`run --trials 50 --set per_device_batch=2`), run once for
+    the session. Tests that read it must leave its study as it is (reports, exports and trains
+    into other folders are fine); the folder holding it holds nothing else."""
+    run = tmp_path_factory.mktemp("tiny_grid") / "grid"
+    out = search_util.cli("run", search_util.TINY, "--run-dir", run, "--trials", 50, "--set", "per_device_batch=2",
+                          "--no-progress")
+    return run, out
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,18 @@
-"""Issue 4 end to end on a real (tiny) study: report, best --export, train the exported config,
-and train straight from the run folder."""
+"""Issue 4 end to end on a real (tiny) study (the shared tiny_grid_run): report, best --export,
+train the exported config, and train straight from the run folder."""
 import json
 import os
 
 import optuna
+import pytest
 
 from paxsearch.search import configio
-from paxsearch.tests.search_util import TINY, cli
+from ..search_util import cli
 
 
-def test_report_best_export_and_train(tmp_path):
-    run = tmp_path / "run"
-    cli("run", TINY, "--run-dir", run, "--trials", "3", "--tuner", "grid")
+@pytest.mark.slow  # report, export and two CLI trains
+def test_report_best_export_and_train(tmp_path, tiny_grid_run):
+    run, _ = tiny_grid_run  # 3 trials of the tiny space by the grid tuner
     study = optuna.load_study(study_name="tiny_space", storage=f"sqlite:///{run}/study.db")
     complete = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
     assert complete

@@ -16,9 +16,8 @@ TRIAL_ATTRS = {"decisions", "config", "config_dict", "plan", "measured", "memory
                "predicted", "trial_dir", "counters"}
 
 
-def test_grid_runs_each_point_once_and_stores_everything(tmp_path):
-    run = tmp_path / "grid"
-    out = cli("run", TINY, "--run-dir", run, "--trials", 50, "--set", "per_device_batch=2", "--no-progress")
+def test_grid_runs_each_point_once_and_stores_everything(tiny_grid_run):
+    run, out = tiny_grid_run  # `run TINY --trials 50 --set per_device_batch=2`
     assert "nothing to run" not in out.stdout
     study = load(run)
     trials = study.get_trials()
@@ -51,7 +50,7 @@ def test_grid_runs_each_point_once_and_stores_everything(tmp_path):
     # the grid is used up: running again starts nothing
     again = cli("run", TINY, "--run-dir", run, "--trials", 50, "--set", "per_device_batch=2", "--no-progress")
     assert "nothing to run" in again.stdout and len(load(run).trials) == 3
-    listing = cli("ls", tmp_path)
+    listing = cli("ls", run.parent)
     assert "tiny_space" in listing.stdout and "3 complete" in listing.stdout
 
 

@@ -42,6 +42,7 @@ def _cfg_with_decay(steps, **kw):
     return dataclasses.replace(cfg, optimizer=dataclasses.replace(cfg.optimizer, decay_steps=20))
 
 
+@pytest.mark.slow  # a CLI train killed at step 10, then 20 steps twice
 def test_killed_run_resumes_with_the_same_losses(tmp_path):
     cfg_file = tmp_path / "cfg.py"
     cfg_file.write_text(CONFIG_FILE.format(steps=400))
@@ -70,6 +71,7 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     np.testing.assert_allclose([resumed[s] for s in steps], [reference[s] for s in steps], rtol=1e-5)
 
 
+@pytest.mark.slow  # two jax.distributed processes and a reference train
 def test_two_processes_match_one_process(tmp_path):
     port, out = _free_port(), tmp_path / "mp.json"
     procs = [subprocess.Popen([sys.executable, "-m", "paxsearch.tests.mp_train", str(i), "2", str(port), str(out)],

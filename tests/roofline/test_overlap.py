@@ -249,6 +249,7 @@ def test_latency_per_hop_is_a_hardware_field():
 
 # ----------------------------------------------------------------------------- compiled for a TPU
 
+@pytest.mark.slow  # a train step compiled for v5e-16
 @needs_libtpu
 def test_a_step_compiled_for_v5e_16_is_read_from_its_schedule():
     from paxsearch.search import targets as T

@@ -184,6 +184,7 @@ def test_a_flag_set_is_its_own_plan():
     assert plan_keys(dataclasses.replace(cfg, steps=7), target) == keys
 
 
+@pytest.mark.slow  # a plan-only study compiled for TPU
 @needs_libtpu
 def test_plan_mode_compiles_with_the_sets_libtpu_args(tmp_path):
     run = tmp_path / "plan"
@@ -196,6 +197,7 @@ def test_plan_mode_compiles_with_the_sets_libtpu_args(tmp_path):
     assert set(flagsets.FLAG_SETS["latency_hiding"].libtpu_init_args) <= set(env["libtpu_init_args"].split())
 
 
+@pytest.mark.slow  # a plan-only study compiled for v5p-32
 @needs_libtpu
 def test_the_v5p_set_compiles_for_a_v5p_slice(tmp_path):
     """MaxText's v5p flags (async collective-permutes among them) are known to this libtpu and

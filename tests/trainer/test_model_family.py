@@ -239,6 +239,7 @@ def test_gqa_with_all_heads_equals_mha_and_grouping_equals_repeated_kv():
     np.testing.assert_allclose(_apply(mha, as_mha, *inputs), _apply(gqa, gqa_params, *inputs), atol=1e-5)
 
 
+@pytest.mark.slow  # two train-step compiles and steps
 def test_mqa_trains_on_a_tensor_mesh_with_replicated_kv():
     """n_kv_heads=1 with tensor=2: the K/V heads are replicated over tensor (sharding.rules_for)."""
     m = dataclasses.replace(LLAMA_TINY, n_kv_heads=1)
@@ -353,6 +354,7 @@ def _first_step(program, state=None):
     return float(metrics["loss"]), float(metrics["grad_norm"])
 
 
+@pytest.mark.slow  # 18 compiles of the train step
 def test_loss_is_the_same_across_meshes_remat_and_attention():
     """3 meshes x 3 remat policies x 2 attention implementations: one first-step loss and
     gradient norm (same init, same batch) to 1e-5."""
@@ -406,6 +408,7 @@ def test_blockwise_attention_never_holds_the_scores_at_seq_1024():
 
 # ----------------------------------------------------------------------------- TPU plan mode
 
+@pytest.mark.slow  # two TPU compiles at seq 2048
 @needs_libtpu
 def test_splash_attention_compiles_for_a_tpu_topology_and_needs_less_memory():
     from paxsearch.trainer import topology as topo

@@ -4,17 +4,20 @@ import dataclasses
 import numpy as np
 import pytest
 
-from paxsearch.tests.trainer_util import tiny
 from paxsearch.trainer import flops as flops_lib
 from paxsearch.trainer.config import MeshConfig, ModelConfig
 from paxsearch.trainer.errors import ConfigError, UnsupportedOnPlatform
-from paxsearch.trainer.plan import plan
+from paxsearch.trainer.plan import build_program, plan
 from paxsearch.trainer.train import train
+
+from ..trainer_util import tiny
 
 
 def _losses(cfg):
+    """Losses by step; the program is built without the FLOP probes (two more compiles of
+    unrolled layers) since no test here reads FLOPs from a train()."""
     seen = []
-    train(cfg, report=lambda m: seen.append((m.step, m.loss)))
+    train(cfg, report=lambda m: seen.append((m.step, m.loss)), program=build_program(cfg, count_flops=False))
     return dict(seen)
 
 

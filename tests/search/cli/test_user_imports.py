@@ -48,6 +48,7 @@ def test_unimportable_module_is_one_line_and_nothing_written(tmp_path):
         assert not run.exists()
 
 
+@pytest.mark.slow  # a CLI train on a seqio task
 def test_train_imports_a_user_module(tmp_path, tiny_config_file):
     """`paxsearch train --import MODULE --set data.task=NAME` trains on the user's task; an
     unimportable module is one line, exit 2, and no run folder."""

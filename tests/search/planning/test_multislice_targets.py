@@ -75,6 +75,7 @@ def test_slices_auto_on_a_measured_target_is_refused_by_the_cli(tmp_path):
     assert len(lines) == 1 and "slices=auto" in lines[0], out.stderr
 
 
+@pytest.mark.slow  # a plan-only study compiled for 1 and 2 v5e-4 slices
 @needs_libtpu
 @NO_TPUS
 def test_a_study_compiles_each_trial_for_its_own_slice_count(tmp_path):

@@ -12,6 +12,7 @@ from ...search_util import HERE, cli, load, needs_libtpu
 PLAN_SPACE = os.path.join(HERE, "spaces", "tpu_tiny_plan.py")
 
 
+@pytest.mark.slow  # a 12-trial study compiled for v5e-16
 @needs_libtpu
 def test_plan_only_study_compiles_two_of_twelve_points_and_reports_predictions(tmp_path):
     run = tmp_path / "plan"
@@ -87,13 +88,11 @@ def test_without_libtpu_a_tpu_target_fails_with_one_line_naming_the_extra(tmp_pa
         study_setup.check_settings(StudySettings(objectives=("mfu", "memory"), target="tpu:v5e-16"), space)
 
 
-def test_measured_trials_carry_the_roofline_prediction(tmp_path):
+def test_measured_trials_carry_the_roofline_prediction(tiny_grid_run):
     """CPU trials are measured and predicted: the report sets the two side by side."""
-    from ...search_util import TINY
-
-    run = tmp_path / "cpu"
-    cli("run", TINY, "--run-dir", run, "--trials", 2, "--set", "per_device_batch=2", "--no-progress")
+    run, _ = tiny_grid_run  # the tiny space's 3 meshes at per-device batch 2, measured on cpu:8
     study = load(run)
+    assert len(study.get_trials()) == 3
     for t in study.get_trials():
         a = t.user_attrs
         assert a["predicted"] is False and a["measured"]["step_time"] > 0

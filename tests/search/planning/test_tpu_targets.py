@@ -152,6 +152,7 @@ def test_topology_devices(name, devices, kind):
     assert len(devs) == devices and devs[0].device_kind == kind and devs[0].platform == "tpu"
 
 
+@pytest.mark.slow  # two compiles of a 1B model for v5e-16
 @needs_libtpu
 def test_1b_memory_equals_memory_analysis_of_the_same_compiled_step():
     target = T.parse_target("tpu:v5e-16")
@@ -217,6 +218,7 @@ def small_plans():
             for axis, ici in (("fsdp", (1, 16, 1)), ("tensor", (1, 1, 16)))}
 
 
+@pytest.mark.slow  # its fixture compiles for v5e-16 twice
 @needs_libtpu
 def test_predicted_mfu_is_in_range_and_orders_tensor_16_below_fsdp_16(small_plans):
     for axis, p in small_plans.items():

@@ -125,6 +125,7 @@ def _seed_with_wide_first(space, n):
     raise AssertionError("no seed puts the wide points first")
 
 
+@pytest.mark.slow  # a study of 8+ trained trials
 def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
     space = load_space(STEER_SPACE)
     seed = _seed_with_wide_first(space, steer.MIN_MEASURED + 1)

@@ -9,6 +9,7 @@ from ...search_util import HERE, TINY, active, cli, decision_keys, load
 PRUNE = os.path.join(HERE, "spaces", "prune_space.py")
 
 
+@pytest.mark.slow  # a 3-trial study
 def test_nsga2_proposes_and_completes_distinct_trials(tmp_path):
     run = tmp_path / "run"
     cli("run", TINY, "--run-dir", run, "--tuner", "nsga2", "--trials", "3", "--no-progress")
