@@ -1,8 +1,126 @@
-"""Test session setup: 8 simulated CPU devices, set before anything imports JAX."""
+"""Test session setup: 8 simulated CPU devices, set before anything imports JAX; the fixtures
+every folder shares:
+
+- cli            `paxsearch ARGS` in a subprocess (search_util.cli)
+- run_dir        a run folder path for this test (not created: the CLI creates it)
+- make_space     the space factory over the tiny model (space_factory.tiny_space): writes a
+                 space file and returns its path
+- tiny_config_file  a `paxsearch train` config file of the tiny model
+- tiny_grid_run  one finished study of the tiny space that several tests read (run once)
+- pg_database    one fresh PostgreSQL database for the whole session, dropped at the end
+- pg_url         that database's URL, emptied after each test that uses it
+
+and, for every test (autouse), the CPU's matmul peak measured once per session.
+"""
 import os
+import shutil
+import uuid
+from pathlib import Path
+from unittest import mock
+
+import pytest
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 from paxsearch.trainer.flagsets import with_device_count  # noqa: E402  (imports no JAX)
 
 os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from . import pg_util, search_util, space_factory  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_peak_measured_once(tmp_path_factory):
+    """MFU on CPU divides by this machine's measured matmul peak (trainer/flops.py), which is
+    cached in $PAXSEARCH_CACHE/cpu_peak.json only when measured on an idle machine. The suite
+    keeps the machine busy, so every trial worker, `paxsearch train` and train() measured it
+    again (~1-2 s each). The session measures it once (or takes the user's cached figure) into
+    a cache folder of its own that every test and subprocess reads through PAXSEARCH_CACHE;
+    the user's cache is never written."""
+    from paxsearch.trainer import flops
+
+    before = os.environ.get("PAXSEARCH_CACHE")
+    user_cache = flops._cache_file()
+    session = tmp_path_factory.mktemp("paxsearch_cache")
+    if user_cache.exists():
+        shutil.copy(user_cache, session / user_cache.name)
+    os.environ["PAXSEARCH_CACHE"] = str(session)
+    with mock.patch.object(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0)):
+        flops.measured_cpu_peak("float32")  # stored in the session folder whatever the load
+    assert Path(flops._cache_file()).parent == session
+    yield
+    if before is None:
+        os.environ.pop("PAXSEARCH_CACHE", None)
+    else:
+        os.environ["PAXSEARCH_CACHE"] = before
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """`cli(*args, env=None, timeout=600, check=True, faults=None)`: see search_util.cli."""
+    return search_util.cli
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def make_space(tmp_path):
+    """`make_space(name="tiny_space", study=..., decisions=..., **fields)` writes tmp_path/<name>.py
+    through space_factory.tiny_space (with no arguments: tests/spaces/tiny_space.py's space) and
+    returns its path; the study is named `name`."""
+    def make(name: str = "tiny_space", **kwargs) -> str:
+        return space_factory.write_space(tmp_path / f"{name}.py", **kwargs)
+    return make
+
+
+@pytest.fixture
+def tiny_config_file(tmp_path):
+    """A `paxsearch train` config file: the tiny model on mesh 8x1x1, per-device batch 1, 2 steps,
+    no eval, a log line every step (space_factory.tiny_config())."""
+    return space_factory.write_config(tmp_path / "tiny.py")
+
+
+@pytest.fixture(scope="session")
+def tiny_grid_run(tmp_path_factory):
+    """(run folder, its `paxsearch run` output): tests/spaces/tiny_space.py with per-device batch
+    2, i.e. its 3 meshes one trial each (`run --trials 50 --set per_device_batch=2`), run once for
+    the session. Tests that read it must leave its study as it is (reports, exports and trains
+    into other folders are fine); the folder holding it holds nothing else."""
+    run = tmp_path_factory.mktemp("tiny_grid") / "grid"
+    out = search_util.cli("run", search_util.TINY, "--run-dir", run, "--trials", 50, "--set", "per_device_batch=2",
+                          "--no-progress")
+    return run, out
+
+
+@pytest.fixture(scope="session")
+def pg_database():
+    """A uniquely named PostgreSQL database created for this test session and dropped at its
+    end (server on 127.0.0.1:5432, trust auth); skips where no server answers."""
+    psycopg2 = pytest.importorskip("psycopg2")
+    try:
+        admin = pg_util.connect()
+    except psycopg2.OperationalError as e:
+        pytest.skip(f"no PostgreSQL on {pg_util.HOST}:{pg_util.PORT} ({e})")
+    admin.autocommit = True
+    name = f"paxsearch_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    try:
+        yield name
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+            cur.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+
+@pytest.fixture
+def pg_url(pg_database):
+    """The session database's URL (postgresql://postgres@127.0.0.1:5432/NAME). It starts empty
+    for each test: after the test every connection to it is closed and its schema dropped."""
+    yield pg_util.url(pg_database)
+    pg_util.empty(pg_database)

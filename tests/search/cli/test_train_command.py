@@ -1,0 +1,59 @@
+"""`paxsearch train --resume` never corrupts its run folder (issue 10, defect 7), and bad
+overrides are one line (defect 10)."""
+import pytest
+
+from ...search_util import cli
+from ...space_factory import write_config
+
+
+def _one_line_error(proc, *words):
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The tiny config trained for 2 steps, with a checkpoint."""
+    root = tmp_path_factory.mktemp("train")
+    path = write_config(root / "tiny.py")
+    run = root / "run"
+    cli("train", path, "--run-dir", run, "--steps", "2", "--checkpoint-every", "1", timeout=900)
+    return path, run
+
+
+def test_resume_with_a_changed_config_is_refused_and_writes_nothing(trained):
+    path, run = trained
+    before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")}
+    config_text = (run / "config.json").read_text()
+    proc = cli("train", path, "--run-dir", run, "--resume", "--set", "model.d_model=64", "--steps", "4",
+               check=False, timeout=600)
+    _one_line_error(proc, "model.d_model", "32", "64")
+    assert (run / "config.json").read_text() == config_text
+    assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before
+
+
+def test_resume_without_a_checkpoint_is_refused(tmp_path, tiny_config_file):
+    path = tiny_config_file
+    proc = cli("train", path, "--run-dir", tmp_path / "fresh", "--resume", check=False, timeout=600)
+    _one_line_error(proc, "no checkpoint")
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_bad_override_values_are_one_line(tmp_path, tiny_config_file):
+    path = tiny_config_file
+    proc = cli("train", path, "--run-dir", tmp_path / "x", "--set", "steps=ten", check=False, timeout=600)
+    _one_line_error(proc, "steps", "ten")
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_malformed_xla_flags_setting_is_one_line(tmp_path, tiny_config_file):
+    """An XLA flag XLA does not know aborts the process (a fatal log) after the run folder was
+    written; it is probed first and refused in one line, with nothing written."""
+    path = tiny_config_file
+    proc = cli("train", path, "--run-dir", tmp_path / "x", check=False, timeout=600,
+               env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_no_such_flag_paxsearch=1"})
+    _one_line_error(proc, "XLA_FLAGS", "xla_no_such_flag_paxsearch")
+    assert not (tmp_path / "x").exists()

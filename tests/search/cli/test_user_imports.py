@@ -1,0 +1,63 @@
+"""A user's own seqio task reaches the search workers: `--import MODULE` (or STUDY imports=)
+is imported by the driver and by every worker before a trial's config is built, and is
+stored in the study by name only."""
+import re
+
+import pytest
+
+from ...search_util import TINY, cli, load
+
+MODULE = "paxsearch.tests.user_task_module"
+
+
+@pytest.mark.slow
+def test_imported_user_task_trains_in_a_search_worker(tmp_path):
+    marker = tmp_path / "reads.txt"
+    run = tmp_path / "run"
+    out = cli("run", TINY, "--run-dir", run, "--trials", "1", "--no-progress", "--import", MODULE,
+              "--set", "data.task=user_test_task", env={"PAXSEARCH_TEST_TASK_MARKER": str(marker)})
+    (trial,) = load(run).get_trials(deepcopy=False)
+    assert trial.state.name == "COMPLETE" and not trial.user_attrs.get("failure_kind"), (trial.user_attrs, out.stdout)
+    assert load(run).user_attrs["settings"]["imports"] == [MODULE]
+    readers = {line.split()[0] for line in marker.read_text().splitlines() if line.endswith(" train")}
+    worker = re.search(r"== trial 0 on worker pid (\d+)", (run / "trials" / "0" / "log.txt").read_text()).group(1)
+    assert worker in readers, (worker, readers)  # the worker that trained trial 0 read the user's task
+    # a later driver (resume, with no --import) imports the module the study names
+    cli("resume", run, "--trials", "2", "--no-progress")
+    second = load(run).get_trials(deepcopy=False)[1]
+    assert second.state.name == "COMPLETE" and not second.user_attrs.get("failure_kind"), second.user_attrs
+
+
+def test_without_the_import_the_task_is_unknown_to_the_worker(tmp_path):
+    """The case --import fixes: the trial fails naming the unknown task and the way out."""
+    run = tmp_path / "run"
+    cli("run", TINY, "--run-dir", run, "--trials", "1", "--no-progress", "--set", "data.task=user_test_task")
+    (trial,) = load(run).get_trials(deepcopy=False)
+    assert trial.user_attrs.get("failure_kind") == "invalid", trial.user_attrs
+    assert "user_test_task" in trial.user_attrs["failure_message"]
+
+
+def test_unimportable_module_is_one_line_and_nothing_written(tmp_path):
+    for bad, words in (("no_such_module_paxsearch", "cannot import module 'no_such_module_paxsearch'"),
+                       ("os;rm -rf", "is not a module name")):
+        run = tmp_path / "run"
+        proc = cli("run", TINY, "--run-dir", run, "--import", bad, check=False)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], proc.stderr
+        assert not run.exists()
+
+
+@pytest.mark.slow  # a CLI train on a seqio task
+def test_train_imports_a_user_module(tmp_path, tiny_config_file):
+    """`paxsearch train --import MODULE --set data.task=NAME` trains on the user's task; an
+    unimportable module is one line, exit 2, and no run folder."""
+    path = tiny_config_file
+    marker = tmp_path / "reads.txt"
+    out = cli("train", path, "--import", MODULE, "--set", "data.task=user_test_task", "--steps", "1",
+              "--run-dir", tmp_path / "run", env={"PAXSEARCH_TEST_TASK_MARKER": str(marker)})
+    assert "steps 0->1" in out.stdout and " train" in marker.read_text()
+    proc = cli("train", path, "--import", "no_such_module_paxsearch", "--run-dir", tmp_path / "bad", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "cannot import module 'no_such_module_paxsearch'" in proc.stderr
+    assert not (tmp_path / "bad").exists()

@@ -1,0 +1,188 @@
+"""Steering a measured study by predictions (search/tuning/steer.py): the dominance rule, the
+references a worker gets, the same-math key, and a real study that skips after compiling."""
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+from scipy import stats
+
+from paxsearch.search.study.space import load_space
+from paxsearch.search.tuning import steer
+from paxsearch.search.tuning.tuners import GridProposer
+from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
+
+from ...search_util import HERE, cli, load, needs_libtpu
+
+STEER_SPACE = os.path.join(HERE, "spaces", "steer_space.py")
+
+
+def _steer(objectives, refs, ratio=0.8):
+    return {"objectives": objectives, "ratio": ratio, "ratio_trials": 3,
+            "references": [{"number": n, "mfu": m, "memory_bytes": b} for n, m, b in refs]}
+
+
+def test_mfu_dominance_uses_the_optimistic_bound():
+    s = _steer(["mfu"], [(0, 0.20, 1000)], ratio=0.8)
+    # optimistic 0.24 x 0.8 = 0.192 < 0.20 measured: skipped, whatever the memory
+    out = steer.dominated(s, {"predicted_mfu": 0.24, "peak_bytes": 10})
+    assert out["dominated_by"] == 0 and out["optimistic_mfu"] == pytest.approx(0.192)
+    assert "skipped: predicted dominated by #0" in steer.describe(out)
+    assert steer.dominated(s, {"predicted_mfu": 0.26, "peak_bytes": 10}) is None  # 0.208 > 0.20
+    assert steer.dominated(s, {"predicted_mfu": 0.25, "peak_bytes": 10}) is None  # a tie is measured
+    assert steer.dominated(s, {"predicted_mfu": None, "peak_bytes": 10}) is None  # no prediction: measured
+    assert steer.dominated(None, {"predicted_mfu": 0.01, "peak_bytes": 10}) is None
+
+
+def test_memory_is_compared_exactly_and_the_best_reference_is_named():
+    s = _steer(["mfu", "memory"], [(0, 0.20, 2000), (1, 0.30, 900), (2, 0.25, 1000)])
+    out = steer.dominated(s, {"predicted_mfu": 0.1, "peak_bytes": 1000})
+    assert out["dominated_by"] == 1  # 0 needs more memory; 1 and 2 both dominate, 1 is faster
+    assert steer.dominated(s, {"predicted_mfu": 0.1, "peak_bytes": 800}) is None  # less memory than all
+
+
+def test_loss_alone_never_skips_and_loss_with_memory_needs_strictly_less():
+    assert steer.dominated(_steer(["loss"], [(0, 0.2, 100)]), {"predicted_mfu": 0.01, "peak_bytes": 50}) is None
+    s = _steer(["loss", "memory"], [(0, 0.2, 100)])
+    assert steer.dominated(s, {"predicted_mfu": 0.9, "peak_bytes": 100}) is None
+    assert steer.dominated(s, {"predicted_mfu": 0.9, "peak_bytes": 101})["dominated_by"] == 0
+
+
+def _trial(number, mfu, predicted_mfu, key="k", memory=100, **attrs):
+    state = attrs.pop("state", TrialState.COMPLETE)
+    t = create_trial(state=state, values=[mfu] if state == TrialState.COMPLETE else None,
+                        params={"x": number}, distributions={"x": CategoricalDistribution(list(range(20)))},
+                        user_attrs={"measured": {"mfu": mfu}, "plan": {"predicted_mfu": predicted_mfu},
+                                    "math_key": key, "memory_bytes": memory, **attrs})
+    t.number = number
+    return t
+
+
+def test_references_and_ratio_come_from_scored_measured_trials_only():
+    trials = [_trial(0, 0.10, 0.20), _trial(1, 0.15, 0.20)]
+    assert steer.job_steer(trials, ["mfu"], "k") is None  # fewer than MIN_MEASURED: nothing skipped yet
+    trials += [_trial(2, 0.12, 0.30, key="other"),
+               _trial(3, 0.9, 0.1, failure_kind="crash"),  # failed, copy, plan-only: neither ratio nor reference
+               _trial(4, 0.9, 0.1, superseded=True), _trial(5, 0.9, 0.1, predicted=True),
+               _trial(6, 0.9, 0.1, state=TrialState.PRUNED)]
+    s = steer.job_steer(trials, ["mfu"], "k")
+    assert s["ratio"] == pytest.approx(_bound([0.5, 0.75, 0.4])) and s["ratio_trials"] == 3
+    assert [r["number"] for r in s["references"]] == [0, 1, 2]
+    with_loss = steer.job_steer(trials, ["loss", "mfu"], "k")  # loss: only trials of the same math
+    assert [r["number"] for r in with_loss["references"]] == [0, 1]
+    assert steer.job_steer(trials, ["loss", "mfu"], "nothing-alike") is None
+
+
+def _bound(ratios, risk=steer.RISK):
+    """The one-sided prediction bound, computed here with numpy and scipy's t quantile."""
+    logs = np.log(ratios)
+    n = len(logs)
+    return float(np.exp(logs.mean() + stats.t.ppf(1 - risk, n - 1) * logs.std(ddof=1) * np.sqrt(1 + 1 / n)))
+
+
+def test_the_ratio_bound_is_a_prediction_bound_not_the_largest_ratio():
+    ratios = [0.55, 0.62, 0.58, 0.71]
+    assert steer.ratio_bound(ratios) == pytest.approx(_bound(ratios))
+    assert steer.ratio_bound(ratios) > max(ratios)  # a new trial may be underestimated more than any so far
+    assert steer.ratio_bound(ratios[:3]) > steer.ratio_bound(ratios[:3] * 3)  # wider with fewer trials
+    assert steer.ratio_bound([0.6, 0.6, 0.6]) == pytest.approx(0.6)
+    rng = np.random.default_rng(0)  # the bound holds at its level on log-normal ratios
+    draws = np.exp(rng.normal(-0.5, 0.3, size=(4000, 6)))
+    misses = np.mean([d[-1] > steer.ratio_bound(d[:-1]) for d in draws])
+    assert abs(misses - steer.RISK) < 0.015
+
+
+def test_math_key_ignores_layout_only():
+    base = TrainConfig(model=ModelConfig(d_model=64), mesh=MeshConfig(ici=(8, 1, 1)), per_device_batch=2, steps=8)
+    key = steer.math_key(base, 8)
+    same = [dataclasses.replace(base, mesh=MeshConfig(ici=(2, 2, 2), rules="sequence_parallel"), per_device_batch=4,
+                                remat="full", flags="cpu_eigen_dots", run_dir="/x"),  # global batch 2x2x4 = 16
+            dataclasses.replace(base, model=dataclasses.replace(base.model, attention="flash", scan_layers=False))]
+    assert all(steer.math_key(c, 8) == key for c in same)
+    other = [dataclasses.replace(base, per_device_batch=4),  # global batch 32
+             dataclasses.replace(base, steps=9),
+             dataclasses.replace(base, model=dataclasses.replace(base.model, d_model=32)),
+             dataclasses.replace(base, seed=1)]
+    assert len({steer.math_key(c, 8) for c in other} | {key}) == len(other) + 1
+
+
+def test_skips_count_towards_the_budget_only_past_one_per_trained_trial():
+    class T:
+        def __init__(self, skipped):
+            self.user_attrs = {"steered": {"dominated_by": 0}} if skipped else {}
+
+    assert steer.counted([T(False)] * 3 + [T(True)] * 3) == 3
+    assert steer.counted([T(False)] * 3 + [T(True)] * 5) == 5
+
+
+def _seed_with_wide_first(space, n):
+    """A grid seed whose shuffled order starts with n wide-model points (computed, not guessed)."""
+    for seed in range(200):
+        if all(p["width"] == "wide" for p in GridProposer(space, seed).order[:n]):
+            return seed
+    raise AssertionError("no seed puts the wide points first")
+
+
+@pytest.mark.slow  # a study of 8+ trained trials
+def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
+    space = load_space(STEER_SPACE)
+    seed = _seed_with_wide_first(space, steer.MIN_MEASURED + 1)
+    run = tmp_path / "steer"
+    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", 8, "--no-progress")
+    study = load(run, "steer_space")
+    trials = study.get_trials()
+    skipped = [t for t in trials if t.user_attrs.get("steered")]
+    trained = [t for t in trials if not t.user_attrs.get("steered")]
+    assert skipped, out.stdout
+    for t in skipped:
+        s = t.user_attrs["steered"]
+        assert t.state == TrialState.PRUNED
+        assert t.user_attrs["counters"] == {"train_calls": 0, "steps_run": 0}  # compiled, never trained
+        assert t.user_attrs["memory_bytes"] > 0 and t.user_attrs["plan"]["predicted_mfu"] == s["predicted_mfu"]
+        ref = study.trials[s["dominated_by"]]
+        assert ref.state == TrialState.COMPLETE and ref.number < t.number
+        assert ref.user_attrs["measured"]["mfu"] == s["reference_mfu"] > s["predicted_mfu"] * s["ratio"]
+        assert s["ratio_trials"] >= steer.MIN_MEASURED
+        assert f"#{t.number:<3d} skipped" in out.stdout
+    # the ratio is the bound from the trials finished before
+    first = skipped[0]
+    before = [t for t in trained if t.number < first.number and t.state == TrialState.COMPLETE]
+    assert first.user_attrs["steered"]["ratio"] == pytest.approx(
+        _bound([t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"] for t in before]))
+    # skips do not use the budget (8 trained, or every point seen)
+    assert len(trained) == 8 or len(trials) == space.size()
+    assert f"{len(skipped)} skipped" in out.stdout
+    # the report reads a study with skipped trials and says how many were skipped
+    cli("report", run)
+    assert f"{len(skipped)} of them skipped after compiling as predicted dominated" in (run / "report.md").read_text()
+    import pandas as pd
+    frame = pd.read_csv(run / "trials.csv")
+    assert frame["steered_by"].notna().sum() == len(skipped)
+
+
+@needs_libtpu
+def test_steer_on_a_planned_target_is_one_line(tmp_path):
+    out = cli("run", STEER_SPACE, "--run-dir", tmp_path / "p", "--target", "tpu:v5e-8", check=False)
+    assert out.returncode == 2 and "--steer none" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "p" / "study.db").exists()
+    out = cli("run", STEER_SPACE, "--run-dir", tmp_path / "q", "--steer", "sometimes", check=False)
+    assert out.returncode == 2 and "--steer" in out.stderr
+
+
+@pytest.mark.slow
+def test_processes_of_a_trial_skip_together(tmp_path):
+    """Two processes per trial: process 0's verdict is every process's (a process that trained
+    alone would wait in a collective until the timeout)."""
+    space = load_space(STEER_SPACE)
+    seed = _seed_with_wide_first(space, steer.MIN_MEASURED + 1)
+    run = tmp_path / "steer2"
+    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", 5, "--processes", 2,
+              "--timeout", 180, "--no-progress")
+    trials = load(run, "steer_space").get_trials()
+    assert not [t.user_attrs.get("failure_message") for t in trials if t.user_attrs.get("failure_kind")]
+    skipped = [t for t in trials if t.user_attrs.get("steered")]
+    assert skipped, out.stdout
+    assert all(t.user_attrs["steered"]["dominated_by"] is not None for t in skipped)  # process 0's own verdict
+    assert all(t.user_attrs["env"]["process_count"] == 2 for t in trials)

@@ -1,0 +1,220 @@
+"""Compiler flag sets (issue 9, section 4): a named XLA / LIBTPU flag set reaches the compiler,
+is a searchable decision with one worker pool per set, is recorded with each trial, is carried
+by exported configs and honoured by `paxsearch train`; unknown sets and flags are one line."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from paxsearch.search.study import configio
+from paxsearch.trainer import flagsets
+from paxsearch.trainer.errors import ConfigError
+
+from ..search_util import HERE, REPO, TINY, cli, needs_libtpu
+
+PLAN_SPACE = os.path.join(HERE, "spaces", "tpu_tiny_plan.py")
+
+EIGEN = "cpu_eigen_dots"  # the set with an effect on CPU compiles
+EIGEN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
+DEVICES8 = "--xla_force_host_platform_device_count=8"
+
+# the trainer's real train step, compiled in a fresh process (flags are read when the backend starts)
+COMPILE_STEP = """
+import json, re, jax
+from paxsearch.search.study import configio
+from paxsearch.tests.space_factory import tiny_config
+from paxsearch.trainer.plan import build_program
+cfg = configio.build(tiny_config(mesh="1x1x1", per_device_batch=2))
+hlo = build_program(cfg, jax.devices()[:1], count_flops=False, keep_hlo=True).plan.hlo_text
+print(json.dumps({"library_fusions": len(re.findall(r'"kind":"__[a-z]+_fusion"', hlo)),
+                  "dots": len(re.findall(r"= \\S+ dot\\(", hlo))}))
+"""
+
+
+# ----------------------------------------------------------------------------- the table
+
+def test_every_set_is_described_and_sourced():
+    assert flagsets.names()[0] == "default" and {"latency_hiding", EIGEN} <= set(flagsets.names())
+    for name in flagsets.names():
+        s = flagsets.FLAG_SETS[name]
+        assert s.description and s.source and name in flagsets.describe(name)
+        assert set(s.as_dict()) == {"XLA_FLAGS", "LIBTPU_INIT_ARGS"}
+        assert all(f.startswith("--xla_") for f in s.xla_flags + s.libtpu_init_args)
+    lhs = flagsets.FLAG_SETS["latency_hiding"].libtpu_init_args
+    assert "--xla_tpu_enable_latency_hiding_scheduler=true" in lhs and "--xla_enable_async_all_gather=true" in lhs
+
+
+def test_env_for_merges_and_keeps_the_device_count():
+    base = {"XLA_FLAGS": f"{DEVICES8} {EIGEN_FLAG}x --xla_dump_to=/tmp/d", "LIBTPU_INIT_ARGS": "--xla_keep=1"}
+    env = flagsets.env_for(EIGEN, "cpu", base)
+    assert env["XLA_FLAGS"].split() == [DEVICES8, "--xla_dump_to=/tmp/d", EIGEN_FLAG]  # the set's value wins
+    assert env[flagsets.SET_ENV] == EIGEN and "LIBTPU_INIT_ARGS" not in env  # libtpu is not read on CPU
+    assert flagsets.applied(EIGEN, env) and not flagsets.applied(EIGEN, base)
+    tpu = flagsets.env_for("latency_hiding", "tpu", base)
+    assert tpu["LIBTPU_INIT_ARGS"].split() == ["--xla_keep=1", *flagsets.FLAG_SETS["latency_hiding"].libtpu_init_args]
+    assert DEVICES8 in tpu["XLA_FLAGS"].split()
+    assert flagsets.applied("latency_hiding", tpu, "tpu") and not flagsets.applied("latency_hiding", base, "tpu")
+    assert flagsets.env_for("default", "cpu", base)["XLA_FLAGS"] == base["XLA_FLAGS"]
+    assert flagsets.applied("default", {})
+
+
+def test_unknown_set_is_one_line_naming_the_sets():
+    with pytest.raises(ConfigError) as e:
+        flagsets.check("fast")
+    text = str(e.value)
+    assert "\n" not in text and "'fast'" in text and all(n in text for n in flagsets.names())
+
+
+def test_a_flag_xla_does_not_know_is_one_line(monkeypatch):
+    monkeypatch.setitem(flagsets.FLAG_SETS, "typo", flagsets.FlagSet(("--xla_cpu_no_such_flag=1",), (), "t", "t"))
+    with pytest.raises(ConfigError) as e:
+        flagsets.validate("typo", "cpu")
+    text = str(e.value)
+    assert "\n" not in text and "--xla_cpu_no_such_flag" in text and "Unknown flag" in text
+    flagsets.validate(EIGEN, "cpu")  # the installed XLA knows the real set's flag
+
+
+# ----------------------------------------------------------------------------- the compiler
+
+def _compile_step(env_update: dict) -> dict:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **env_update}
+    proc = subprocess.run([sys.executable, "-c", COMPILE_STEP], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_flag_set_reaches_the_compiler():
+    """The same train step compiles to library (YNNPACK) fusions by default and to XLA's own
+    dots under cpu_eigen_dots: the set's XLA_FLAGS changed what XLA emitted."""
+    base = {"XLA_FLAGS": DEVICES8}
+    default = _compile_step(flagsets.env_for("default", "cpu", base))
+    eigen = _compile_step(flagsets.env_for(EIGEN, "cpu", base))
+    assert default["library_fusions"] > 0, default
+    assert eigen["library_fusions"] == 0 and eigen["dots"] > 0, (default, eigen)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def test_unknown_set_via_the_cli_is_one_line(tmp_path):
+    run = cli("run", TINY, "--run-dir", tmp_path / "r", "--set", "flags=fast", "--no-progress", check=False)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown compiler flag set 'fast'" in lines[0] and EIGEN in lines[0]
+    assert not (tmp_path / "r" / "logs").exists()  # refused before any worker started
+
+
+def test_a_flag_the_installed_xla_lacks_fails_the_run_before_any_worker(tmp_path):
+    env = {"XLA_FLAGS": f"{DEVICES8} --xla_cpu_no_such_flag=1"}
+    run = cli("run", TINY, "--run-dir", tmp_path / "r", "--set", f"flags={EIGEN}", "--no-progress", env=env,
+              check=False)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--xla_cpu_no_such_flag" in lines[0] and EIGEN in lines[0], run.stderr
+
+
+@pytest.mark.slow
+def test_study_over_flag_sets_records_them_and_train_honours_them(tmp_path, make_space):
+    space = make_space("flag_space", study=dict(trials=2, timeout=300), decisions=dict(flags=["default", EIGEN]),
+                       mesh="8x1x1", per_device_batch=1, steps=2, log_every=1)
+    run = tmp_path / "run"
+    cli("run", space, "--run-dir", run, "--no-progress", timeout=900)
+    study = optuna.load_study(study_name="flag_space", storage=f"sqlite:///{run}/study.db")
+    trials = {t.params["flags"]: t for t in study.get_trials()}
+    assert set(trials) == {"default", EIGEN}
+    for name, t in trials.items():
+        assert t.state == optuna.trial.TrialState.COMPLETE, t.user_attrs.get("failure_message")
+        env = t.user_attrs["env"]
+        assert env["flag_set"] == name
+        assert DEVICES8 in env["xla_flags"].split()
+        assert (EIGEN_FLAG in env["xla_flags"].split()) == (name == EIGEN)
+        assert configio.build(configio.loads(t.user_attrs["config"])).flags == name  # exported with it
+    # one worker per flag set, each started with its set
+    assert sorted(os.listdir(run / "logs")) == [f"worker-0-{EIGEN}-p0.log", "worker-0-p0.log"]
+
+    number = trials[EIGEN].number
+    exported = tmp_path / "eigen.json"
+    exported.write_text(trials[EIGEN].user_attrs["config"])
+    out = cli("train", exported, "--steps", "2", "--run-dir", tmp_path / "full", env={"XLA_FLAGS": DEVICES8})
+    assert "steps 0->2" in out.stdout
+    env = json.loads((tmp_path / "full" / "env.json").read_text())
+    assert env["flag_set"] == EIGEN and EIGEN_FLAG in env["xla_flags"].split()
+    assert DEVICES8 in env["xla_flags"].split() and env["num_devices"] == 8
+    # straight from the run folder, and from a Python config that imports JAX first (started again)
+    direct = cli("train", run, "--trial", number, "--steps", "1", "--run-dir", tmp_path / "direct")
+    assert json.loads((tmp_path / "direct" / "env.json").read_text())["flag_set"] == EIGEN, direct.stdout
+    pyconf = tmp_path / "conf.py"
+    pyconf.write_text("import jax  # JAX imported before the flag set is known\n"
+                      "from paxsearch.search import configio\n"
+                      f"def config():\n    return configio.loads(open({str(exported)!r}).read())\n")
+    again = cli("train", pyconf, "--steps", "1", "--run-dir", tmp_path / "py")
+    assert "steps 0->1" in again.stdout
+    env = json.loads((tmp_path / "py" / "env.json").read_text())
+    assert env["flag_set"] == EIGEN and EIGEN_FLAG in env["xla_flags"].split()
+
+
+def test_unknown_set_in_a_config_for_train_is_one_line(tmp_path):
+    cfg = tmp_path / "c.json"
+    from paxsearch.trainer.config import TrainConfig
+    cfg.write_text(configio.dumps(configio.to_fiddle(TrainConfig())))
+    out = cli("train", cfg, "--set", "flags=fast", "--steps", "1", "--run-dir", tmp_path / "t", check=False)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(r"unknown compiler flag set 'fast'; choose one of default", lines[0])
+
+
+# ----------------------------------------------------------------------------- plan mode (TPU topologies)
+
+def test_a_flag_set_is_its_own_plan():
+    """Plan-only trials reuse the plan of a finished trial with the same plan key: a different
+    flag set compiles a different step, so it must not count as a duplicate."""
+    import dataclasses
+
+    from paxsearch.search.planning.targets import parse_target, plan_keys
+    from paxsearch.trainer.config import MeshConfig, TrainConfig
+
+    target = parse_target("tpu:v5e-16")
+    cfg = TrainConfig(mesh=MeshConfig(ici=(1, 16, 1)), per_device_batch=1)
+    keys = plan_keys(cfg, target)
+    assert plan_keys(dataclasses.replace(cfg, flags="latency_hiding"), target)[:2] != keys[:2]
+    assert plan_keys(dataclasses.replace(cfg, steps=7), target) == keys
+
+
+@pytest.mark.slow  # a plan-only study compiled for TPU
+@needs_libtpu
+def test_plan_mode_compiles_with_the_sets_libtpu_args(tmp_path):
+    run = tmp_path / "plan"
+    cli("run", PLAN_SPACE, "--run-dir", run, "--no-progress", "--trials", 1, "--set", "flags=latency_hiding",
+        "--set", "model_size=small", "--set", "per_device_batch=1", "--set", "peak_lr=0.001")
+    (t,) = optuna.load_study(study_name="tpu_tiny_plan", storage=f"sqlite:///{run}/study.db").get_trials()
+    assert t.state == optuna.trial.TrialState.COMPLETE and "compile_seconds" in t.user_attrs["plan"]
+    env = t.user_attrs["env"]
+    assert env["flag_set"] == "latency_hiding"
+    assert set(flagsets.FLAG_SETS["latency_hiding"].libtpu_init_args) <= set(env["libtpu_init_args"].split())
+
+
+@pytest.mark.slow  # a plan-only study compiled for v5p-32
+@needs_libtpu
+def test_the_v5p_set_compiles_for_a_v5p_slice(tmp_path):
+    """MaxText's v5p flags (async collective-permutes among them) are known to this libtpu and
+    accepted by the v5p compiler, where "collective_fusion" is refused (benchmarks/published.py)."""
+    run = tmp_path / "v5p"
+    cli("run", PLAN_SPACE, "--run-dir", run, "--no-progress", "--trials", 1, "--target", "tpu:v5p-32",
+        "--set", "flags=v5p_collectives", "--set", "model_size=small", "--set", "per_device_batch=1",
+        "--set", "peak_lr=0.001")
+    (t,) = optuna.load_study(study_name="tpu_tiny_plan", storage=f"sqlite:///{run}/study.db").get_trials()
+    assert t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("failure_kind"), t.user_attrs
+    assert "--xla_enable_async_collective_permute=true" in t.user_attrs["env"]["libtpu_init_args"].split()
+
+
+@needs_libtpu
+def test_a_libtpu_arg_libtpu_lacks_is_one_line(tmp_path):
+    run = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--no-progress", "--set", "flags=latency_hiding",
+              env={"LIBTPU_INIT_ARGS": "--xla_tpu_no_such_flag=1"}, check=False)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "xla_tpu_no_such_flag" in lines[0] and "LIBTPU_INIT_ARGS" in lines[0], run.stderr
