@@ -68,14 +68,20 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
 def _create_schema_once(url: str, path: str | None, kwargs: dict) -> optuna.storages.RDBStorage:
     """RDBStorage creates the schema of a fresh database (tables, alembic version row). Drivers
     started at once would race on it (IntegrityError on alembic_version): beside a SQLite file
-    they take turns under the file lock; on a server, a loser of the race tries again."""
-    if path:
-        with open(path + ".lock", "a+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs)
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    they take turns under the file lock. A creator outside paxsearch (a reader such as
+    optuna.load_study or optuna-dashboard opening the file first, or another driver on a server)
+    takes no lock: the loser of that race tries again, when the schema is there."""
+    if not path:
+        return _rdb_storage(url, kwargs)
+    with open(path + ".lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            return _rdb_storage(url, kwargs)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _rdb_storage(url: str, kwargs: dict) -> optuna.storages.RDBStorage:
     import sqlalchemy.exc
 
     for attempt in range(4):
