@@ -304,6 +304,10 @@ def load_space(path: str) -> Space:
         module = configio.load_python_file(path)
     except configio.ConfigFileError as e:
         raise SpaceError(str(e)) from None
+    except ModuleNotFoundError as e:
+        moved = (e.name or "").startswith("paxsearch.search.")  # a module of the layout before search/'s rooms
+        fix = "; space files import intv and preset from paxsearch.search" if moved else ""
+        raise SpaceError(f"{path}: importing it raised ModuleNotFoundError: {_one_line(e)}{fix}") from None
     except Exception as e:
         raise SpaceError(f"{path}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
     function = getattr(module, "space", None)

@@ -120,3 +120,16 @@ def test_storage_urls_never_show_passwords():
     with pytest.raises(storage.StorageError) as e:
         storage.open_storage("postgresql://bob:s3cret@127.0.0.1:1/none")
     assert "s3cret" not in str(e.value) and "***" in str(e.value)
+
+
+def test_a_space_file_of_the_flat_layout_names_the_new_import(tmp_path):
+    """Space files written before search/ had rooms import paxsearch.search.space: one line with the fix."""
+    old = tmp_path / "old_space.py"
+    old.write_text("from paxsearch.search.space import preset\n\ndef space():\n    return preset('llama3-8b')\n")
+    with pytest.raises(SpaceError, match="import intv and preset from paxsearch.search") as e:
+        load_space(str(old))
+    assert "\n" not in str(e.value)
+    new = tmp_path / "new_space.py"
+    new.write_text("import pyglove as pg\nfrom paxsearch.search import preset\n\n"
+                   "def space():\n    return preset('llama3-8b', n_layers=pg.oneof([1, 2], name='layers'))\n")
+    assert load_space(str(new)).size() == 2
