@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from paxsearch.trainer import roofline as R
+from paxsearch.trainer.roofline.collectives import _traffic  # a module-private helper, tested where it lives
 
 HW = R.Hardware("test", peak_flops=1e12, hbm_bandwidth=1e11, ici_link_bandwidth=1e10, dcn_bandwidth=1e9,
                 physical_dims=1, ici_latency_s=0.0, dcn_latency_s=0.0)
@@ -126,12 +127,12 @@ def test_replica_group_spellings():
 
 def test_collective_costs_follow_the_ring_formulas():
     n, b = 4, 1000.0
-    assert R._traffic("all-gather", b, n) == b * 3
-    assert R._traffic("reduce-scatter", b, n) == b * 3 / 4
-    assert R._traffic("all-reduce", b, n) == 2 * b * 3 / 4
-    assert R._traffic("all-to-all", b, n) == b * 3 / 4
-    assert R._traffic("collective-permute", b, n) == b
-    assert R._traffic("all-reduce", b, 1) == 0
+    assert _traffic("all-gather", b, n) == b * 3
+    assert _traffic("reduce-scatter", b, n) == b * 3 / 4
+    assert _traffic("all-reduce", b, n) == 2 * b * 3 / 4
+    assert _traffic("all-to-all", b, n) == b * 3 / 4
+    assert _traffic("collective-permute", b, n) == b
+    assert _traffic("all-reduce", b, 1) == 0
 
 
 def test_cross_slice_transfers_are_priced_over_dcn():

@@ -182,10 +182,6 @@ from __future__ import annotations
 
 from .chip import DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, Hardware
 from .collectives import CollectiveCost, DeviceLayout, collectives, replica_groups, transfer_key
-
-# Not public. tests/test_roofline.py reads R._traffic; once it imports _traffic from .collectives (as
-# tests/test_roofline_overlap.py does _hops), drop this line.
-from .collectives import _traffic as _traffic
 from .cost import SPLASH_MATMULS, conv_flops, instr_bytes, instr_flops, op_seconds, splash_flops
 from .hlo import (
     COLLECTIVES,
