@@ -6,7 +6,7 @@ fault setting from the environment or the study.
 """
 import sys
 
-from paxsearch.search.cli import main as cli
+from paxsearch.search import cli
 from paxsearch.search.driver import loop as driver
 
 

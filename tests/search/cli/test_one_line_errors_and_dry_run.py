@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from paxsearch.search.cli import main as cli
+from paxsearch.search import cli
 
 from ...search_util import TINY
 

@@ -3,7 +3,7 @@ from search.errors.UserError, and cli.main alone maps them (and the trainer's Co
 DataError) to exit status 2 with one line."""
 import pytest
 
-from paxsearch.search.cli import main as cli
+from paxsearch.search import cli
 from paxsearch.search.driver.context import SetupError
 from paxsearch.search.driver.loop import DriverError
 from paxsearch.search.errors import UserError
