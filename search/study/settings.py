@@ -85,6 +85,10 @@ class StudySettings:
                                 "dependency for paxsearch); use tpe, nsga2, random, grid or evolution")
         if self.tuner not in TUNERS:
             raise SettingsError(f"unknown tuner {self.tuner!r}; choose one of {', '.join(TUNERS)}")
+        if self.tuner == "evolution" and len(objectives) > 1:
+            raise SettingsError(f"tuner evolution optimizes one objective, but the study has {len(objectives)} "
+                                f"({', '.join(objectives)}); pass --objective NAME to pick one, or use nsga2 or tpe "
+                                "for several")
         if self.pruner not in PRUNERS:
             raise SettingsError(f"unknown pruner {self.pruner!r}; choose one of {', '.join(PRUNERS)}")
         if self.steer not in STEERS:
