@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ...store.units import format_bytes
 from ..planning.targets import Target
 from ..study import configio
-from ..study.settings import OBJECTIVES, StudySettings, format_bytes
+from ..study.settings import OBJECTIVES, StudySettings
 from ..study.space import Space, SpaceError
 
 PREFLIGHT_MAX_POINTS = 5000

@@ -171,10 +171,3 @@ def steps_for_tokens(tokens: int, global_batch: int, seq_len: int) -> int:
     return int(tokens // per_step + (1 if 2 * (tokens % per_step) >= per_step else 0))
 
 
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
