@@ -6,6 +6,7 @@ from typing import Iterator
 
 from ..planning.targets import Target
 from ..study import configio
+from ..study.data_check import data_problem
 from ..study.settings import OBJECTIVES, StudySettings, format_bytes
 from ..study.space import Space, SpaceError
 
@@ -23,7 +24,7 @@ def static_message(space: Space, point: dict, target: Target, processes: int) ->
         validate.check(cfg, target.num_devices, target.platform, processes)
     except (ConfigError, SpaceError) as e:
         return str(e)
-    return None
+    return data_problem(cfg.data)
 
 
 def static_status(space: Space, target: Target, processes: int) -> Iterator[tuple[dict, str | None]]:

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import types
 import typing
@@ -77,6 +78,8 @@ def check_field(cls, name: str, value, where: str) -> None:
     if hint is not None and not _type_ok(value, hint):
         raise ConfigFileError(f"{where}: {value!r} is a {type(value).__name__}, but {name} must be "
                               f"{_hint_text(hint)}")
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, tuple) else (value,))):
+        raise ConfigFileError(f"{where}: {name} must be a finite number, got {value!r}")
 
 
 def check_types(obj, prefix: str = "") -> None:
@@ -179,8 +182,8 @@ def apply_overrides(cfg: fdl.Config, overrides: list[str]) -> fdl.Config:
             continue
         value = parse_value(text)
         value = tuple(value) if isinstance(value, list) else value
-        if not isinstance(getattr(node, leaf, None), fdl.Buildable):
-            check_field(fdl.get_callable(node), leaf, value, f"override {item.strip()!r}")
+        # a whole section too (optimizer=5): only a Fiddle config of its class may replace one
+        check_field(fdl.get_callable(node), leaf, value, f"override {item.strip()!r}")
         setattr(node, leaf, value)
     return cfg
 

@@ -106,7 +106,12 @@ class Decision:
     def coerce(self, value):
         """`value` (from --set text or stored params) as one of this decision's values."""
         if self.kind == "float":
-            v = float(value)
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise SpaceError(f"{self.name}={value!r} is not a number in [{self.low:g}, {self.high:g}]")
+            try:
+                v = float(value)
+            except ValueError:
+                raise SpaceError(f"{self.name}={value!r} is not a number in [{self.low:g}, {self.high:g}]") from None
             if not self.low <= v <= self.high:
                 raise SpaceError(f"{self.name}={v:g} is outside [{self.low:g}, {self.high:g}]")
             return v
