@@ -21,6 +21,7 @@ from ...trainer.topology import LibtpuMissing
 from ..errors import UserError
 from ..planning.targets import Target, TargetError, check_available, parse_target
 from ..study import storage as storage_lib
+from ..study.run_folder import check_writable
 from ..study.settings import OBJECTIVES, SettingsError, StudySettings
 from ..study.space import Space, SpaceError, load_space
 from ..study.user_imports import ImportFailed, import_modules
@@ -257,6 +258,7 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
             run_dir = os.path.join("runs", folder_name(study_name))
         except UnsafeFolderName as e:
             raise SetupError(f"{e}, so it cannot name the run folder runs/<study>; pass --run-dir DIR") from None
+    check_writable(run_dir)  # before the stored space copy or study.json is written
     space = _stored_space(attrs, run_dir, trust_stored_space)
     try:
         stored = dict(attrs["settings"])

@@ -301,10 +301,15 @@ def load_space(path: str) -> Space:
     if os.path.isdir(path):
         raise SpaceError(f"{path!r} is a folder; pass a space file (e.g. spaces/mesh_sweep.py)")
     try:
-        source = open(path).read()
+        source = configio.read_text(path, "space file")  # a regular file, not too large, UTF-8
+    except configio.ConfigFileError as e:
+        raise SpaceError(str(e)) from None
+    try:
         ast.parse(source, filename=path)
     except SyntaxError as e:
-        raise SpaceError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        raise SpaceError(f"{path}:{e.lineno or 1}: syntax error: {e.msg}") from None
+    except ValueError as e:  # Python 3.11: null bytes in the source
+        raise SpaceError(f"{path}: not Python source: {_one_line(e)}") from None
     try:
         module = configio.load_python_file(path)
     except configio.ConfigFileError as e:
