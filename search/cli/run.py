@@ -38,7 +38,7 @@ def main(args) -> int:
         target = check_settings(settings, space)
         gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written
         if args.dry_run:
-            print(dryrun.dry_run(space, settings, target))
+            dryrun.dry_run(space, settings, target, emit=lambda line: print(line, flush=True))
             return 0
         problem = dryrun.preflight(space, target, settings.processes)
         if problem:

@@ -240,8 +240,21 @@ class Space:
                 yield point
 
     def size(self) -> int | None:
-        """The number of points (after constraint and --set), or None when continuous."""
-        return sum(1 for _ in self.points()) if self.finite else None
+        """The number of points (after constraint and --set), or None when continuous: the
+        product of the decisions' value counts; with a constraint, the points it keeps (the
+        constraint is called on each point's decisions; no config is built)."""
+        if not self.finite:
+            return None
+        return self.raw_size() if self.constraint is None else sum(1 for _ in self.points())
+
+    def point_at(self, index: int) -> dict:
+        """Point number `index` (0 <= index < raw_size()) of the grid of free decisions, in
+        points()' order before the constraint: a mixed-radix reading of the index."""
+        chosen = {}
+        for d in reversed(self.decisions):
+            index, digit = divmod(index, len(d.values))
+            chosen[d.name] = d.values[digit]
+        return self.full(chosen)
 
     def raw_size(self) -> int | None:
         return math.prod(len(d.values) for d in self.decisions) if self.finite else None
