@@ -168,6 +168,11 @@ def main(args) -> int:
     cfg = dataclasses.replace(cfg, run_dir=run_dir, checkpoint=ckpt, steps=args.steps or cfg.steps,
                               log=dataclasses.replace(cfg.log, progress=True))
     ckpt_dir = os.path.join(run_dir, "checkpoints") if not ckpt.directory else ckpt.directory
+    from ..study.run_folder import check_writable
+
+    check_writable(run_dir)  # a file, under a file, read-only: one line before anything starts
+    if ckpt.directory:
+        check_writable(ckpt_dir, "checkpoint folder")
     if not args.resume and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
         raise UserError(f"{ckpt_dir} already holds checkpoints; pass --resume to continue, or a new --run-dir")
     if args.resume:  # before anything is written: a refused resume leaves the run folder as it was
