@@ -15,3 +15,14 @@ class UserError(Exception):
 class Terminated(KeyboardInterrupt):
     """SIGTERM, as SLURM, Kubernetes and preemptible VMs send it before a kill: handled as Ctrl-C
     (running trials are marked interrupted and queued again), then exit status 143."""
+
+
+class ShutDown(KeyboardInterrupt):
+    """A driver's bounded stop after Ctrl-C or SIGTERM (search/driver/loop.py): `line` says what
+    was queued again and what was left RUNNING for `resume`; `status` is the exit status (130
+    for Ctrl-C, 143 for SIGTERM); `maybe_empty` is False when the driver created a trial (so
+    the study it may have created is not empty)."""
+
+    def __init__(self, line: str, status: int, maybe_empty: bool = True):
+        super().__init__(line)
+        self.line, self.status, self.maybe_empty = line, status, maybe_empty

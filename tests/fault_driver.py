@@ -1,6 +1,11 @@
 """`python -m paxsearch.tests.fault_driver FAULTS paxsearch-args...`: the paxsearch CLI with
 faults injected into chosen trials, e.g. "1:hang,2:nan,3:segfault" (tests only).
 
+FAULTS may also hold driver settings that tests need and no user should change:
+"host:NAME" (the host this driver's trials are owned by, so that two drivers on one machine
+judge each other by heartbeat as drivers of two machines do), "stale_after:S" (a trial of
+another host whose heartbeat is older is taken over) and "heartbeat:S" (the beat's period).
+
 This entry point is the only way to reach search.driver.FAULTS: production commands read no
 fault setting from the environment or the study.
 """
@@ -9,11 +14,17 @@ import sys
 from paxsearch.search import cli
 from paxsearch.search.driver import loop as driver
 
+SETTINGS = {"host": ("HOST", str), "stale_after": ("STALE_AFTER_S", float), "heartbeat": ("HEARTBEAT_S", float)}
+
 
 def parse_faults(text: str) -> dict[int, str]:
     out = {}
     for item in text.split(","):
         n, kind = item.split(":", 1)
+        if n in SETTINGS:
+            name, type_ = SETTINGS[n]
+            setattr(driver, name, type_(kind))
+            continue
         out[int(n)] = kind.strip()
     return out
 

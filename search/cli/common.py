@@ -6,6 +6,7 @@ import contextlib
 import os
 
 from ...store.outcome import kind_of
+from ..errors import ShutDown
 
 
 def add_study_options(p, *, for_new: bool) -> None:
@@ -63,6 +64,42 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+EXIT_GRACE_S = 10.0  # after a driver's bounded stop, the most its process may take to exit
+
+
+def exit_after(seconds: float, status: int, line: str) -> None:
+    """Arm a last resort: when this process still runs `seconds` from now (an interpreter exit
+    held by something nobody bounded), print `paxsearch: LINE` and end it with `status`."""
+    import sys
+    import threading
+    import time
+
+    def fire() -> None:
+        time.sleep(seconds)
+        try:
+            print(f"paxsearch: {line}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(status)
+
+    threading.Thread(target=fire, daemon=True, name="exit-after").start()
+
+
+def bounded(fn, seconds: float, *args) -> None:
+    """fn(*args) in a daemon thread given `seconds`; whatever it raises or however long it
+    blocks, the caller goes on by then."""
+    import threading
+
+    def call() -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - best effort only
+            pass
+
+    th = threading.Thread(target=call, daemon=True)
+    th.start()
+    th.join(timeout=seconds)
+
+
 def run_driver(ctx, progress: bool, slots=None) -> int:
     from ..driver.loop import Driver
     from ..study.storage import mask_url
@@ -73,6 +110,12 @@ def run_driver(ctx, progress: bool, slots=None) -> int:
     try:
         with user_errors():
             summary = Driver(ctx, progress=progress, slots=slots).run()
+    except ShutDown as e:  # Ctrl-C / SIGTERM: the driver stopped within its bound
+        exit_after(EXIT_GRACE_S, e.status, f"{e.line}; the process did not exit within {EXIT_GRACE_S:.0f} s "
+                                           "more and was ended")
+        if ctx.created and e.maybe_empty:
+            bounded(remove_if_empty, 3.0, ctx)
+        raise
     except BaseException:
         if ctx.created:
             remove_if_empty(ctx)

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from ..errors import Terminated, UserError
+from ..errors import ShutDown, Terminated, UserError
 
 # subcommand name -> module of this package defining add_parser(sub) and main(args)
 COMMANDS = {
@@ -51,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteLoss as e:
         print(f"paxsearch: training diverged: {e}", file=sys.stderr)
         return 3
+    except ShutDown as e:  # a driver's bounded stop, with what it queued again or left for `resume`
+        print(f"paxsearch: {e.line}", file=sys.stderr)
+        return e.status
     except Terminated:
-        print("paxsearch: terminated (SIGTERM); running trials were queued again", file=sys.stderr)
+        print("paxsearch: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("paxsearch: interrupted", file=sys.stderr)

@@ -3,7 +3,15 @@ trial in a worker gang, store everything, repeat until the budget (or the space)
 
 Only the driver talks to storage; workers get a job and give back a result. A trial left
 RUNNING by a driver that died is found (its owner process is gone, or its heartbeat is
-stale), marked FAIL (failure_kind "crash", "driver died") and its config queued again.
+stale), marked FAIL (failure_kind "crash", "driver died") and its config queued again. A
+driver whose trial was taken over that way while it was stopped or cut off drops its result
+with one line when it wakes (the taking over and the recording are done under the study
+lock: exactly one of them happens).
+
+Ctrl-C and SIGTERM are bounded (SHUTDOWN_S): the worker process groups are killed, the
+trials in flight are queued again through a storage whose waits are bounded, and whatever
+could not be marked in time stays RUNNING for `resume`, with a mark in its folder that
+makes `resume` type it `interrupted` (cli/common.run_driver bounds the process's exit too).
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
 from ...trainer import flagsets
-from ..errors import Terminated, UserError
+from ..errors import ShutDown, Terminated, UserError
 from ..planning import screen as plan_screen
 from ..study import configio
 from ..study import storage as storage_lib
@@ -43,20 +51,52 @@ from ..tuning.tuners import (
     trial_decisions,
 )
 from ..workers import gpu_assign
-from ..workers.pool import WorkerSlot, WorkerStartError
+from ..workers.pool import WorkerGang, WorkerSlot, WorkerStartError
 from .context import StudyContext
 from .progress import Progress
 
 STALE_AFTER_S = 120.0  # a RUNNING trial of another host whose heartbeat is older is abandoned
 HEARTBEAT_S = 15.0
+HOST = socket.gethostname()  # the owner's host; a trial of another host is judged by its heartbeat
+SHUTDOWN_S = 10.0  # Ctrl-C / SIGTERM: workers killed and trials in flight queued again within this
 
 
 class DriverError(UserError, RuntimeError):
     """The study cannot go on (e.g. no worker process can start)."""
 
 
+def _plural(numbers: list[int]) -> str:
+    return f"trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
+
+
+def shutdown_line(why: str, requeued: list[int], left: list[int], problem: str, run_dir: str) -> str:
+    """The one line of a driver stopped by Ctrl-C or SIGTERM: what it queued again, and what it
+    left RUNNING for `resume` (and why)."""
+    parts = [why]
+    if requeued:
+        parts.append(f"{_plural(requeued)} queued again")
+    if left:
+        parts.append(f"{_plural(left)} left RUNNING ({problem or 'not marked in time'}); "
+                     f"`paxsearch resume {run_dir}` queues {'them' if len(left) > 1 else 'it'} again")
+    if not requeued and not left:
+        parts.append("no trial was running")
+    return "; ".join(parts)
+
+
+def _ignore_further_signals() -> None:
+    """During the bounded shutdown a second Ctrl-C or SIGTERM changes nothing (it would only
+    cut the requeueing short)."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals do not reach this code then
+        pass
+
+
 def owner_info() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+    return {"host": HOST, "pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
 def _owner_alive(owner: dict) -> bool:
@@ -70,45 +110,99 @@ def is_stale(t: optuna.trial.FrozenTrial, now: float | None = None) -> bool:
     owner = t.user_attrs.get("owner")
     if owner is None:  # its driver died between ask() and claiming it (both happen under the lock)
         return True
-    if owner.get("host") == socket.gethostname():
+    if owner.get("host") == HOST:
         return not _owner_alive(owner)
     beat = float(t.user_attrs.get("heartbeat") or 0.0)
     return (now or time.time()) - beat > STALE_AFTER_S
 
 
-def abandon(ctx: StudyContext, number: int, message: str, kind: Kind = Kind.CRASH) -> bool:
-    """Queue a RUNNING trial's config again, then mark it FAIL (`kind`, superseded).
+def abandon(ctx: StudyContext, number: int, message: str, kind: Kind = Kind.CRASH,
+            study: optuna.Study | None = None, storage: optuna.storages.BaseStorage | None = None) -> bool:
+    """Queue a RUNNING trial's config again, then mark it FAIL (`kind`, superseded); call it
+    under the study lock (the owner records its trial under it too: Driver._write_if_ours).
+    `study` and `storage` default to the context's (a driver shutting down passes bounded ones).
 
     The copy comes first and only once (a trial with requeued_from == number): a kill between
     the two steps leaves the trial RUNNING beside its copy, and the next recovery only fails it."""
-    storage = ctx.storage
+    study = study or ctx.study
+    storage = storage or ctx.storage
     study_id = storage.get_study_id_from_name(ctx.name)
     trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
     t = storage.get_trial(trial_id)
     if t.state != TrialState.RUNNING:
         return False
     d = trial_decisions(ctx.space, t)
-    copied = any(o.user_attrs.get("requeued_from") == number for o in ctx.study.get_trials(deepcopy=False))
-    if d is not None and not copied:
-        ctx.study.enqueue_trial(d, user_attrs={"requeued_from": number})
+    if d is not None and not _copied(study, number):
+        study.enqueue_trial(d, user_attrs={"requeued_from": number})
     try:
         storage.set_trial_user_attr(trial_id, "failure_kind", kind.value)
         storage.set_trial_user_attr(trial_id, "failure_message", message)
         storage.set_trial_user_attr(trial_id, "superseded", True)
-        ctx.study.tell(number, state=TrialState.FAIL)
+        study.tell(number, state=TrialState.FAIL)
     except UpdateFinishedTrialError:
         return False
     return True
 
 
+def _copied(study: optuna.Study, number: int) -> bool:
+    """Whether trial `number`'s config was queued again (abandon's first step was taken)."""
+    return any(o.user_attrs.get("requeued_from") == number for o in study.get_trials(deepcopy=False))
+
+
 def recover_stale(ctx: StudyContext) -> list[int]:
-    """Abandon the RUNNING trials whose driver is gone; returns their numbers."""
+    """Abandon the RUNNING trials whose driver is gone; returns their numbers. A trial its
+    driver left RUNNING when Ctrl-C or SIGTERM gave it no time to mark it (a mark in the trial's
+    folder says so) is typed `interrupted`, any other `crash` ("driver died")."""
     done = []
     with ctx.lock.hold():
         for t in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if is_stale(t) and abandon(ctx, t.number, "driver died"):
+            if not is_stale(t):
+                continue
+            why = left_by_interrupt(ctx.run_dir, t.number)
+            if why:
+                ok = abandon(ctx, t.number, f"driver {why} before it could mark the trial; queued again",
+                             Kind.INTERRUPTED)
+            else:
+                ok = abandon(ctx, t.number, _gone_why(t))
+            if ok:
                 done.append(t.number)
     return done
+
+
+def _gone_why(t: optuna.trial.FrozenTrial) -> str:
+    """The failure message of a trial whose driver is gone: "driver died" (its process is gone,
+    or it never claimed the trial), or how long a driver on another host has been silent."""
+    owner = t.user_attrs.get("owner") or {}
+    if not owner or owner.get("host") == HOST:
+        return "driver died"
+    host = str(owner.get("host"))[:100]
+    beat = t.user_attrs.get("heartbeat")
+    if not beat:
+        return f"driver on {host} gave no heartbeat; taken over"
+    return f"driver on {host} silent for {time.time() - float(beat):.0f} s (stale heartbeat); taken over"
+
+
+INTERRUPTED_MARK = "interrupted.txt"  # in a trial's folder: its driver stopped (Ctrl-C, SIGTERM) unmarked
+_STOPS = ("interrupted (Ctrl-C)", "terminated (SIGTERM)")
+
+
+def mark_left(run_dir: str, numbers: list[int], why: str) -> None:
+    """Best effort: a mark in each trial's folder that its driver left it RUNNING on `why`."""
+    for number in numbers:
+        try:
+            write_whole(os.path.join(run_dir, "trials", str(number), INTERRUPTED_MARK), why + "\n")
+        except OSError:
+            pass
+
+
+def left_by_interrupt(run_dir: str, number: int) -> str | None:
+    """How the trial's driver was stopped when it left a mark (mark_left), else None."""
+    try:
+        with open(os.path.join(run_dir, "trials", str(number), INTERRUPTED_MARK)) as f:
+            text = f.read(100).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if text in _STOPS else None
 
 
 # Trial number -> fault the worker injects (hang, nan, segfault, oom_kill). Only tests set it,
@@ -194,6 +288,7 @@ class Driver:
         self._interrupted = threading.Event()  # Ctrl-C: in-flight trials are requeued, not recorded
         self._error: BaseException | None = None
         self._start_failures = 0
+        self._asked_any = False  # whether this driver created a trial (a study it created is then not empty)
         self.finished = 0
 
     # ----- the loop -----
@@ -211,35 +306,95 @@ class Driver:
         self.progress.seed_best(t.values for t in done
                                 if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind"))
         if abandoned:
-            self.progress.note(f"resumed: trial(s) {', '.join(map(str, abandoned))} left running by a dead driver "
-                               "marked failed (crash) and queued again")
+            self.progress.note(f"resumed: trial(s) {', '.join(map(str, abandoned))} left running by a driver that is "
+                               "gone marked failed and queued again")
         gangs = [self.make_slot(i) for i in range(ctx.settings.workers)]
+        threads = [threading.Thread(target=self._loop, args=(g,), daemon=True) for g in gangs]
         try:
             for g in gangs:
                 g.gang(self.first_flags).start()  # workers import JAX while the first trial is proposed
-            threads = [threading.Thread(target=self._loop, args=(g,), daemon=True) for g in gangs]
             for th in threads:
                 th.start()
             while any(th.is_alive() for th in threads):
                 for th in threads:
                     th.join(timeout=0.5)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (errors.Terminated)
-            self._interrupted.set()
-            self._stop.set()
-            for g in gangs:
-                g.kill("interrupt")
-            why = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
-            for number in list(self._inflight):
-                abandon(ctx, number, f"driver {why}; queued again", Kind.INTERRUPTED)
-            raise
+            terminated = isinstance(e, Terminated)
+            raise self._shut_down(gangs, threads, "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)",
+                                  143 if terminated else 130) from None
         finally:
-            for g in gangs:
-                g.close()
+            if not self._interrupted.is_set():  # a shut down driver's threads may still read the pipes
+                for g in gangs:
+                    g.close()
             self.progress.close()
         if self._error is not None:
             raise self._error
         self._check_none_left_running()
         return {"elapsed_s": time.perf_counter() - t0, "finished": self.finished}
+
+    def _shut_down(self, slots: list[WorkerSlot], threads: list[threading.Thread], why: str,
+                   status: int) -> ShutDown:
+        """Ctrl-C / SIGTERM, within SHUTDOWN_S whatever blocks (a worker that does not die, a
+        storage that is locked or away, a thread stuck in either): kill the worker process
+        groups, give the loop threads a moment, then queue the trials in flight again through
+        a storage whose waits are bounded, under the study lock (bounded too). A trial not
+        marked in time stays RUNNING; `resume` (or `run`) fails it and queues it again once
+        this driver is gone. Returns the exception whose line says which is which."""
+        _ignore_further_signals()
+        deadline = time.monotonic() + SHUTDOWN_S
+        self._interrupted.set()
+        self._stop.set()
+        for slot in slots:
+            slot.shut_down("interrupt")
+        settle = min(deadline, time.monotonic() + 3.0)  # the loop threads see their workers die
+        for th in threads:
+            if th.is_alive():
+                th.join(timeout=max(0.0, settle - time.monotonic()))
+        for slot in slots:
+            slot.reap(settle)
+        numbers = sorted(self._inflight)
+        requeued, handled, problem = self._requeue_bounded(numbers, why, deadline)
+        left = [n for n in numbers if n not in handled]
+        mark_left(self.ctx.run_dir, left, why)
+        return ShutDown(shutdown_line(why, requeued, left, problem, self.ctx.run_dir), status,
+                        maybe_empty=not self._asked_any)
+
+    def _requeue_bounded(self, numbers: list[int], why: str, deadline: float) -> tuple[list[int], set[int], str]:
+        """abandon() each trial in flight, in a thread given until `deadline`: (the numbers queued
+        again, the numbers settled either way, the problem that stopped it or "")."""
+        requeued: list[int] = []
+        handled: set[int] = set()
+        problem: list[str] = []
+        if not numbers:
+            return requeued, handled, ""
+        ctx = self.ctx
+
+        def work() -> None:
+            storage = None
+            try:
+                storage = storage_lib.open_bounded(ctx.url, max(0.5, deadline - time.monotonic() - 0.5))
+                study = optuna.load_study(study_name=ctx.name, storage=storage,
+                                          sampler=optuna.samplers.RandomSampler())
+                with ctx.lock.hold(timeout=max(0.0, deadline - time.monotonic() - 0.5)):
+                    for number in numbers:
+                        if abandon(ctx, number, f"driver {why}; queued again", Kind.INTERRUPTED, study, storage):
+                            requeued.append(number)
+                        handled.add(number)
+            except storage_lib.LockTimeout as e:
+                problem.append(str(e))
+            except Exception as e:  # noqa: BLE001 - the line says what stopped it
+                cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) else None
+                problem.append(storage_lib.scrub(storage_lib.first_line(cause or e), ctx.url))
+            finally:
+                if storage is not None:
+                    storage.engine.dispose()
+
+        th = threading.Thread(target=work, daemon=True, name="requeue")
+        th.start()
+        th.join(timeout=max(0.0, deadline - time.monotonic()))
+        if th.is_alive():
+            problem.append(f"the storage did not answer within {SHUTDOWN_S:.0f} s")
+        return list(requeued), set(handled), problem[0] if problem else ""
 
     def _local_slots(self) -> Callable[[int], WorkerSlot]:
         """Worker slot i: its processes on this machine; on a GPU target, slot i's processes see
@@ -271,7 +426,10 @@ class Driver:
                 item = self._next()
                 if item is None:
                     return
-                self._run(slot, *item)
+                try:
+                    self._run(slot, *item)
+                except UpdateFinishedTrialError:  # another driver took the trial over before it ran
+                    self._taken_over(item[0].number)
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self._error = self._error or e
             self._stop.set()
@@ -297,6 +455,7 @@ class Driver:
                 elif self.space_size is not None and len(seen_keys(space, active)) >= self.space_size:
                     return None
             trial = ctx.study.ask()
+            self._asked_any = True
             trial.set_user_attr("owner", self.owner)
             trial.set_user_attr("heartbeat", time.time())
             try:
@@ -327,7 +486,7 @@ class Driver:
                    "fault": FAULTS.get(number),
                    "plan_target": ctx.target.text if ctx.target.plan_only else None,
                    "steer": self._steer(trial)}
-            with self._heartbeat(trial):
+            with self._heartbeat(trial, gang):
                 try:
                     outcome = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
                 except WorkerStartError as e:
@@ -401,19 +560,28 @@ class Driver:
             value = msg.get(metric)
             if value is None or not math.isfinite(float(value)):
                 return False
-            trial.report(float(value), int(msg["step"]))
-            return trial.should_prune()
+            try:
+                trial.report(float(value), int(msg["step"]))
+                return trial.should_prune()
+            except UpdateFinishedTrialError:  # taken over by another driver: stop it, _record drops it
+                return True
 
         return on_report
 
     @contextlib.contextmanager
-    def _heartbeat(self, trial: optuna.Trial):
+    def _heartbeat(self, trial: optuna.Trial, gang: WorkerGang):
+        """Beats every HEARTBEAT_S while the trial runs. A beat refused because the trial is
+        finished means another driver took it over (this one was stopped or cut off past
+        STALE_AFTER_S): the worker is killed, and _record drops the trial with one line."""
         stop = threading.Event()
 
         def beat():
             while not stop.wait(HEARTBEAT_S):
                 try:
                     trial.set_user_attr("heartbeat", time.time())
+                except UpdateFinishedTrialError:
+                    gang.signal_kill("taken over")
+                    return
                 except Exception:  # storage hiccup: the next beat tries again
                     pass
 
@@ -433,21 +601,41 @@ class Driver:
         lost = outcome.kind is Kind.HOST_LOST  # not the config's doing: it runs again
         if lost:
             attrs["superseded"] = True
-        retry = storage_lib.retry  # a storage outage is ridden out; past its budget the trial stays RUNNING
-        for key, value in attrs.items():
-            retry(trial.set_user_attr, key, value)
-        if attrs.get("constraint"):
-            retry(trial.set_constraint, "memory", attrs["constraint"][0])
-        try:
-            retry(self.ctx.study.tell, trial, values=values if state == TrialState.COMPLETE else None, state=state)
-        except UpdateFinishedTrialError:  # an earlier try was stored before its connection dropped
-            pass
+        # a storage outage is ridden out; past its budget the trial stays RUNNING
+        if not storage_lib.retry(self._write_if_ours, trial, attrs, values if state == TrialState.COMPLETE else None,
+                                 state):
+            self._taken_over(trial.number)
+            return
         if lost:
             self._requeue_lost(trial)
         self.finished += 1
         feasible = state == TrialState.COMPLETE and not outcome.kind.failed
         self.progress.finished(record.trial_line(trial.number, state, decisions, outcome, total_s), values, feasible,
                                counts=not outcome.steered)
+
+    def _write_if_ours(self, trial: optuna.Trial, attrs: dict, values, state: TrialState) -> bool:
+        """Under the study lock (as abandon runs): store the trial's outcome and final state,
+        unless another driver took it over (its config was queued again): False then. True
+        also when an earlier try of this call was stored before its connection dropped."""
+        with self.ctx.lock.hold():
+            if _copied(self.ctx.study, trial.number):
+                return False
+            if self.ctx.storage.get_trial(trial._trial_id).state.is_finished():
+                return True
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+            if attrs.get("constraint"):
+                trial.set_constraint("memory", attrs["constraint"][0])
+            self.ctx.study.tell(trial, values=values, state=state)
+        return True
+
+    def _taken_over(self, number: int) -> None:
+        self._inflight.pop(number, None)
+        if self._interrupted.is_set():  # our own Ctrl-C queued it again: its line says so
+            return
+        self.progress.note(f"trial {number}: taken over by another driver while this one was stopped or cut off "
+                           f"(no heartbeat for over {STALE_AFTER_S:.0f} s); its result here is dropped, the copy "
+                           "queued by the other driver counts")
 
     def _steer(self, trial: optuna.Trial) -> dict | None:
         """The finished trials a worker may find this one dominated by (search/tuning/steer.py)."""

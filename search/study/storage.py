@@ -131,9 +131,49 @@ def retry(fn, *args, **kwargs):
             time.sleep(delay)
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
+    """`Type: first line of the message`, at most 300 characters (scrub() it before showing)."""
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+_first_line = first_line
+
+
+def open_bounded(url: str, seconds: float) -> optuna.storages.RDBStorage:
+    """The same storage through a fresh engine whose every wait is bounded by about `seconds`:
+    SQLite's busy timeout, PostgreSQL's connect, lock and statement timeouts. For the writes of
+    a driver that is shutting down (a locked database must not hold it for SQLite's usual 120 s,
+    and the driver's own engine may have connections held by threads that are stuck)."""
+    url = resolve_url(url)
+    if sqlite_path(url):
+        kwargs: dict = {"connect_args": {"timeout": max(0.1, seconds)}}
+    elif url.startswith("postgres"):
+        ms = max(100, int(seconds * 1000))
+        kwargs = {"connect_args": {"connect_timeout": max(1, int(seconds)),
+                                   "options": f"-c lock_timeout={ms} -c statement_timeout={ms}"}}
+    else:
+        kwargs = {}
+    return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs, skip_compatibility_check=True,
+                                      skip_table_creation=True)
+
+
+class LockTimeout(RuntimeError):
+    """The study lock was not free within the time given to StudyLock.hold."""
+
+
+def _flock(f, deadline: float | None) -> None:
+    if deadline is None:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout("the study lock is held elsewhere") from None
+            time.sleep(0.05)
 
 
 class StudyLock:
@@ -146,30 +186,44 @@ class StudyLock:
         self._key = zlib.crc32(f"paxsearch:{study_name}".encode()) & 0x7FFFFFFF
 
     @contextlib.contextmanager
-    def hold(self):
-        with self._thread_lock:
+    def hold(self, timeout: float | None = None):
+        """Held while the block runs; with `timeout` (seconds), LockTimeout when the lock (of
+        this process's other threads or of another driver) is not free by then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise LockTimeout("the study lock is held by another thread of this driver")
+        try:
             path = sqlite_path(self.url)
             if path:
                 with open(path + ".lock", "a+") as f:
-                    fcntl.flock(f, fcntl.LOCK_EX)
+                    _flock(f, deadline)
                     try:
                         yield
                     finally:
                         fcntl.flock(f, fcntl.LOCK_UN)
             elif self.url.startswith("postgres"):
-                with self._pg_lock():
+                with self._pg_lock(deadline):
                     yield
             else:  # other databases: one driver per study is safe; several may overlap
                 yield
+        finally:
+            self._thread_lock.release()
 
     @contextlib.contextmanager
-    def _pg_lock(self):
+    def _pg_lock(self, deadline: float | None = None):
         import sqlalchemy
 
         if self._engine is None:
             self._engine = sqlalchemy.create_engine(driver_url(self.url), poolclass=sqlalchemy.pool.NullPool)
         with self._engine.connect() as conn:
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+            if deadline is None:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+            else:
+                try_lock = sqlalchemy.text("SELECT pg_try_advisory_lock(:k)")
+                while not conn.execute(try_lock, {"k": self._key}).scalar():
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout("the study lock is held by another driver")
+                    time.sleep(0.05)
             try:
                 yield
             finally:

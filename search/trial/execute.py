@@ -121,7 +121,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
     phase = Phase.CHECK
     try:
         cfg = trial_config(job)
-        _inject(job.get("fault"))
+        _inject(job.get("fault"), job.get("trial_dir"))
         phase = Phase.PLAN  # static checks (trainer.validate, in build_program), then compile ahead of time
         tp = time.perf_counter()
         try:
@@ -188,16 +188,39 @@ def _steered(job_steer: dict | None, plan: dict) -> dict | None:
     return None
 
 
-def _inject(fault: str | None) -> None:
+def _inject(fault: str | None, trial_dir: str | None = None) -> None:
     """Fault injection for tests: the job's "fault", which only the test entry point
-    (tests/fault_driver.py) sets in its driver's memory; nothing stored in a study sets it."""
-    if fault == "hang":
+    (tests/fault_driver.py) sets in its driver's memory; nothing stored in a study sets it.
+    "stubborn" hangs ignoring SIGINT and SIGTERM, with a child in a session of its own that
+    holds the worker's pipes open (its pid in TRIAL_DIR/stubborn_child.pid)."""
+    if fault == "stubborn":
+        _stubborn(trial_dir or ".")
+    if fault in ("hang", "stubborn"):
         while True:
             time.sleep(3600)
     if fault == "segfault":
         os.kill(os.getpid(), signal.SIGSEGV)
     if fault == "oom_kill":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stubborn(trial_dir: str) -> None:
+    import stat
+    import subprocess
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pipes = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+                pipes.append(int(name))
+        except OSError:
+            pass
+    child = subprocess.Popen(["sleep", "600"], pass_fds=pipes, start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(trial_dir, "stubborn_child.pid"), "w") as f:
+        f.write(str(child.pid))
 
 
 def _peak(plan, cfg: TrainConfig) -> dict:

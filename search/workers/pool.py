@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable
 
@@ -74,6 +75,7 @@ class WorkerSlot:
         self.imports = tuple(imports)  # user modules its workers import (search/study/user_imports.py)
         self.cuda_devices = cuda_devices  # CUDA_VISIBLE_DEVICES of each process (search/workers/gpu_assign.py)
         self.gangs: dict[str, WorkerGang] = {}  # flag set -> gang, most recently used last
+        self.shut: str | None = None  # why the slot was shut down (shut_down): no gang of it starts again
 
     def make_gang(self, flags: str) -> "WorkerGang":
         return WorkerGang(self.target, self.processes, self.run_dir, self.index, flags, self.imports,
@@ -82,6 +84,8 @@ class WorkerSlot:
     def gang(self, flags: str = "default") -> "WorkerGang":
         """The gang for `flags` (created, not started, when there is none)."""
         g = self.gangs.pop(flags, None) or self.make_gang(flags)
+        if self.shut:
+            g.shut_down(self.shut)
         self.gangs[flags] = g
         while len(self.gangs) > MAX_FLAG_SETS_PER_SLOT:
             self.gangs.pop(next(iter(self.gangs))).close()
@@ -94,6 +98,18 @@ class WorkerSlot:
     def kill(self, reason: str | None = None) -> None:
         for g in self.gangs.values():
             g.kill(reason)
+
+    def shut_down(self, reason: str) -> None:
+        """From any thread: SIGKILL every gang's process groups; none starts again (see
+        WorkerGang.shut_down). Waits for nothing."""
+        self.shut = reason
+        for g in list(self.gangs.values()):
+            g.shut_down(reason)
+
+    def reap(self, deadline: float) -> None:
+        """After shut_down: wait until `deadline` (time.monotonic()) at most for the processes to end."""
+        for g in list(self.gangs.values()):
+            g.reap(deadline)
 
     def close(self) -> None:
         for g in self.gangs.values():
@@ -114,6 +130,8 @@ class WorkerGang:
         self.trials_served = 0
         self.killed_by: str | None = None  # why paxsearch itself killed the gang, if it did
         self.watch: MemoryWatch | None = None  # OOM-kill evidence of the current trial
+        self.shut: str | None = None  # set by shut_down: the gang never starts again
+        self._spawn = threading.Lock()  # shut_down (another thread) never misses a process being started
 
     # ----- life cycle -----
     def start(self) -> None:
@@ -123,14 +141,17 @@ class WorkerGang:
         dist_base = self.distributed_base(per_proc)
         log_dir = os.path.join(self.run_dir, "logs")
         os.makedirs(log_dir, exist_ok=True)
-        for i in self.local_process_ids():
-            env = self.process_env(i, per_proc, dist_base)
-            log = open(self.log_path(i), "ab")
-            popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.workers.entry"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                     start_new_session=True, env=env)
-            log.close()
-            self.procs.append(_Proc(popen, i))
+        with self._spawn:
+            if self.shut:
+                raise WorkerStartError(f"not started: the driver is shutting down ({self.shut})")
+            for i in self.local_process_ids():
+                env = self.process_env(i, per_proc, dist_base)
+                log = open(self.log_path(i), "ab")
+                popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.workers.entry"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                         start_new_session=True, env=env)
+                log.close()
+                self.procs.append(_Proc(popen, i))
         self.dist = dist_base
         self.env = None
         self.starts += 1
@@ -201,16 +222,40 @@ class WorkerGang:
         self.env = envs[0]
         return self.env
 
-    def kill(self, reason: str | None = None) -> None:
-        """SIGKILL every process group of the gang; `reason` ("interrupt", "shutdown") is kept so
-        that a trial it cuts short is typed as killed by paxsearch, not as a crash or an OOM."""
-        if reason:
-            self.killed_by = reason
-        for p in self.procs:
+    def signal_kill(self, reason: str | None = None) -> None:
+        """SIGKILL every process group of the gang, from any thread: nothing waits and no pipe is
+        closed here (closing a pipe that the thread running the trial reads would let the fd be
+        reused under it); that thread sees the end of the pipe and cleans up. `reason`
+        ("interrupt", "shutdown", "taken over") is kept so that a trial it cuts short is typed as
+        killed by paxsearch, not as a crash or an OOM."""
+        with self._spawn:
+            if reason:
+                self.killed_by = reason
+            for p in list(self.procs):
+                try:
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def shut_down(self, reason: str) -> None:
+        """From any thread (the driver's Ctrl-C): SIGKILL the process groups and never start the
+        gang again, so that a thread that is about to start it cannot bring a worker back."""
+        with self._spawn:
+            self.shut = reason
+        self.signal_kill(reason)
+
+    def reap(self, deadline: float) -> None:
+        """Wait until `deadline` (time.monotonic()) at most for the processes to end; closes nothing."""
+        for p in list(self.procs):
             try:
-                os.killpg(p.popen.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return
+
+    def kill(self, reason: str | None = None) -> None:
+        """SIGKILL every process group of the gang, wait for them and close their pipes (only
+        from the thread that runs the gang's trials, or once that thread is done)."""
+        self.signal_kill(reason)
         for p in self.procs:
             try:
                 p.popen.wait(timeout=10)
@@ -255,6 +300,11 @@ class WorkerGang:
         waiting: dict[int, list[int]] = {p.index: [] for p in self.procs}
         while len(results) < len(self.procs):
             self.watch.sample()  # the worker's memory cgroup and high-water mark
+            if self.killed_by:  # killed from another thread: no waiting for the end of a pipe that a
+                # child which left the process group may hold open (it would last until the deadline)
+                gone = next((p for p in self.procs if p.popen.poll() is not None), None)
+                if gone is not None:
+                    return self._died(gone)
             if time.monotonic() >= deadline:
                 self.kill()
                 return TrialOutcome.failure(Kind.TIMEOUT, f"trial ran past its {timeout:.0f} s limit; worker "
