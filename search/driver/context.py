@@ -200,6 +200,18 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
         raise SetupError(f"{run_dir} uses storage {meta['storage']}; pass --storage with the password")
     url = url or meta.get("storage") or storage_lib.default_url(run_dir)
     name = study_name or meta.get("study_name") or space.name
+    with storage_lib.removed_on_failure(url):  # a new study.db that fails (e.g. a full disk) is not left behind
+        try:
+            return _create_or_continue(space, settings, target, run_dir, url, name, seed)
+        except Exception as e:
+            lasting = storage_lib.lasting_error(e, then="")
+            if lasting is not None:
+                raise SetupError(f"storage {storage_lib.mask_url(url)}: {lasting}") from None
+            raise
+
+
+def _create_or_continue(space: Space, settings: StudySettings, target: Target, run_dir: str, url: str, name: str,
+                        seed: int | None) -> StudyContext:
     storage = _open(url)
     try:
         study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
@@ -207,6 +219,8 @@ def create_or_continue(space: Space, settings: StudySettings, run_dir: str, url:
     except ValueError as e:  # directions differ from the stored study
         raise SetupError(f"study {name!r} in {storage_lib.mask_url(url)} has other objectives: {e}") from None
     except Exception as e:
+        if storage_lib.lasting_error(e) is not None:
+            raise
         raise SetupError(f"cannot use storage {storage_lib.mask_url(url)}: "
                          f"{storage_lib.scrub(str(e).splitlines()[0] if str(e) else type(e).__name__, url)}") from None
     attrs = study.user_attrs

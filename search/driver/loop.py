@@ -328,7 +328,7 @@ class Driver:
                     g.close()
             self.progress.close()
         if self._error is not None:
-            raise self._error
+            raise self._stopped_on(self._error)
         self._check_none_left_running()
         return {"elapsed_s": time.perf_counter() - t0, "finished": self.finished}
 
@@ -358,6 +358,18 @@ class Driver:
         mark_left(self.ctx.run_dir, left, why)
         return ShutDown(shutdown_line(why, requeued, left, problem, self.ctx.run_dir), status,
                         maybe_empty=not self._asked_any)
+
+    def _stopped_on(self, error: BaseException) -> BaseException:
+        """The error the driver stops on (a SQLite file that cannot be written: one line, at
+        once). Its trials in flight are queued again first (within SHUTDOWN_S), unless the
+        storage is what failed: then they stay RUNNING for `resume`, as the line says."""
+        lasting = storage_lib.lasting_error(error)
+        if lasting is not None:
+            return lasting
+        if self._inflight and not isinstance(error, storage_lib.StorageError):
+            why = f"stopped ({storage_lib.scrub(storage_lib.first_line(error), self.ctx.url)[:200]})"
+            self._requeue_bounded(sorted(self._inflight), why, time.monotonic() + SHUTDOWN_S)
+        return error
 
     def _requeue_bounded(self, numbers: list[int], why: str, deadline: float) -> tuple[list[int], set[int], str]:
         """abandon() each trial in flight, in a thread given until `deadline`: (the numbers queued

@@ -70,6 +70,9 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     except urls.StorageUrlError as e:
         raise StorageError(str(e)) from None
     except Exception as e:
+        lasting = lasting_error(e, then="")
+        if lasting is not None:
+            raise StorageError(f"storage {mask_url(url)}: {lasting}") from None
         raise StorageError(f"cannot open storage {mask_url(url)}: {scrub(_first_line(e), url)}") from None
 
 
@@ -115,13 +118,47 @@ def is_transient(e: BaseException) -> bool:
     return isinstance(cause, sqlalchemy.exc.DBAPIError) and bool(cause.connection_invalidated)
 
 
+# SQLite result codes that no wait mends: the disk is full, the file is read-only or no database
+_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_PERM, _SQLITE_CORRUPT, _SQLITE_NOTADB = 13, 8, 3, 11, 26
+_SQLITE_LASTING = {_SQLITE_FULL: "free some space on its disk", _SQLITE_READONLY: "make it writable",
+                   _SQLITE_PERM: "make it writable", _SQLITE_CORRUPT: "restore it from a copy",
+                   _SQLITE_NOTADB: "pass the study.db that `paxsearch run` wrote"}
+
+
+MID_RUN = ", then `paxsearch resume` (or `run`) queues again the trial left RUNNING"
+
+
+def lasting_error(e: BaseException, then: str = MID_RUN) -> StorageError | None:
+    """The one-line StorageError of a SQLite error that waiting cannot mend (disk full, read-only,
+    corrupt file), else None; `then` ends its fix (by default: the trial in flight stays RUNNING
+    for `resume`)."""
+    import sqlite3
+
+    cause: BaseException | None = e
+    for _ in range(4):  # StorageInternalError -> sqlalchemy OperationalError -> sqlite3 error
+        if cause is None or isinstance(cause, sqlite3.Error):
+            break
+        cause = getattr(cause, "orig", None) or cause.__cause__
+    if not isinstance(cause, sqlite3.Error):
+        return None
+    code = getattr(cause, "sqlite_errorcode", None)
+    fix = _SQLITE_LASTING.get(code & 0xFF) if isinstance(code, int) else None
+    if fix is None:
+        return None
+    return StorageError(f"the study database cannot be written ({cause}); {fix}{then}")
+
+
 def retry(fn, *args, **kwargs):
     """fn(*args, **kwargs), tried again after transient storage errors with growing delays
-    (RETRY_DELAYS_S); StorageError (one line) when the storage stays away."""
+    (RETRY_DELAYS_S); StorageError (one line) when the storage stays away, or at once when its
+    SQLite file cannot be written (disk full, read-only: lasting_error)."""
     for delay in (*RETRY_DELAYS_S, None):
         try:
             return fn(*args, **kwargs)
         except Exception as e:
+            lasting = lasting_error(e)
+            if lasting is not None:
+                raise lasting from None
             if not is_transient(e):
                 raise
             if delay is None:
@@ -156,6 +193,32 @@ def open_bounded(url: str, seconds: float) -> optuna.storages.RDBStorage:
         kwargs = {}
     return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs, skip_compatibility_check=True,
                                       skip_table_creation=True)
+
+
+@contextlib.contextmanager
+def removed_on_failure(url: str):
+    """A SQLite file that the block creates is removed when the block fails (a full disk, a
+    refused setting, Ctrl-C), with its journal, its lock file and the folders made for it that
+    are left empty: a study that could not be created leaves nothing behind."""
+    path = sqlite_path(resolve_url(url))
+    if not path or os.path.exists(path):
+        yield
+        return
+    made = []
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    try:
+        yield
+    except BaseException:
+        for leftover in (path, path + "-journal", path + "-wal", path + "-shm", path + ".lock"):
+            with contextlib.suppress(OSError):
+                os.remove(leftover)
+        for folder in made:  # deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
 
 
 class LockTimeout(RuntimeError):

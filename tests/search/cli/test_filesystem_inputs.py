@@ -113,13 +113,23 @@ def test_a_new_run_folder_on_a_read_only_filesystem_is_one_line(tmp_path):
 
 
 def test_a_full_disk_under_run_is_one_line_naming_the_file(tmp_path):
-    """The study lives elsewhere; the run folder's disk fills at the first trial's config.json."""
+    """The study lives elsewhere; the run folder's disk fills at the first trial's config.json.
+    The trial in flight is marked interrupted and queued again (issue 22), not left RUNNING
+    until the next `resume`."""
+    import optuna
+    from optuna.trial import TrialState
+
     full = tmp_path / "full"
     proc = in_small_fs(full, "size=4k", "run", TINY, "--run-dir", full / "run", "--storage",
                        f"sqlite:///{tmp_path}/study.db", "--trials", "1", "--no-progress")
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert error_lines(proc) == [f"paxsearch: error: No space left on device: {full}/run/trials/0/config.json; "
                                  "free some space or use a --run-dir on another disk"], proc.stderr[-3000:]
+    trials = optuna.load_study(study_name="tiny_space", storage=f"sqlite:///{tmp_path}/study.db").get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    assert trials[0].user_attrs["failure_kind"] == "interrupted" and trials[0].user_attrs["superseded"] is True
+    assert "No space left on device" in trials[0].user_attrs["failure_message"]
+    assert trials[1].user_attrs["requeued_from"] == 0
 
 
 def test_a_report_on_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
