@@ -69,7 +69,9 @@ def _stop(proc, sig) -> tuple[float, str, str]:
         proc.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack
         out, err = proc.communicate(timeout=60)
         raise AssertionError(f"the driver did not exit within 120 s:\n{err[-8000:]}") from None
-    return time.monotonic() - t0, out, err
+    took = time.monotonic() - t0
+    print(f"signal {sig.name} -> exit {proc.returncode} in {took:.1f} s")  # benchmarks/RESULTS.md (pytest -s)
+    return took, out, err
 
 
 def _workers_of(proc) -> list[psutil.Process]:
