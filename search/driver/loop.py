@@ -307,7 +307,7 @@ class Driver:
                                 if t.state == TrialState.COMPLETE and not t.user_attrs.get("failure_kind"))
         if abandoned:
             self.progress.note(f"resumed: trial(s) {', '.join(map(str, abandoned))} left running by a driver that is "
-                               "gone marked failed and queued again")
+                               "gone: marked failed and queued again")
         gangs = [self.make_slot(i) for i in range(ctx.settings.workers)]
         threads = [threading.Thread(target=self._loop, args=(g,), daemon=True) for g in gangs]
         try:
