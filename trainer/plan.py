@@ -112,7 +112,7 @@ def _memory(compiled) -> MemoryEstimate:
         host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0))
 
 
-def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str):
+def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, unroll: bool = False):
     model = make_model(cfg, platform)
     schedule = step_lib.learning_rate_schedule(cfg.optimizer, cfg.steps)
     tx = step_lib.make_optimizer(cfg.optimizer, cfg.steps)
@@ -125,7 +125,7 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
         batch_sh = sharding.batch_sharding(mesh)
         batch = abstract_batch(cfg, global_batch, batch_sh)
         metric_sh = NamedSharding(mesh, P())
-        step_fn = jax.jit(step_lib.make_train_step(model, tx, schedule),
+        step_fn = jax.jit(step_lib.make_train_step(model, tx, schedule, cfg.grad_accum_steps, unroll),
                           in_shardings=(state_shardings, batch_sh),
                           out_shardings=(state_shardings, metric_sh), donate_argnums=(0,))
         lowered = step_fn.lower(abstract_state, batch)
@@ -150,7 +150,7 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         cfg, mesh, global_batch, rules, platform)
     compile_seconds = time.perf_counter() - t0
     xla_flops, xla_bytes = _cost(compiled)
-    if count_flops and cfg.model.scan_layers and cfg.model.n_layers > 1:
+    if count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
         xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
     memory = _memory(compiled)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
@@ -234,13 +234,19 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+def _has_step_loops(cfg: TrainConfig) -> bool:
+    """Loops of the step besides the layers': gradient-accumulation microbatches, vocab tiles."""
+    return cfg.grad_accum_steps > 1 or cfg.model.vocab_tiles > 1
+
+
 def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str) -> tuple[float, float]:
     """XLA's cost_analysis() counts a scan body once. Compile unrolled 1- and 2-layer probes
-    of the same step and extrapolate: cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
+    of the same step (microbatch and vocab-tile loops unrolled too) and extrapolate:
+    cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
     costs = []
     for n in (1, 2):
         probe = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=n, scan_layers=False))
-        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch, rules, platform)[-1]))
+        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch, rules, platform, unroll=True)[-1]))
     (f1, b1), (f2, b2) = costs
     n = cfg.model.n_layers
     return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)
