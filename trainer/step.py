@@ -60,9 +60,13 @@ def make_loss_sums(model: TransformerLM, unroll: bool = False):
     return loss_sums
 
 
-def make_train_step(model: TransformerLM, tx, schedule, grad_accum_steps: int = 1, unroll: bool = False):
+def make_train_step(model: TransformerLM, tx, schedule, grad_accum_steps: int = 1, unroll: bool = False,
+                    device_shardings=None, grad_shardings=None):
     """The train step; `grad_accum_steps` microbatches per step (trainer/accumulate.py).
-    `unroll`: microbatch and vocab-tile loops unrolled (for XLA's cost analysis only)."""
+    `unroll`: microbatch and vocab-tile loops unrolled (for XLA's cost analysis only).
+    `device_shardings`: the state's shardings in device memory, where some of it is stored in
+    host memory between steps; `grad_shardings`: a constraint on the gradients (ZeRO-1).
+    Both from trainer/placement.py."""
     loss_sums = make_loss_sums(model, unroll)
 
     def loss_fn(params, batch):
@@ -70,10 +74,14 @@ def make_train_step(model: TransformerLM, tx, schedule, grad_accum_steps: int = 
         return loss_sum / jnp.maximum(weight_sum, 1.0)
 
     def train_step(state, batch):
+        if device_shardings is not None:  # offloaded arrays come to the device for the step
+            state = jax.device_put(state, device_shardings)
         if grad_accum_steps > 1:
             loss, grads = accumulate.value_and_grad(loss_sums, state["params"], batch, grad_accum_steps, unroll)
         else:
             loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
+        if grad_shardings is not None:
+            grads = jax.lax.with_sharding_constraint(grads, grad_shardings)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics = {
