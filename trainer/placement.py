@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 from jax.sharding import NamedSharding
@@ -73,7 +74,7 @@ class Placement:
     grads: object | None
 
 
-def place(cfg: TrainConfig, shardings: dict, abstract_state: dict) -> Placement:
+def place(cfg: TrainConfig, shardings: Any, abstract_state: Any) -> Placement:
     """The Placement of {params, opt_state, step} for cfg's ZeRO-1 and offload settings.
     `shardings`: the state's NamedShardings from the logical rules; `abstract_state`: its shapes."""
     opt = cfg.optimizer
