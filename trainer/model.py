@@ -114,6 +114,7 @@ class Block(nn.Module):
             feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 
         parallel = c.block == "parallel"
+        x_BSE = checkpoint_name(x_BSE, remat_lib.LAYER_INPUT)
         h = RMSNorm(c, name="norm" if parallel else "attn_norm")(x_BSE)
         q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
         kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
