@@ -23,7 +23,8 @@ on CPU in one line). Everything untagged is recomputed. `custom(**choices)` buil
 canonical string (tensors in the order above, recompute left out), so a space makes each
 tensor's choice a PyGlove decision and passes the string as TrainConfig.remat.
 
-Tags (model.py): decoder_input (the block's input, before its first norm), q/k/v projections (before RoPE), attention context, output projection,
+Tags (model.py): decoder_input (the block's input, before its first norm), q/k/v projections
+(before RoPE), attention context, output projection,
 MLP1 = the MLP's input matmul(s): a gated MLP's gate and up matmuls are both MLP1, so
 "minimal" recomputes both; MLP2 = the MLP's output matmul. The flash attentions (CPU blockwise, TPU splash) keep
 only q, k, v, their output and the row log-sum-exp for the backward pass (never S x S); the
