@@ -53,3 +53,18 @@ def test_zero1_and_offloaded_moments_lower_the_analytic_bound():
     assert need(plain) - zero1 > 1.4 * params_bytes * 3 / 4  # two moments, 3/4 of each gone (data 4)
     assert "ZeRO-1: over 16 shards" in str(T.prescreen(_opt(plain, zero1=True), TARGET, limit_bytes=1))
     assert T.prescreen(_opt(_cfg(ici=(16, 1, 1)), offload_state=True), TARGET) is not None  # params + grads
+
+
+def test_a_config_stored_before_the_knobs_loads_with_them_off():
+    from paxsearch.trainer.config import from_dict, to_dict
+
+    old = to_dict(_cfg())
+    for name in ("grad_accum_steps", "offload_params"):
+        del old[name]
+    for name in ("zero1", "offload_state"):
+        del old["optimizer"][name]
+    del old["model"]["vocab_tiles"]
+    cfg = from_dict(old)
+    assert cfg == _cfg()
+    assert (cfg.grad_accum_steps, cfg.model.vocab_tiles, cfg.optimizer.zero1, cfg.optimizer.offload_state,
+            cfg.offload_params) == (1, 1, False, False, False)
