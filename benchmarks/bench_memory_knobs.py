@@ -41,6 +41,10 @@ VARIANTS = {
     "custom: input+qkv=device": dataclasses.replace(BASE, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
     "custom: input+qkv=offload": dataclasses.replace(
         BASE, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
+    "vocab 8192, seq 512, custom: input+qkv=device": dataclasses.replace(
+        BASE, model=BIG_VOCAB, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
+    "vocab 8192, seq 512, custom: input+qkv=offload": dataclasses.replace(
+        BASE, model=BIG_VOCAB, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
 }
 
 
