@@ -57,7 +57,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.tpu,
 def test_zero1_shards_the_moments_over_data():
     base, zero1 = memory("base"), memory("zero1")
     # two float32 moments, 3/4 of each off every chip (data = 4)
-    assert base.memory.argument_bytes - zero1.memory.argument_bytes > 0.95 * 2 * _param_bytes() * 3 / 4
+    assert base.memory.argument_bytes - zero1.memory.argument_bytes > 0.9 * 2 * _param_bytes() * 3 / 4
     assert zero1.peak_bytes < base.peak_bytes
     assert zero1.model_flops_per_step == base.model_flops_per_step
 
