@@ -41,6 +41,10 @@ class ModelConfig:
     # "auto": flash where a fused kernel exists (TPU, GPU), dot_product elsewhere.
     attention: str = "auto"
     attention_block: int = 128  # key/query block of the CPU blockwise (flash) attention
+    # vocab tiling: the unembedding and cross-entropy run over this many sequence chunks, one
+    # at a time (a scan, rematerialized in the backward pass), so no B x S x V logits are held
+    # at once; 1: the whole logits tensor (trainer/vocab_tiling.py)
+    vocab_tiles: int = 1
 
     @property
     def kv_heads(self) -> int:
@@ -83,6 +87,11 @@ class OptimizerConfig:
     b2: float = 0.95
     eps: float = 1e-8
     clip_norm: float = 1.0
+    # ZeRO-1: AdamW's moments sharded over the data axis too (parameters stay as they are)
+    zero1: bool = False
+    # AdamW's moments kept in pinned host memory, moved to the device around the update
+    # (TPU / GPU only: trainer/memory_kinds.py)
+    offload_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,7 +159,14 @@ class TrainConfig:
     mesh: MeshConfig = field(default_factory=MeshConfig)
     per_device_batch: int | None = 2  # rows per device on the batch axes (data x fsdp)
     global_batch: int | None = None  # alternative to per_device_batch; exactly one is set
+    # a remat.POLICIES name, or a custom policy "custom:<tensor>=<choice>,..." (trainer/remat.py)
     remat: str = "none"
+    # gradient accumulation: each step runs this many microbatches of global_batch / k rows
+    # (forward and backward each), sums their gradients weighted by tokens, updates once
+    grad_accum_steps: int = 1
+    # parameters kept in pinned host memory between steps, moved to the device for the step
+    # (TPU / GPU only: trainer/memory_kinds.py)
+    offload_params: bool = False
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     steps: int = 50

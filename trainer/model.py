@@ -114,6 +114,7 @@ class Block(nn.Module):
             feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 
         parallel = c.block == "parallel"
+        x_BSE = checkpoint_name(x_BSE, remat_lib.LAYER_INPUT)
         h = RMSNorm(c, name="norm" if parallel else "attn_norm")(x_BSE)
         q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
         kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
@@ -164,7 +165,9 @@ class TransformerLM(nn.Module):
     mlp_grad_barrier: bool = False  # set for XLA:CPU by plan.make_model (Block.mlp_grad_barrier)
 
     @nn.compact
-    def __call__(self, tokens_BS, positions_BS, segment_ids_BS):
+    def __call__(self, tokens_BS, positions_BS, segment_ids_BS, return_hidden: bool = False):
+        """The B x S x V logits, or with `return_hidden` the final-norm hidden states B x S x E
+        (vocab tiling unembeds those itself: trainer/vocab_tiling.py)."""
         c = self.cfg
         dt, pdt = DTYPES[c.dtype], DTYPES[c.param_dtype]
         impl = self.attention_impl or attention_lib.implementation(c, jax.default_backend())
@@ -195,6 +198,8 @@ class TransformerLM(nn.Module):
                 x_BSE, _ = block(c, impl, self.mlp_grad_barrier, name=f"layer_{i}")(x_BSE, segment_ids_BS, positions_BS)
 
         x_BSE = RMSNorm(c, name="final_norm")(x_BSE)
+        if return_hidden:
+            return x_BSE
         if c.tie_embeddings:
             logits_BSV = embed.attend(x_BSE)
         else:

@@ -295,12 +295,21 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     shards = sizes["fsdp"] * sizes["tensor"]  # weights: embed over fsdp, heads/mlp/vocab over tensor
     params = flops_lib.param_count(cfg.model)
     # params + gradients (same dtype) + two AdamW moments: all live at the update, since
-    # global-norm clipping needs every gradient before any parameter changes
-    need = topo.state_bytes_per_device(params, _dtype_bytes(cfg.model.param_dtype), shards, optimizer_states=3)
+    # global-norm clipping needs every gradient before any parameter changes. ZeRO-1 shards
+    # the moments over data too; offloaded moments are in host memory (offloaded parameters
+    # still come to the device for the step, so they count).
+    dtype_bytes = _dtype_bytes(cfg.model.param_dtype)
+    opt = cfg.optimizer
+    moment_shards = shards * (sizes["data"] if opt.zero1 else 1)
+    need = topo.state_bytes_per_device(params, dtype_bytes, shards, optimizer_states=1)
+    if not opt.offload_state:
+        need += topo.state_bytes_per_device(params, dtype_bytes, moment_shards, optimizer_states=1)
     if need <= hbm:
         return None
+    moments = ("AdamW moments (offloaded: not counted)" if opt.offload_state else
+               f"AdamW moments (ZeRO-1: over {moment_shards} shards)" if opt.zero1 else "AdamW moments")
     return topo.PredictedOOM(
-        f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and AdamW moments "
+        f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and {moments} "
         f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor = {shards} shards, above "
         f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
 
@@ -316,10 +325,16 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     target = target.for_config(cfg)  # slices=auto: keyed by the trial's concrete target
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
     batch = mesh_lib.global_batch_size(cfg, target.num_devices)
-    key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),
-           "remat": cfg.remat}
+    model = dataclasses.asdict(cfg.model)
+    if model.get("vocab_tiles") == 1:  # the default: keys of studies made before vocab tiling stay the same
+        del model["vocab_tiles"]
+    key = {"target": target.name, "model": model, "ici": list(ici), "dcn": list(dcn), "remat": cfg.remat}
     if cfg.flags != "default":  # a compiler flag set changes the compiled step
         key["flags"] = cfg.flags
+    # the memory knobs change the compiled step; keyed only when set, like flags
+    knobs = {"grad_accum_steps": (cfg.grad_accum_steps, 1), "zero1": (cfg.optimizer.zero1, False),
+             "offload_state": (cfg.optimizer.offload_state, False), "offload_params": (cfg.offload_params, False)}
+    key.update({k: v for k, (v, default) in knobs.items() if v != default})
 
     def digest(d: dict) -> str:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -18,7 +18,8 @@ Point p is predicted dominated by a finished trial q when, for every objective:
   - memory: q's compiled peak bytes <= p's (compiled memory is exact, not predicted);
   - loss: q trained the same math (math_key: the same model, data, optimizer, global batch
     and steps; only the layout differs: mesh, remat, attention kernel, activation sharding,
-    compiler flags), so its loss stands for p's; a trial of other math never dominates.
+    compiler flags, gradient accumulation, vocab tiling, ZeRO-1 and offload), so its loss
+    stands for p's; a trial of other math never dominates.
 and it is strictly better on at least one (on MFU, by construction of the test above).
 
 The driver sends the references (finished trials of the same math, or all of them when loss
@@ -41,8 +42,9 @@ RISK = 0.05  # one-sided: the chance a new trial's measured/predicted ratio is a
 # Fields that change how a step is laid out and run, not what it computes. `per_device_batch`
 # and `global_batch` are replaced by the global batch the mesh gives.
 _LAYOUT_FIELDS = ("mesh", "per_device_batch", "global_batch", "remat", "flags", "warmup_steps_for_timing",
-                  "checkpoint", "log", "distributed", "run_dir")
-_LAYOUT_MODEL_FIELDS = ("scan_layers", "attention", "attention_block")
+                  "checkpoint", "log", "distributed", "run_dir", "grad_accum_steps", "offload_params")
+_LAYOUT_MODEL_FIELDS = ("scan_layers", "attention", "attention_block", "vocab_tiles")
+_LAYOUT_OPTIMIZER_FIELDS = ("zero1", "offload_state")  # where the moments live, not what they are
 
 
 def math_key(cfg, num_devices: int) -> str:
@@ -56,6 +58,8 @@ def math_key(cfg, num_devices: int) -> str:
         d.pop(name, None)
     for name in _LAYOUT_MODEL_FIELDS:
         d["model"].pop(name, None)
+    for name in _LAYOUT_OPTIMIZER_FIELDS:
+        d["optimizer"].pop(name, None)
     d["global_batch"] = int(mesh_lib.global_batch_size(cfg, num_devices))
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
