@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from typing import Sequence
 from ...trainer import flops as flops_lib
 from ...trainer import hardware
 from ...trainer import topology as topo
+from ...trainer.config import MESH_AXES, compact_shape, full_shape
 from ...trainer.errors import ConfigError
 from ...trainer.flagsets import with_device_count
 from ...trainer.predict import hardware_for, predict
@@ -75,10 +77,11 @@ class Target:
         if not self.slices_auto:
             return self
         dcn = tuple(cfg.mesh.dcn)
-        if len(dcn) != 3 or not all(isinstance(d, int) and d >= 1 for d in dcn):
-            raise ConfigError(f"target {self.name} takes each trial's slice count from mesh.dcn, which must be 3 "
-                              f"positive integers (data, fsdp, tensor), got dcn={dcn}")
-        slices = dcn[0] * dcn[1] * dcn[2]
+        if len(full_shape(dcn)) != len(MESH_AXES) or not all(isinstance(d, int) and d >= 1 for d in dcn):
+            raise ConfigError(f"target {self.name} takes each trial's slice count from mesh.dcn, which must be "
+                              f"{len(MESH_AXES)} positive integers ({', '.join(MESH_AXES)}) or 3 (data, fsdp, "
+                              f"tensor), got dcn={dcn}")
+        slices = math.prod(dcn)
         return dataclasses.replace(self, name=f"tpu:{self.slice_name}" + (f",slices={slices}" if slices > 1 else ""),
                                    num_devices=self.num_devices * slices, num_slices=slices, slices_auto=False)
 
@@ -259,7 +262,7 @@ def _mesh_shapes(cfg, target: Target) -> dict:
     from ...trainer import mesh as mesh_lib
 
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
-    return {"ici_mesh": list(ici), "dcn_mesh": list(dcn)}
+    return {"ici_mesh": list(ici), "dcn_mesh": list(dcn), "mesh_axes": list(MESH_AXES)}
 
 
 def plan_trial(cfg, target: Target) -> dict:
@@ -316,8 +319,10 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     target = target.for_config(cfg)  # slices=auto: keyed by the trial's concrete target
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
     batch = mesh_lib.global_batch_size(cfg, target.num_devices)
-    key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),
-           "remat": cfg.remat}
+    # compact_shape: a mesh without stage or context keys as the 3-entry shape earlier releases
+    # stored, so a resumed study still finds their plans
+    key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(compact_shape(ici)),
+           "dcn": list(compact_shape(dcn)), "remat": cfg.remat}
     if cfg.flags != "default":  # a compiler flag set changes the compiled step
         key["flags"] = cfg.flags
 
