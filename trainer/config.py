@@ -112,6 +112,19 @@ class MeshConfig:
 
 
 @dataclass(frozen=True)
+class PipelineConfig:
+    """Pipeline parallelism over the mesh axis `stage` (trainer/pipeline.py). With stage = S:
+    the batch splits into `microbatches` (a multiple of S), each stage holds `repeats` chunks
+    of n_layers / (S x repeats) layers; "gpipe" passes every microbatch through the stages
+    once (repeats = 1), "circular" `repeats` times, round-robin over the chunks. Bubble:
+    (S - 1) / (microbatches x repeats + S - 1). With stage = 1 it must stay at its defaults."""
+
+    microbatches: int = 1
+    repeats: int = 1
+    schedule: str = "gpipe"  # "gpipe" | "circular"
+
+
+@dataclass(frozen=True)
 class OptimizerConfig:
     """optax AdamW with linear warm-up, cosine decay and global-norm clipping."""
 
@@ -205,6 +218,8 @@ class TrainConfig:
     # named compiler flag set (trainer/flagsets.py): XLA_FLAGS / LIBTPU_INIT_ARGS applied by the
     # process before the backend starts
     flags: str = "default"
+    # microbatches, repeats and schedule of the pipeline over the mesh axis `stage`
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
 def to_dict(cfg) -> dict:
@@ -229,7 +244,7 @@ def from_dict(d: dict) -> TrainConfig:
     nested = {
         "model": ModelConfig, "mesh": MeshConfig, "optimizer": OptimizerConfig,
         "data": DataConfig, "eval": EvalConfig, "checkpoint": CheckpointConfig,
-        "log": LogConfig, "distributed": DistributedConfig,
+        "log": LogConfig, "distributed": DistributedConfig, "pipeline": PipelineConfig,
     }
     kw = {}
     for f in dataclasses.fields(TrainConfig):

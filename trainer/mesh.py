@@ -105,7 +105,7 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
 
 
 # Named axes whose parallelism the trainer does not implement yet: a size > 1 is refused.
-UNIMPLEMENTED_AXES = ("stage", "context")
+UNIMPLEMENTED_AXES = ("context",)
 
 
 def _check_unimplemented_axes(sizes: dict[str, int]) -> None:

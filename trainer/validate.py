@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from . import flagsets
 from . import mesh as mesh_lib
+from . import pipeline as pipeline_lib
 from . import remat as remat_lib
 from .config import TrainConfig
 
 
 def check(cfg: TrainConfig, num_devices: int, platform: str, process_count: int = 1) -> None:
-    """Mesh size and divisibility, model names and family, sharding rules, the remat policy on
-    `platform`, the compiler flag set's name."""
+    """Mesh size and divisibility, model names and family, sharding rules, the pipeline's
+    stages / microbatches / repeats, the remat policy on `platform`, the compiler flag set's name."""
     mesh_lib.check_config(cfg, num_devices, process_count)
+    pipeline_lib.check(cfg, mesh_lib.axis_sizes(cfg.mesh, num_devices), mesh_lib.global_batch_size(cfg, num_devices))
     remat_lib.check_policy(cfg.remat, platform)
     flagsets.check(cfg.flags)

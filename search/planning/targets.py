@@ -295,7 +295,9 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     if hbm is None:
         return None
     sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
-    shards = sizes["fsdp"] * sizes["tensor"]  # weights: embed over fsdp, heads/mlp/vocab over tensor
+    # weights: embed over fsdp, heads/mlp/vocab over tensor, the layers over pipeline stages (so a
+    # lower bound: embeddings are not split over stage)
+    shards = sizes["fsdp"] * sizes["tensor"] * sizes["stage"]
     params = flops_lib.param_count(cfg.model)
     # params + gradients (same dtype) + two AdamW moments: all live at the update, since
     # global-norm clipping needs every gradient before any parameter changes
@@ -304,14 +306,14 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
         return None
     return topo.PredictedOOM(
         f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and AdamW moments "
-        f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor = {shards} shards, above "
+        f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor x stage = {shards} shards, above "
         f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
 
 
 def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     """(plan key, shape key, global batch). Points with the same plan key compile to the same
-    step: model, resolved mesh, global batch, remat and flag set on the same target (optimizer numbers,
-    steps, data and logging do not change the compiled program's memory or FLOPs). Points
+    step: model, resolved mesh, global batch, remat, flag set and pipeline on the same target
+    (optimizer numbers, steps, data and logging do not change the compiled program's memory or FLOPs). Points
     with the same shape key differ at most in their global batch, and a step's memory does
     not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
     from ...trainer import mesh as mesh_lib
@@ -325,6 +327,9 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
            "dcn": list(compact_shape(dcn)), "remat": cfg.remat}
     if cfg.flags != "default":  # a compiler flag set changes the compiled step
         key["flags"] = cfg.flags
+    pipeline = dataclasses.asdict(cfg.pipeline)
+    if pipeline != dataclasses.asdict(type(cfg.pipeline)()):  # microbatches, repeats, schedule
+        key["pipeline"] = pipeline
 
     def digest(d: dict) -> str:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -47,3 +47,12 @@ def test_limits_and_bad_axes():
         factorizations(8, ("data", "pipeline"))
     with pytest.raises(ValueError, match="has 2 sizes for the 3 axes"):
         mesh_of("2x4", ("data", "fsdp", "tensor"))
+
+
+def test_pipeline_space_searches_stage_microbatches_and_schedule(cli, tmp_path):
+    """spaces/pipeline_sweep.py: stage (in the mesh decision), microbatches and schedule are
+    decisions; every point the constraint keeps passes the static checks."""
+    out = cli("run", "spaces/pipeline_sweep.py", "--dry-run", "--run-dir", tmp_path / "run").stdout
+    assert "mesh: one of 1x1x8, 1x2x4" in out and "4x2x1" in out
+    assert "microbatches: one of 4, 8" in out and "schedule: one of gpipe, circular" in out
+    assert "23 point(s): 23 pass the static checks, 0 invalid" in out
