@@ -49,9 +49,11 @@ def test_old_config_dict_reads_unchanged():
 @pytest.mark.parametrize("ici,dcn,message", [
     ((1, 8), (1, 1, 1), "mesh shapes need 5 entries"),
     ((1, 1, 1, 1, 1, 8), (1, 1, 1), "mesh shapes need 5 entries"),
-    ((1, 2, 4, 1, 1), (1, 1, 1, 1, 1), "stage parallelism is not implemented yet; size stage 1"),
+    # a stage axis pipelines the layers (trainer/pipeline.py), which needs microbatches
+    ((1, 2, 4, 1, 1), (1, 1, 1, 1, 1), "pipeline.microbatches=1 is not a multiple of stage=2"),
+    ((1, 1, 4, 1, 1), (1, 2, 1, 1, 1), "pipeline.microbatches=1 is not a multiple of stage=2"),  # over DCN too
     ((1, 1, 4, 2, 1), (1, 1, 1, 1, 1), "context parallelism is not implemented yet; size context 1"),
-    ((1, 1, 4, 1, 1), (1, 2, 1, 1, 1), "mesh axis stage=2"),  # stage over DCN counts too
+    ((1, 1, 4, 1, 1), (1, 1, 1, 2, 1), "mesh axis context=2"),  # context over DCN counts too
     ((1, 1, 3, 1, 1), (1, 1, 1, 1, 1), "has 3 devices but 8 are available"),
 ])
 def test_bad_meshes_one_line(ici, dcn, message):
