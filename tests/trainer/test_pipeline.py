@@ -186,3 +186,22 @@ def test_plan_reports_the_bubble_and_model_flops_without_it():
     # the stage axis splits the layers' parameters (and their AdamW moments) over 2 stages
     assert many.memory.argument_bytes < 0.75 * plan_lib.plan(config(mesh_shape(data=2, fsdp=4)),
                                                              count_flops=False).memory.argument_bytes
+
+
+@pytest.mark.slow
+def test_pipelined_config_trains_and_evaluates(tmp_path):
+    """The whole step (AdamW update, donated state) and eval run pipelined; the loss falls."""
+    from paxsearch.tests.trainer_util import tiny
+    from paxsearch.trainer.config import EvalConfig
+    from paxsearch.trainer.train import train
+
+    base = tiny()
+    cfg = tiny(ici=mesh_shape(stage=2, fsdp=2, tensor=2), steps=4, pipeline=PipelineConfig(2, 2, "circular"),
+               model=dataclasses.replace(base.model, n_layers=4), eval=EvalConfig(enabled=True, max_batches=1),
+               run_dir=str(tmp_path))
+    result = train(cfg, resume=False)
+    losses = [m.loss for m in result.history]
+    assert len(losses) == 4 and all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert result.plan.pipeline_bubble == pytest.approx(1 / 5)  # (2-1)/(2x2+2-1)
+    assert result.final is not None and result.final.mfu > 0
+    assert result.eval_loss is not None and np.isfinite(result.eval_loss)
