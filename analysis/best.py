@@ -1,10 +1,15 @@
 """Pick one trial of a study (best on an objective, or the knee) and return its Fiddle config."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pandas as pd
 
-from . import pareto
-from .load import Source, objective_names, open_study, trials_frame
+from . import fmt, pareto
+from .load import Source, decision_columns, objective_names, open_study, trials_frame
+
+SCORES = ("loss", "mfu", "memory_bytes", "eval_loss", "tokens_per_sec")
 
 CHOICES = ("mfu", "loss", "memory", "knee")
 
@@ -22,6 +27,20 @@ def best_trial(source: Source, objective: str = "knee", study_name: str | None =
     objective: "mfu" (highest), "loss" or "memory" (lowest), or "knee" (the Pareto point
     nearest the utopia point over the study's objectives, see pareto.knee).
     """
+    chosen = choose(source, objective, study_name, rtol)
+    return chosen.number, chosen.config
+
+
+@dataclass(frozen=True)
+class Chosen:
+    number: int
+    config: str  # Fiddle JSON
+    decisions: dict[str, Any]
+    scores: dict[str, str]  # score title -> value as the report prints it
+
+
+def choose(source: Source, objective: str = "knee", study_name: str | None = None, rtol: float = 0.0) -> Chosen:
+    """best_trial, with the trial's decisions and scores (for `paxsearch best`)."""
     if objective not in CHOICES:
         raise ValueError(f"objective must be one of {CHOICES}, got {objective!r}")
     study = open_study(source, study_name).study
@@ -39,4 +58,7 @@ def best_trial(source: Source, objective: str = "knee", study_name: str | None =
     config = trial.user_attrs.get("config")
     if config is None:
         raise LookupError(f"trial {number} of study {study.study_name!r} stores no 'config'")
-    return number, config
+    row = frame[frame["number"] == number].iloc[0]
+    decisions = {c[2:]: row[c] for c in decision_columns(frame) if pd.notna(row[c])}
+    scores = {fmt.title(c): fmt.value(c, row[c]) for c in SCORES if c in row and pd.notna(row[c])}
+    return Chosen(int(number), config, decisions, scores)

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
+
+from ..store.units import format_bytes
 
 GIB = 2.0 ** 30
 
@@ -24,6 +27,8 @@ _TITLES = {
     "plan.pipeline_bubble": "pipeline bubble",
     "env.device_kind": "device kind",
     "failure_kind": "failure",
+    "outcome": "outcome",
+    "memory_budget_bytes": "memory budget/device",
     "failure_message": "message",
     "on_front": "Pareto",
     "figures": "figures",
@@ -55,7 +60,8 @@ def _is_missing(value: Any) -> bool:
 
 
 def value(column: str, raw: Any) -> str:
-    """One cell as text: bytes in GiB, utilisation in %, times in s."""
+    """One cell as text: bytes in the unit their size reaches (KiB, MiB, GiB: as the terminal
+    prints them), utilisation in %, times in s."""
     if _is_missing(raw):
         return ""
     if isinstance(raw, bool):
@@ -67,7 +73,7 @@ def value(column: str, raw: Any) -> str:
         if column.startswith("ratio"):
             return f"{number:.3f}"
         if column.endswith("bytes"):
-            return f"{number / GIB:.3f} GiB"
+            return format_bytes(number)
         if column in ("mfu", "hfu", "plan.predicted_mfu", "plan.pipeline_bubble"):
             return f"{100 * number:.2f}%"
         if column.endswith(("_time", "_s", "seconds")):
@@ -106,10 +112,25 @@ def _flops(raw: Any) -> str:
         return _listing(raw)
 
 
+def relative(text: str | None) -> str | None:
+    """An absolute path (or sqlite URL of one) below the current folder, relative to it; else as given."""
+    if not text:
+        return text
+    prefix = "sqlite:///" if text.startswith("sqlite:////") else ""
+    path = text[len(prefix):]
+    here = os.getcwd()
+    if os.path.isabs(path) and os.path.commonpath([path, here]) == here:
+        return prefix + os.path.relpath(path, here)
+    return text
+
+
 def header_items(info: dict, pareto_objectives: list[str], rtol: float) -> list[tuple[str, str]]:
     """(label, text) pairs every report starts with: study, target, conventions, versions."""
     objectives = ", ".join(f"{o['name']} ({o['direction']})" for o in info["objectives"])
-    states = ", ".join(f"{n} {s}" for s, n in sorted(info["states"].items())) or "none"
+    # by outcome, not Optuna state: a predicted_oom trial is COMPLETE in Optuna but never "ok"
+    counts = info.get("outcomes") or info["states"]
+    states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
+    states = states or "none"
     if info.get("skipped"):
         states += f"; {info['skipped']} of them skipped after compiling as predicted dominated (--steer)"
     figures = ("PREDICTED: plan-only study, trials compiled but not run; every score is a "
@@ -121,7 +142,7 @@ def header_items(info: dict, pareto_objectives: list[str], rtol: float) -> list[
         versions += f", libtpu {_listing(info['libtpu'])}"
     return [
         ("study", str(info["study_name"])),
-        ("storage", str(info["storage"])),
+        ("storage", str(relative(info["storage"]))),
         ("target", _listing(info["target"])),
         ("figures", figures),
         ("objectives", objectives or "not recorded"),
@@ -135,5 +156,6 @@ def header_items(info: dict, pareto_objectives: list[str], rtol: float) -> list[
          + f", {_listing(info['num_devices'])} devices, platform {_listing(info['platform'])}"),
         ("versions", versions),
         ("XLA flags", _listing(info["xla_flags"])),
-        ("space file", _listing(info["space_file"])),
+        ("space file", _listing(relative(info["space_file"]) if isinstance(info["space_file"], str)
+                                else info["space_file"])),
     ]

@@ -8,6 +8,8 @@ One row per trial. Columns:
   measured_peak_source     what measured_peak_bytes is (device peak, or process RSS on CPU)
   plan.<key>               the ahead-of-time plan figures
   failure_kind, failure_message
+  outcome                  ok, a failure kind, or the Optuna state (running, pruned, ...)
+  memory_budget_bytes      the per-device budget the trial's plan was held against
   timing.<key>             plan_s, train_s, total_s
   env.<key>                jax, jaxlib, libtpu, device_kind, platform, peak_flops_per_device, ...
 """
@@ -160,6 +162,8 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
     if not math.isnan(row["measured_peak_bytes"]):  # what "measured peak" is on this platform
         row["measured_peak_source"] = CPU_PEAK_SOURCE if platform == "cpu" else DEVICE_PEAK_SOURCE
     row["failure_kind"] = outcome.kind.stored_text
+    row["outcome"] = outcome_label(trial.state.name, row["failure_kind"])
+    row["memory_budget_bytes"] = _finite_or_nan((outcome.memory_budget or {}).get("bytes"))
     row["failure_message"] = outcome.message or None
     steered = outcome.steered or {}  # skipped after compiling as predicted dominated (--steer)
     row["steered_by"] = steered.get("dominated_by")
@@ -168,6 +172,15 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
     for key, value in (outcome.env or {}).items():
         row[f"env.{key}"] = _scalar(value)
     return row
+
+
+def outcome_label(state: str, failure_kind: str | None) -> str:
+    """What became of a trial, in one word: its failure kind when it has one (a predicted_oom
+    trial is COMPLETE in Optuna, with loss inf: never "ok"), "ok" for a completed trial, else its
+    Optuna state in lower case (running, pruned, waiting, fail)."""
+    if failure_kind:
+        return failure_kind
+    return "ok" if state == "COMPLETE" else state.lower()
 
 
 def objective_names(study: optuna.Study) -> list[str]:
@@ -184,7 +197,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         frame = pd.DataFrame(columns=["number", "state", "predicted", *SCORE_COLUMNS,
-                                      "failure_kind", "failure_message"])
+                                      "failure_kind", "failure_message", "outcome"])
     return frame.sort_values("number", ignore_index=True)
 
 
@@ -240,6 +253,8 @@ def study_info(source: Source | OpenedStudy, study_name: str | None = None,
         "n_trials": int(len(frame)),
         "states": {k: int(v) for k, v in frame["state"].value_counts().items()}
         if len(frame) else {},
+        "outcomes": {k: int(v) for k, v in frame["outcome"].value_counts().items()}
+        if len(frame) and "outcome" in frame else {},
         "skipped": int(frame["steered_by"].notna().sum()) if "steered_by" in frame else 0,
     }
     for key in ("device_kind", "platform", "num_devices", "jax", "jaxlib", "libtpu",

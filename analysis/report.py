@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from . import pareto, plots, report_html, report_md, tables
+from . import pareto, plots, recommend, report_html, report_md, tables
 from .best import study_objectives
 from .fmt import header_items
 from .load import Source, decision_columns, objective_names, open_study, study_info, trials_frame
@@ -42,15 +42,27 @@ def write_report(run_dir_or_storage: Source, out_dir: str | os.PathLike | None =
     half-written report. rtol is the relative tolerance of the Pareto front (see pareto).
     """
     opened = open_study(run_dir_or_storage, study_name)
+    ref = run_reference(run_dir_or_storage, opened)
     out = Path(out_dir) if out_dir is not None else opened.run_dir
     if out is None:
         raise ValueError("a study read from a storage URL has no run folder here; pass out_dir (--out DIR)")
     with staged_into(out) as root:
-        written = _write(opened, root, rtol)
+        written = _write(opened, root, rtol, ref)
         return {key: out / path.relative_to(root) for key, path in written.items()}
 
 
-def _write(opened, out: Path, rtol: float) -> dict[str, Path]:
+def run_reference(source: Source, opened) -> str:
+    """How the report's commands name the study: the run folder relative to here when it lies
+    below, else as given; a storage URL (password masked) with --study."""
+    if opened.run_dir is not None:
+        folder = os.path.abspath(opened.run_dir)
+        here = os.getcwd()
+        inside = os.path.commonpath([folder, here]) == here
+        return os.path.relpath(folder, here) if inside else str(opened.run_dir)
+    return f"{opened.storage_display} --study {opened.study.study_name}"
+
+
+def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
     """Every file of the report, written under `out` (the staging folder)."""
     figure_dir = out / "report"
     figure_dir.mkdir(parents=True, exist_ok=True)
@@ -83,17 +95,18 @@ def _write(opened, out: Path, rtol: float) -> dict[str, Path]:
     front_rows = tables.pareto_table(frame, on_front)
     comparison = tables.predicted_vs_measured(frame)
     failures = tables.failures_by_kind(frame)
+    rec = recommend.recommend(frame, objectives, knee, ref, predicted)
 
     paths["html"] = out / "report.html"
     paths["html"].write_text(report_html.render(
         header, predicted, pareto_png, effect_pngs, best_rows, front_rows, comparison,
-        tables.trial_table(frame, on_front), failures, loss_line), encoding="utf-8")
+        tables.trial_table(frame, on_front), failures, loss_line, rec), encoding="utf-8")
     relative = {name: os.path.relpath(paths[f"effect_png:{name}"], out)
                 for name in effect_pngs}
     paths["markdown"] = out / "report.md"
     paths["markdown"].write_text(report_md.render(
         header, predicted, os.path.relpath(paths["pareto_png"], out), relative, best_rows,
-        front_rows, comparison, failures, loss_line), encoding="utf-8")
+        front_rows, comparison, failures, loss_line, rec), encoding="utf-8")
 
     exported = frame.assign(on_front=on_front, is_knee=frame["number"] == knee)
     paths["csv"] = out / "trials.csv"

@@ -7,6 +7,7 @@ import html
 import pandas as pd
 
 from . import fmt
+from .recommend import Recommendation
 
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -19,6 +20,9 @@ th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
 th { background: #eee; } table.sortable th { cursor: pointer; }
 td.text { text-align: left; } tr.front td { font-weight: bold; }
 img { max-width: 100%; }
+.scroll { overflow-x: auto; max-width: 100%; }
+.recommendation { background: #e8f4ea; border: 1px solid #5a9e6f; padding: 0.6em 1em; }
+.recommendation pre { background: #fff; padding: 0.4em; overflow-x: auto; }
 """
 
 # Click a header to sort by it; click again to reverse. Cells carry data-sort values.
@@ -66,14 +70,30 @@ def table(frame: pd.DataFrame, predicted: bool, sortable: bool = False,
         rows.append(f"<tr{row_attrs}>{''.join(cells)}</tr>")
     attrs = (' class="sortable"' if sortable else "") + \
         (f' id="{element_id}"' if element_id else "")
-    return (f"<table{attrs}><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return (f'<div class="scroll"><table{attrs}><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def recommendation(rec: Recommendation | None, predicted: bool) -> str:
+    """The opening block: the trial to use, why, and the commands that run it."""
+    if rec is None:
+        return ('<div class="recommendation" id="recommendation"><h2>Recommendation</h2>'
+                "<p>No trial has finite scores yet: nothing to recommend.</p></div>")
+    kind = " (predicted)" if predicted else ""
+    items = ["decisions: " + ", ".join(f"<code>{html.escape(f'{k}={v}')}</code>" for k, v in rec.decisions.items()),
+             "scores: " + html.escape(", ".join(f"{k} {v}" for k, v in rec.scores.items())),
+             *[html.escape(reason) for reason in rec.reasons]]
+    return (f'<div class="recommendation" id="recommendation"><h2>Recommendation{kind}</h2>'
+            f"<p><b>Use trial {rec.number}</b>, {html.escape(rec.choice)}.</p>"
+            "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
+            "<p>Run it:</p><pre>" + html.escape("\n".join(rec.commands)) + "</pre></div>")
 
 
 def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
            effect_pngs: dict[str, bytes], best: pd.DataFrame, front: pd.DataFrame,
            comparison: pd.DataFrame, trials: pd.DataFrame,
-           failures: dict[str, pd.DataFrame], loss_line: str | None = None) -> str:
+           failures: dict[str, pd.DataFrame], loss_line: str | None = None,
+           rec: Recommendation | None = None) -> str:
     title = dict(header)["study"]
     kind = "predicted" if predicted else "measured"
     front_numbers = set(front["number"].tolist()) if len(front) else set()
@@ -86,6 +106,7 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
     if predicted:
         parts.append('<p class="predicted"><b>Predicted figures.</b> Trials were compiled, '
                      "not run: MFU, memory and every other score below are predictions.</p>")
+    parts.append(recommendation(rec, predicted))
     parts.append('<dl class="header">' + "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in header) + "</dl>")
     if loss_line:  # what the objective loss is: the study's token budget

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import fmt
+from .recommend import Recommendation
 
 
 def _cell(text: str) -> str:
@@ -21,9 +22,22 @@ def table(frame: pd.DataFrame, predicted: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def recommendation(rec: Recommendation | None, predicted: bool) -> str:
+    if rec is None:
+        return "## Recommendation\n\nNo trial has finite scores yet: nothing to recommend.\n"
+    kind = " (predicted)" if predicted else ""
+    lines = [f"## Recommendation{kind}\n", f"**Use trial {rec.number}**, {rec.choice}.\n",
+             "- decisions: " + ", ".join(f"`{k}={v}`" for k, v in rec.decisions.items()),
+             "- scores: " + ", ".join(f"{k} {v}" for k, v in rec.scores.items())]
+    lines += [f"- {_cell(reason)}" for reason in rec.reasons]
+    lines += ["", "Run it:", "", *[f"    {command}" for command in rec.commands], ""]
+    return "\n".join(lines)
+
+
 def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
            effect_pngs: dict[str, str], best: pd.DataFrame, front: pd.DataFrame,
-           comparison: pd.DataFrame, failures: dict[str, pd.DataFrame], loss_line: str | None = None) -> str:
+           comparison: pd.DataFrame, failures: dict[str, pd.DataFrame], loss_line: str | None = None,
+           rec: Recommendation | None = None) -> str:
     """Markdown text; figure arguments are paths relative to the Markdown file. loss_line:
     what the objective loss is (the study's "loss_objective", e.g. its token budget)."""
     kind = "predicted" if predicted else "measured"
@@ -31,6 +45,7 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
     if predicted:
         parts.append("> **Predicted figures.** Trials were compiled, not run: every score "
                      "below is a prediction.\n")
+    parts.append(recommendation(rec, predicted))
     parts.append("\n".join(f"- **{label}**: {_cell(text)}" for label, text in header) + "\n")
     if loss_line:
         parts.append(f"{_cell(loss_line)}\n")

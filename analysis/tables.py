@@ -15,12 +15,13 @@ def _present(frame: pd.DataFrame, columns: list[str]) -> list[str]:
 
 
 def trial_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
-    """Every trial: decisions, scores, compiled peak, failure kind, Pareto membership."""
+    """Every trial: its outcome (ok or the failure kind), decisions, scores, compiled peak,
+    Pareto membership."""
     table = frame.assign(on_front=on_front.reindex(frame.index, fill_value=False))
     if table["predicted"].any() and not table["predicted"].all():
         table["figures"] = np.where(table["predicted"], "predicted", "measured")
-    columns = (["number", "state", *decision_columns(frame)]
-               + _present(table, [*SCORES, "plan.peak_bytes"]) + _pipelined(table) + _present(table, ["failure_kind"])
+    columns = (["number", "outcome", *decision_columns(frame)]
+               + _present(table, [*SCORES, "plan.peak_bytes"]) + _pipelined(table)
                + ["on_front"] + (["figures"] if "figures" in table else []))
     return table[columns]
 

@@ -14,6 +14,7 @@ and, for every test (autouse), the CPU's matmul peak measured once per session.
 """
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from unittest import mock
@@ -24,6 +25,20 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 from paxsearch.trainer.flagsets import with_device_count  # noqa: E402  (imports no JAX)
 
 os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
+# The suite compiles hundreds of tiny programs and runs each for a few steps: LLVM's -O0 halves
+# XLA:CPU's compile time (a tiny model's jitted init 11 -> 3 CPU-s, its gradient 6.4 -> 3.4) and
+# changes no HLO pass (fusion, sharding, scheduling happen before the backend) nor any value's
+# IEEE semantics. Tests check behaviour, never speed; benchmarks/ run with XLA's defaults.
+if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
+# One persistent compilation cache for the whole session: this process's compiles and every
+# subprocess's (trial workers read JAX_COMPILATION_CACHE_DIR through workers/pool.py), so the
+# same tiny program is compiled once per session, not once per test and process.
+_SESSION_CACHE = Path(os.environ.get("PAXSEARCH_TEST_XLA_CACHE") or
+                      Path(tempfile.gettempdir()) / f"paxsearch-test-xla-cache-{os.getpid()}")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_SESSION_CACHE)
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from . import pg_util, search_util, space_factory  # noqa: E402
@@ -124,3 +139,9 @@ def pg_url(pg_database):
     for each test: after the test every connection to it is closed and its schema dropped."""
     yield pg_util.url(pg_database)
     pg_util.empty(pg_database)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session's compilation cache goes with the session (unless the caller named one)."""
+    if not os.environ.get("PAXSEARCH_TEST_XLA_CACHE"):
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)

@@ -2,10 +2,16 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import orbax.checkpoint as ocp
 
 from .config import CheckpointConfig
+from .errors import DataError
+
+
+class CheckpointError(DataError):
+    """No checkpoint of the run folder can be restored (one line naming the folder and the fix)."""
 
 
 def checkpoint_dir(ckpt: CheckpointConfig, run_dir: str | None) -> str | None:
@@ -26,6 +32,36 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
+
+    def restore_latest(self, abstract_state) -> tuple:
+        """(state, step) of the newest checkpoint that restores. A step that does not (files
+        truncated or garbled, a save cut short) is moved aside as `<step>.unreadable` (so a
+        later save of that step is not skipped) and the next older one is tried; the fallback
+        is said on stderr. CheckpointError (one line) when none restores."""
+        bad = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                state = self.restore(abstract_state, step)
+            except Exception as e:  # noqa: BLE001 - Orbax/TensorStore raise many types for a bad file
+                bad.append((step, f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"))
+                continue
+            if bad:
+                self._set_aside([b for b, _ in bad])
+                print(f"checkpoint step(s) {', '.join(str(b) for b, _ in bad)} could not be read ({bad[0][1]}); "
+                      f"moved aside as <step>.unreadable; resuming from step {step}", file=sys.stderr, flush=True)
+            return state, step
+        if not bad:
+            raise CheckpointError(f"no checkpoint in {self.manager.directory}; start without resuming")
+        raise CheckpointError(f"no checkpoint in {self.manager.directory} can be read (step(s) "
+                              f"{', '.join(str(b) for b, _ in bad)}; newest: {bad[0][1]}); start a new run folder")
+
+    def _set_aside(self, steps: list[int]) -> None:
+        directory = str(self.manager.directory)
+        for step in steps:
+            path = os.path.join(directory, str(step))
+            if os.path.isdir(path):
+                os.replace(path, f"{path}.unreadable")
+        self.manager.reload()
 
     def restore(self, abstract_state, step: int | None = None):
         """The state at `step` (default: latest), placed with abstract_state's shardings."""

@@ -41,9 +41,8 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     writer = ScalarWriter(os.path.join(run_dir, "tb") if run_dir and cfg.log.tensorboard and pidx == 0 else None)
     ckpt = Checkpointer(cfg.checkpoint, run_dir) if cfg.checkpoint.enabled else None
     start = 0
-    if ckpt and resume and (latest := ckpt.latest_step()) is not None:
-        start = int(latest)
-        state = ckpt.restore(program.abstract_state, start)
+    if ckpt and resume and ckpt.latest_step() is not None:
+        state, start = ckpt.restore_latest(program.abstract_state)  # the newest readable step
     else:
         state = program.init_state(jax.random.key(cfg.seed))
 

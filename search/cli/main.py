@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import signal
 import sys
 
@@ -40,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, StorageUrlError, ConfigError, DataError) as e:
         print(f"paxsearch: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        line = filesystem_error(e)
+        if line is None:
+            raise
+        print(f"paxsearch: error: {line}", file=sys.stderr)
+        return 1
     except NonFiniteLoss as e:
         print(f"paxsearch: training diverged: {e}", file=sys.stderr)
         return 3
@@ -51,6 +59,29 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# Filesystem errors a user's machine causes (disk full, quota, read-only, a path through a file,
+# permissions): one line naming the path and the fix, exit status 1. Other OSErrors are bugs and
+# keep their traceback.
+_FIX = {errno.ENOSPC: "free some space or use a --run-dir on another disk",
+        errno.EDQUOT: "free some space or use a --run-dir on another disk",
+        errno.EFBIG: "the file is over this machine's file size limit (ulimit -f)",
+        errno.EROFS: "use a --run-dir on a writable filesystem",
+        errno.EACCES: "use a --run-dir you can write", errno.EPERM: "use a --run-dir you can write",
+        errno.ENOTDIR: "a part of the path is a file; pass another path",
+        errno.EEXIST: "a file is in the way; pass another path",
+        errno.EISDIR: "a folder is where a file should be; pass another path",
+        errno.ENAMETOOLONG: "use a shorter path"}
+
+
+def filesystem_error(e: OSError) -> str | None:
+    """The one line for a filesystem error the user can fix, or None for any other OSError."""
+    fix = _FIX.get(e.errno)
+    if fix is None:
+        return None
+    where = f": {e.filename}" if e.filename else ""
+    return f"{e.strerror or os.strerror(e.errno)}{where}; {fix}"
 
 
 def _terminate(signum, frame) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from ...store.paths import sanitized_folder_name
+from ...store.urls import mask_url
 from ..errors import UserError
 from .common import default_run_dir
 
@@ -75,18 +76,26 @@ def report_main(args) -> int:
 
 
 def best_main(args) -> int:
-    from ...analysis.best import best_trial
+    from ...analysis.best import choose
 
     _check_source(args.run)
     try:
-        number, config_json = best_trial(args.run, args.objective, study_name=args.study)
+        chosen = choose(args.run, args.objective, study_name=args.study)
     except (LookupError, FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    print(f"trial {number} ({args.objective})")
+    what = "knee of the Pareto front" if args.objective == "knee" else f"best {args.objective}"
+    print(f"trial {chosen.number} ({what})")
+    print("  decisions: " + (" ".join(f"{k}={v}" for k, v in chosen.decisions.items()) or "none"))
+    print("  scores:    " + ("  ".join(f"{k} {v}" for k, v in chosen.scores.items()) or "none"))
+    source = args.run
+    if _is_url(args.run):  # the URL as given, its password masked (never printed)
+        source = mask_url(args.run) + (f" --study {args.study}" if args.study else "")
     if args.export:
         tmp = args.export + ".tmp"
         with open(tmp, "w") as f:
-            f.write(config_json)
+            f.write(chosen.config)
         os.replace(tmp, args.export)
         print(f"config written to {args.export}; run it with: paxsearch train {args.export} --steps N")
+    else:
+        print(f"run it with: paxsearch train {source} --trial {chosen.number} --steps N")
     return 0

@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from ..driver import dryrun
     from ..driver.context import check_settings, create_or_continue, with_cli
+    from ..study.run_folder import check_writable
     from ..study.space import load_space
     from ..workers import gpu_assign
 
@@ -37,12 +38,13 @@ def main(args) -> int:
         target = check_settings(settings, space)
         gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written
         if args.dry_run:
-            print(dryrun.dry_run(space, settings, target))
+            dryrun.dry_run(space, settings, target, emit=lambda line: print(line, flush=True))
             return 0
         problem = dryrun.preflight(space, target, settings.processes)
         if problem:
             raise UserError(problem)
         run_dir = args.run_dir or default_run_dir(space.name)
+        check_writable(run_dir)  # a file, under a file, read-only: one line before the first write
         ctx = create_or_continue(space, settings, run_dir, args.storage, args.study)
     if args.create_only:
         from ..study.storage import mask_url

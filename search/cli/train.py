@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
                    help="override a config field, e.g. --set model.d_model=256 (repeatable)")
     p.add_argument("--steps", type=int, default=None, help="number of training steps")
     p.add_argument("--run-dir", default=None,
-                   help="folder for checkpoints and TensorBoard (default: runs/train-<name>)")
+                   help="folder for checkpoints and TensorBoard (default: runs/train-<name>, "
+                        "runs/train-<run>-trial<N> for a trial of a run)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run folder")
     p.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N steps")
     p.add_argument("--cpu-devices", type=int, default=8, help="simulated CPU devices when running on CPU (default 8)")
@@ -47,15 +48,28 @@ def without_stored_paths(cfg, args):
     return cfg
 
 
-def resolve_config(args):
+def resolve_config(args) -> tuple[object, int | None]:
+    """(the Fiddle config with --set applied, the trial number when it is a stored trial's)."""
     from ..study import configio
 
+    number = None
     if from_storage(args):
-        from ..study.trial_config import trial_fiddle_config  # run folder or storage: the stored trial's config
-        cfg = trial_fiddle_config(args.config, args.trial or "best")
+        from ..study.trial_config import trial_config_json  # run folder or storage: the stored trial's config
+        number, text = trial_config_json(args.config, args.trial or "best")
+        cfg = configio.loads(text)
     else:
         cfg = configio.load(args.config, args.function)
-    return configio.apply_overrides(cfg, args.overrides)  # ConfigFileError: a UserError, one line
+    return configio.apply_overrides(cfg, args.overrides), number  # ConfigFileError: a UserError, one line
+
+
+def default_run_dir(config_arg: str, trial: int | None) -> str:
+    """runs/train-<config or run folder name>, and -trial<N> for a stored trial: two trials of one
+    study train into two folders."""
+    from ...store.paths import sanitized_folder_name
+
+    name = os.path.splitext(os.path.basename(os.path.normpath(config_arg)))[0]
+    suffix = f"-trial{trial}" if trial is not None else ""
+    return os.path.join("runs", sanitized_folder_name(f"train-{name}{suffix}"))
 
 
 def _platform() -> str:
@@ -143,18 +157,22 @@ def main(args) -> int:
     from ..study.user_imports import import_modules
 
     import_modules(args.imports)  # ImportFailed: one line, before anything is written
-    fcfg = resolve_config(args)
+    fcfg, trial = resolve_config(args)
     from ..study import configio
 
     cfg = without_stored_paths(configio.build(fcfg), args)
     apply_flag_set(cfg.flags)  # before JAX starts
-    name = os.path.splitext(os.path.basename(os.path.normpath(args.config)))[0]
-    run_dir = args.run_dir or cfg.run_dir or os.path.join("runs", f"train-{name}")
+    run_dir = args.run_dir or cfg.run_dir or default_run_dir(args.config, trial)
     ckpt = dataclasses.replace(cfg.checkpoint, enabled=True,
                                every_steps=args.checkpoint_every or cfg.checkpoint.every_steps or 0)
     cfg = dataclasses.replace(cfg, run_dir=run_dir, checkpoint=ckpt, steps=args.steps or cfg.steps,
                               log=dataclasses.replace(cfg.log, progress=True))
     ckpt_dir = os.path.join(run_dir, "checkpoints") if not ckpt.directory else ckpt.directory
+    from ..study.run_folder import check_writable
+
+    check_writable(run_dir)  # a file, under a file, read-only: one line before anything starts
+    if ckpt.directory:
+        check_writable(ckpt_dir, "checkpoint folder")
     if not args.resume and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
         raise UserError(f"{ckpt_dir} already holds checkpoints; pass --resume to continue, or a new --run-dir")
     if args.resume:  # before anything is written: a refused resume leaves the run folder as it was

@@ -21,6 +21,7 @@ from ...trainer.topology import LibtpuMissing
 from ..errors import UserError
 from ..planning.targets import Target, TargetError, check_available, parse_target
 from ..study import storage as storage_lib
+from ..study.run_folder import check_writable
 from ..study.settings import OBJECTIVES, SettingsError, StudySettings
 from ..study.space import Space, SpaceError, load_space
 from ..study.user_imports import ImportFailed, import_modules
@@ -83,29 +84,51 @@ def check_settings(settings: StudySettings, space: Space) -> Target:
     return target
 
 
-def flag_sets_of(space: Space) -> list[str]:
-    """The compiler flag sets the space's configs name, found by moving one decision at a
-    time away from the first point (the driver checks every trial's set again)."""
+def neighbour_configs(space: Space) -> list:
+    """The built configs of the first point and of every point one decision away from it (each
+    value of each decision once): what a setting that one decision selects (flag set, data
+    source) can be, without building the whole space. Points space() cannot build are left to
+    the driver to report."""
     from ..study import configio
 
     base = space.full({d.name: (d.low if d.kind == "float" else d.values[0]) for d in space.decisions})
     points = [base] + [{**base, d.name: v} for d in space.decisions
                        for v in ((d.low, d.high) if d.kind == "float" else d.values[1:])]
-    found: dict[str, None] = {}
+    built = []
     for point in points:
         try:
-            found[configio.build(space.config(point)).flags] = None
+            built.append(configio.build(space.config(point)))
         except (SpaceError, configio.ConfigFileError, TypeError, ValueError):
-            continue  # a point space() cannot build is the driver's to report
-    return list(found)
+            continue
+    return built
+
+
+def flag_sets_of(space: Space, configs: list | None = None) -> list[str]:
+    """The compiler flag sets the space's configs name (neighbour_configs; the driver checks
+    every trial's set again)."""
+    return list(dict.fromkeys(cfg.flags for cfg in (neighbour_configs(space) if configs is None else configs)))
+
+
+def check_data(configs: list) -> None:
+    """Every data source the configs name can be read here: a registered seqio task (after the
+    study's imports), text files that exist (SetupError, one line, before anything is written)."""
+    from ..study.data_check import data_problem
+
+    for cfg in configs:
+        problem = data_problem(cfg.data)
+        if problem:
+            raise SetupError(problem)
 
 
 def check_configs(space: Space, settings: StudySettings, target: Target) -> None:
-    """Before any worker starts: every compiler flag set the space names exists, and the
-    installed XLA / libtpu knows its flags (one probe process per non-default set); with
+    """Before any worker starts: every data source the space names can be read, every compiler
+    flag set it names exists, and the installed XLA / libtpu knows its flags (one probe process
+    per non-default set); with
     STUDY tokens=, the configs evaluate (loss is then the held-out eval loss)."""
+    configs = neighbour_configs(space)
+    check_data(configs)
     try:
-        for name in flag_sets_of(space):
+        for name in flag_sets_of(space, configs):
             flagsets.check(name)
             if name != "default":
                 flagsets.validate(name, target.platform, tpu_slice=target.slice_name if target.plan_only else None)
@@ -235,6 +258,7 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
             run_dir = os.path.join("runs", folder_name(study_name))
         except UnsafeFolderName as e:
             raise SetupError(f"{e}, so it cannot name the run folder runs/<study>; pass --run-dir DIR") from None
+    check_writable(run_dir)  # before the stored space copy or study.json is written
     space = _stored_space(attrs, run_dir, trust_stored_space)
     try:
         stored = dict(attrs["settings"])
@@ -242,7 +266,7 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
         settings = StudySettings.from_dict(stored).replace(**overrides)
         for name, value in attrs.get("fixed", {}).items():
             space.fix(name, value)
-        space.overrides = list(attrs.get("overrides", []))
+        space.apply_sets(list(attrs.get("overrides", [])))  # checked as --set is: storage may hold anything
     except (SettingsError, SpaceError) as e:
         raise SetupError(str(e)) from None
     target = check_settings(settings, space)

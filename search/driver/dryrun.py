@@ -2,11 +2,15 @@
 check that refuses a space none of whose points can run on the target."""
 from __future__ import annotations
 
-from typing import Iterator
+import math
+import random
+from typing import Callable, Iterable, Iterator
 
+from ...store.units import format_bytes
 from ..planning.targets import Target
 from ..study import configio
-from ..study.settings import OBJECTIVES, StudySettings, format_bytes
+from ..study.data_check import data_problem
+from ..study.settings import OBJECTIVES, StudySettings
 from ..study.space import Space, SpaceError
 
 PREFLIGHT_MAX_POINTS = 5000
@@ -23,7 +27,7 @@ def static_message(space: Space, point: dict, target: Target, processes: int) ->
         validate.check(cfg, target.num_devices, target.platform, processes)
     except (ConfigError, SpaceError) as e:
         return str(e)
-    return None
+    return data_problem(cfg.data)
 
 
 def static_status(space: Space, target: Target, processes: int) -> Iterator[tuple[dict, str | None]]:
@@ -47,7 +51,7 @@ def preflight(space: Space, target: Target, processes: int) -> str | None:
     return f"no point of the space can run on {target.text}: e.g. {shown}: {msg}"
 
 
-def describe(space: Space, settings: StudySettings, target: Target) -> str:
+def describe(space: Space, settings: StudySettings, target: Target, size: int | None = None) -> str:
     lines = [f"space {space.path}: {len(space.decisions)} decision(s)"]
     lines += [f"  {d.describe()}" for d in space.decisions]
     for name, value in space.fixed.items():
@@ -58,7 +62,7 @@ def describe(space: Space, settings: StudySettings, target: Target) -> str:
     if raw is None:
         lines.append("size: continuous (not enumerable)")
     else:
-        size = space.size()
+        size = space.size() if size is None else size
         lines.append(f"size: {size} point(s)" + (f" ({raw} before the constraint)" if size != raw else ""))
     objectives = ", ".join(f"{o} ({OBJECTIVES[o][:3]})" for o in settings.objectives)
     budget = format_bytes(settings.memory_budget) if settings.memory_budget else \
@@ -75,19 +79,62 @@ def describe(space: Space, settings: StudySettings, target: Target) -> str:
     return "\n".join(lines)
 
 
-def dry_run(space: Space, settings: StudySettings, target: Target, limit: int = 1000) -> str:
-    lines = [describe(space, settings, target)]
-    if not space.finite:
-        lines.append("static feasibility: the space is continuous; every trial is checked when proposed")
-        return "\n".join(lines)
-    lines.append("static feasibility (no compilation):")
+def dry_run(space: Space, settings: StudySettings, target: Target, emit: Callable[[str], None] = print,
+            check_all: int = 200, sample: int = 100, seed: int = 0) -> None:
+    """`run --dry-run`, line by line through `emit` as each point is checked (building a point's
+    config costs ~45 ms). The size is exact (space.size(): the constraint is called, no config
+    built). Static checks: every point when the space has at most `check_all`, else `sample`
+    points drawn uniformly at random (seed `seed`), with the coverage and the estimated share
+    that passes stated."""
+    size = space.size() if space.finite else None
+    emit(describe(space, settings, target, size))
+    if size is None:
+        emit("static feasibility: the space is continuous; every trial is checked when proposed")
+        return
+    if size <= check_all:
+        emit("static feasibility (no compilation), every point:")
+        points: Iterable[dict] = space.points()
+    else:
+        n = min(sample, size)
+        emit(f"static feasibility (no compilation) of {n:,} of {size:,} points ({100 * n / size:.2g}% coverage), "
+             f"drawn uniformly at random (seed {seed}):")
+        points = _sample(space, n, random.Random(seed))
     ok = bad = 0
-    for i, (point, msg) in enumerate(static_status(space, target, settings.processes)):
+    for point in points:
+        msg = static_message(space, point, target, settings.processes)
         ok, bad = (ok + 1, bad) if msg is None else (ok, bad + 1)
-        if i < limit:
-            shown = " ".join(f"{k}={v}" for k, v in point.items())
-            lines.append(f"  {'ok     ' if msg is None else 'invalid'}  {shown}" + (f"  ({msg})" if msg else ""))
-    if ok + bad > limit:
-        lines.append(f"  ... {ok + bad - limit} more")
-    lines.append(f"{ok + bad} point(s): {ok} pass the static checks, {bad} invalid")
-    return "\n".join(lines)
+        shown = " ".join(f"{k}={v}" for k, v in point.items())
+        emit(f"  {'ok     ' if msg is None else 'invalid'}  {shown}" + (f"  ({msg})" if msg else ""))
+    if ok + bad == size:
+        emit(f"{ok + bad} point(s): {ok} pass the static checks, {bad} invalid")
+        return
+    low, high = _interval(ok, ok + bad)
+    emit(f"{ok + bad:,} sampled point(s): {ok} pass the static checks, {bad} invalid; so {100 * low:.0f}-"
+         f"{100 * high:.0f}% of the {size:,} points pass (95% interval). Every trial is checked again when proposed")
+
+
+def _sample(space: Space, n: int, rng: random.Random) -> Iterator[dict]:
+    """`n` distinct points drawn uniformly from the space (the constraint's points), by index
+    into the grid of free decisions; a constraint that keeps few points costs more draws."""
+    raw = space.raw_size() or 0
+    seen: set[int] = set()
+    draws = 0
+    while len(seen) < n and draws < 1000 * n:
+        draws += 1
+        index = rng.randrange(raw)
+        if index in seen:
+            continue
+        point = space.point_at(index)
+        if space.excluded(point):
+            continue
+        seen.add(index)
+        yield point
+
+
+def _interval(ok: int, n: int) -> tuple[float, float]:
+    """The 95% (Wilson score) interval of the share of points that pass, from `ok` of `n` sampled."""
+    z = 1.96
+    p = ok / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

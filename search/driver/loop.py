@@ -26,6 +26,7 @@ from ..errors import Terminated, UserError
 from ..planning import screen as plan_screen
 from ..study import configio
 from ..study import storage as storage_lib
+from ..study.run_folder import write_whole
 from ..study.settings import SettingsError, steps_for_tokens
 from ..study.space import SpaceError, config_dict
 from ..study.storage import is_superseded
@@ -362,8 +363,7 @@ class Driver:
         config_json = configio.dumps(cfg)
         trial.set_user_attr("config", config_json)
         trial.set_user_attr("config_dict", config_dict(cfg))
-        with open(os.path.join(trial_dir, "config.json"), "w") as f:
-            f.write(config_json)
+        write_whole(os.path.join(trial_dir, "config.json"), config_json)
         try:
             target = ctx.target.for_config(built)  # slices=auto: prod(mesh.dcn) slices for this trial
             validate.check(built, target.num_devices, target.platform, ctx.settings.processes)

@@ -7,7 +7,8 @@ import threading
 
 from tqdm import tqdm
 
-from ..study.settings import OBJECTIVES, format_bytes
+from ...store.units import format_bytes
+from ..study.settings import OBJECTIVES
 
 
 def _fmt(name: str, v: float) -> str:

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import types
 import typing
@@ -77,6 +78,8 @@ def check_field(cls, name: str, value, where: str) -> None:
     if hint is not None and not _type_ok(value, hint):
         raise ConfigFileError(f"{where}: {value!r} is a {type(value).__name__}, but {name} must be "
                               f"{_hint_text(hint)}")
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, tuple) else (value,))):
+        raise ConfigFileError(f"{where}: {name} must be a finite number, got {value!r}")
 
 
 def check_types(obj, prefix: str = "") -> None:
@@ -122,13 +125,45 @@ def loads(text: str) -> fdl.Config:
                               f"({CONFIG_MODULE}); refusing to load it (configs may not run code)") from None
 
 
+MAX_SOURCE_BYTES = 16 * 2**20  # a space file or config file larger than this is not one
+
+
+def read_text(path: str, what: str) -> str:
+    """The text of a user's space or config file, after checking it is a regular file of at most
+    MAX_SOURCE_BYTES (a device, a FIFO or /dev/zero would read forever) and UTF-8 (Python's own
+    source encoding); ConfigFileError, one line, otherwise."""
+    import stat
+
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, FIFO or socket)"
+            raise ConfigFileError(f"{what} {path!r} is {kind}; pass a {what} on disk")
+        if st.st_size > MAX_SOURCE_BYTES:
+            raise ConfigFileError(f"{what} {path!r} is {st.st_size:,} bytes, over the {MAX_SOURCE_BYTES:,} a "
+                                  f"{what} may have; is it the right file?")
+        with open(path, "rb") as f:
+            data = f.read(MAX_SOURCE_BYTES + 1)  # the file may grow after the stat
+    except OSError as e:
+        raise ConfigFileError(f"cannot read {what} {path!r}: {e.strerror or e}") from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise ConfigFileError(f"{what} {path!r} is over the {MAX_SOURCE_BYTES:,} bytes a {what} may have")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ConfigFileError(f"{path}:{line}: {what} is not UTF-8 text (byte {data[e.start]:#04x} at offset "
+                              f"{e.start}); save it as UTF-8") from None
+
+
 def load(path: str, function: str | None = None) -> fdl.Config:
     """A config from a Fiddle JSON file, or from a Python file's function (default `config`)."""
     if not os.path.exists(path):
         raise ConfigFileError(f"config file {path!r} does not exist; pass a Fiddle JSON file or a Python file")
+    text = read_text(path, "config file")
     if path.endswith(".json"):
         try:
-            return loads(open(path).read())
+            return loads(text)
         except ConfigFileError as e:
             raise ConfigFileError(f"{path}: {e}") from None
         except (ValueError, KeyError, TypeError, AttributeError, ImportError) as e:
@@ -147,7 +182,10 @@ def load_python_file(path: str):
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise ConfigFileError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        raise ConfigFileError(f"{path}:{e.lineno or 1}: syntax error: {e.msg}") from None
+    except SystemExit as e:  # sys.exit() at import would end paxsearch with the file's own status
+        raise ConfigFileError(f"{path}: importing it called sys.exit({e.code!r}); the file should only "
+                              "define functions and settings") from None
     return module
 
 
@@ -179,8 +217,8 @@ def apply_overrides(cfg: fdl.Config, overrides: list[str]) -> fdl.Config:
             continue
         value = parse_value(text)
         value = tuple(value) if isinstance(value, list) else value
-        if not isinstance(getattr(node, leaf, None), fdl.Buildable):
-            check_field(fdl.get_callable(node), leaf, value, f"override {item.strip()!r}")
+        # a whole section too (optimizer=5): only a Fiddle config of its class may replace one
+        check_field(fdl.get_callable(node), leaf, value, f"override {item.strip()!r}")
         setattr(node, leaf, value)
     return cfg
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -76,6 +77,7 @@ class StudySettings:
         return s._validated()
 
     def _validated(self) -> "StudySettings":
+        _check_types(self)
         objectives = (self.objectives,) if isinstance(self.objectives, str) else tuple(self.objectives)
         bad = [o for o in objectives if o not in OBJECTIVES]
         if bad or not objectives or len(set(objectives)) != len(objectives):
@@ -85,14 +87,20 @@ class StudySettings:
                                 "dependency for paxsearch); use tpe, nsga2, random, grid or evolution")
         if self.tuner not in TUNERS:
             raise SettingsError(f"unknown tuner {self.tuner!r}; choose one of {', '.join(TUNERS)}")
+        if self.tuner == "evolution" and len(objectives) > 1:
+            raise SettingsError(f"tuner evolution optimizes one objective, but the study has {len(objectives)} "
+                                f"({', '.join(objectives)}); pass --objective NAME to pick one, or use nsga2 or tpe "
+                                "for several")
         if self.pruner not in PRUNERS:
             raise SettingsError(f"unknown pruner {self.pruner!r}; choose one of {', '.join(PRUNERS)}")
         if self.steer not in STEERS:
             raise SettingsError(f"unknown steer {self.steer!r}; choose one of {', '.join(STEERS)}")
         if int(self.trials) < 1 or int(self.processes) < 1 or int(self.workers) < 1:
             raise SettingsError("trials, processes and workers must be >= 1")
-        if float(self.timeout) <= 0:
-            raise SettingsError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if not float(self.timeout) > 0 or not math.isfinite(float(self.timeout)):
+            raise SettingsError(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
+        if not 0 <= int(self.seed) < 2**32:
+            raise SettingsError(f"seed must be in [0, 2**32), got {self.seed}")
         budget = None if self.memory_budget in (None, "", "device") else parse_bytes(self.memory_budget)
         tokens = None if self.tokens is None else parse_count(self.tokens, "tokens")
         return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
@@ -109,6 +117,36 @@ class StudySettings:
         return dataclasses.asdict(self) | {"objectives": list(self.objectives), "imports": list(self.imports)}
 
 
+_INTS = ("trials", "processes", "workers", "seed")
+_STRS = ("tuner", "target", "pruner", "steer")
+
+
+def _check_types(s: StudySettings) -> None:
+    """Each setting has its type: integers are ints (not 2.5, not True), timeout a real number,
+    names strings, count_flops a bool, objectives and imports names (SettingsError otherwise)."""
+    def bad(name: str, value, want: str) -> SettingsError:
+        return SettingsError(f"setting {name}={value!r} must be {want}")
+
+    for name in _INTS:
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad(name, value, "an integer")
+    if isinstance(s.timeout, bool) or not isinstance(s.timeout, (int, float)):
+        raise bad("timeout", s.timeout, "a number of seconds")
+    for name in _STRS:
+        if not isinstance(getattr(s, name), str):
+            raise bad(name, getattr(s, name), "a string")
+    if not isinstance(s.count_flops, bool):
+        raise bad("count_flops", s.count_flops, "True or False")
+    for name in ("objectives", "imports"):
+        value = getattr(s, name)
+        names = (value,) if isinstance(value, str) else value
+        if not isinstance(names, (list, tuple)) or not all(isinstance(v, str) for v in names):
+            raise bad(name, value, "a list of names")
+    if not isinstance(s.extra, dict):
+        raise bad("extra", s.extra, "empty")
+
+
 def _import_names(names) -> tuple[str, ...]:
     from .user_imports import check_names
 
@@ -123,13 +161,16 @@ def parse_bytes(value) -> int:
     if isinstance(value, bool):
         raise SettingsError(f"memory budget {value!r} is not a size")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise SettingsError(f"memory budget must be > 0, got {value}")
+        if not math.isfinite(value) or value < 1:
+            raise SettingsError(f"memory budget must be a finite number of bytes >= 1, got {value}")
         return int(value)
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not m or m.group(2).lower() not in _UNITS:
         raise SettingsError(f"memory budget {value!r} is not a size like 2GiB, 512MiB, 1.5GB or 1000000")
-    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    size = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not math.isfinite(size):
+        raise SettingsError(f"memory budget {value!r} is not a finite size")
+    n = int(size)
     if n <= 0:
         raise SettingsError(f"memory budget must be > 0, got {value!r}")
     return n
@@ -144,13 +185,20 @@ def parse_count(value, what: str) -> int:
     if isinstance(value, bool):
         raise SettingsError(f"{what} {value!r} is not a count")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise SettingsError(f"{what} must be a finite count, got {value!r}")
         n = int(value)
+    elif not isinstance(value, str):
+        raise SettingsError(f"{what} {value!r} is a {type(value).__name__}, not a count like 65536, 2M or 64Ki")
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
         unit = m.group(2).lower() if m else ""
         if not m or unit not in _COUNT_UNITS:
             raise SettingsError(f"{what} {value!r} is not a count like 65536, 2M or 64Ki")
-        n = int(float(m.group(1)) * _COUNT_UNITS[unit])
+        count = float(m.group(1)) * _COUNT_UNITS[unit]
+        if not math.isfinite(count):
+            raise SettingsError(f"{what} {value!r} is not a finite count")
+        n = int(count)
     if n < 1:
         raise SettingsError(f"{what} must be >= 1, got {value!r}")
     return n
@@ -167,10 +215,3 @@ def steps_for_tokens(tokens: int, global_batch: int, seq_len: int) -> int:
     return int(tokens // per_step + (1 if 2 * (tokens % per_step) >= per_step else 0))
 
 
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"

@@ -106,7 +106,12 @@ class Decision:
     def coerce(self, value):
         """`value` (from --set text or stored params) as one of this decision's values."""
         if self.kind == "float":
-            v = float(value)
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise SpaceError(f"{self.name}={value!r} is not a number in [{self.low:g}, {self.high:g}]")
+            try:
+                v = float(value)
+            except ValueError:
+                raise SpaceError(f"{self.name}={value!r} is not a number in [{self.low:g}, {self.high:g}]") from None
             if not self.low <= v <= self.high:
                 raise SpaceError(f"{self.name}={v:g} is outside [{self.low:g}, {self.high:g}]")
             return v
@@ -235,8 +240,21 @@ class Space:
                 yield point
 
     def size(self) -> int | None:
-        """The number of points (after constraint and --set), or None when continuous."""
-        return sum(1 for _ in self.points()) if self.finite else None
+        """The number of points (after constraint and --set), or None when continuous: the
+        product of the decisions' value counts; with a constraint, the points it keeps (the
+        constraint is called on each point's decisions; no config is built)."""
+        if not self.finite:
+            return None
+        return self.raw_size() if self.constraint is None else sum(1 for _ in self.points())
+
+    def point_at(self, index: int) -> dict:
+        """Point number `index` (0 <= index < raw_size()) of the grid of free decisions, in
+        points()' order before the constraint: a mixed-radix reading of the index."""
+        chosen = {}
+        for d in reversed(self.decisions):
+            index, digit = divmod(index, len(d.values))
+            chosen[d.name] = d.values[digit]
+        return self.full(chosen)
 
     def raw_size(self) -> int | None:
         return math.prod(len(d.values) for d in self.decisions) if self.finite else None
@@ -296,10 +314,15 @@ def load_space(path: str) -> Space:
     if os.path.isdir(path):
         raise SpaceError(f"{path!r} is a folder; pass a space file (e.g. spaces/mesh_sweep.py)")
     try:
-        source = open(path).read()
+        source = configio.read_text(path, "space file")  # a regular file, not too large, UTF-8
+    except configio.ConfigFileError as e:
+        raise SpaceError(str(e)) from None
+    try:
         ast.parse(source, filename=path)
     except SyntaxError as e:
-        raise SpaceError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        raise SpaceError(f"{path}:{e.lineno or 1}: syntax error: {e.msg}") from None
+    except ValueError as e:  # Python 3.11: null bytes in the source
+        raise SpaceError(f"{path}: not Python source: {_one_line(e)}") from None
     try:
         module = configio.load_python_file(path)
     except configio.ConfigFileError as e:

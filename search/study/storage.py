@@ -53,7 +53,15 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
         raise StorageError(f"storage {mask_url(url)}: no such SQLite file; pass the study.db that `paxsearch run` "
                            "wrote (or create the study first with `paxsearch run SPACE --storage URL --create-only`)")
     if path:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        from .run_folder import FolderError, check_writable
+
+        try:
+            check_writable(os.path.dirname(path) or ".", "the SQLite file's folder", "pass another sqlite:/// path")
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        except FolderError as e:
+            raise StorageError(f"storage {mask_url(url)}: {e}") from None
+        except OSError as e:
+            raise StorageError(f"storage {mask_url(url)}: cannot create its folder: {e.strerror}") from None
     try:
         return _create_schema_once(url, path, kwargs)
     except ImportError:
@@ -175,10 +183,9 @@ def write_study_json(run_dir: str, study_name: str, url: str, space_file: str) -
     os.makedirs(run_dir, exist_ok=True)
     storage = None if url == default_url(run_dir) else mask_url(url)
     data = {"study_name": study_name, "storage": storage, "space_file": space_file}
-    tmp = os.path.join(run_dir, "study.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, os.path.join(run_dir, "study.json"))
+    from .run_folder import write_whole
+
+    write_whole(os.path.join(run_dir, "study.json"), json.dumps(data, indent=2))
 
 
 def read_study_json(run_dir: str) -> dict | None:

@@ -1,7 +1,7 @@
 """The stored config of one trial of a study (for `paxsearch train RUN --trial N|best|knee`)."""
 from __future__ import annotations
 
-from .configio import ConfigFileError, loads
+from .configio import ConfigFileError
 
 OBJECTIVE_WORDS = ("best", "knee", "mfu", "loss", "memory")
 
@@ -29,7 +29,3 @@ def trial_config_json(source: str, trial: str) -> tuple[int, str]:
         raise ConfigFileError(f"study {study.study_name!r} has no trial {number} with a stored config; "
                               "see `paxsearch report` for the trial numbers")
     return number, found[0].user_attrs["config"]
-
-
-def trial_fiddle_config(source: str, trial: str):
-    return loads(trial_config_json(source, trial)[1])

@@ -16,7 +16,7 @@ import math
 from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
-from ..study.settings import format_bytes
+from ...store.units import format_bytes
 from ..tuning import steer
 
 

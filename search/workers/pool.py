@@ -29,6 +29,13 @@ READY_TIMEOUT_S = 300.0
 RECYCLE_AFTER_TRIALS = 32  # a fresh process now and then: whatever a long-lived one leaks is let go
 
 
+def compilation_cache_dir(run_dir: str, environ=os.environ) -> str:
+    """The persistent compilation cache the trial workers share: JAX's own
+    JAX_COMPILATION_CACHE_DIR when the user set it (one cache for every run), else
+    <run folder>/xla_cache."""
+    return environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(run_dir, "xla_cache")
+
+
 class WorkerStartError(RuntimeError):
     """A worker process died or hung before it was ready."""
 
@@ -143,7 +150,7 @@ class WorkerGang:
     def worker_settings(self, dist: dict | None) -> dict:
         """PAXSEARCH_WORKER of one process (workers/entry.py reads it)."""
         return {"distributed": dist, "imports": list(self.imports),
-                "cache_dir": os.path.join(self.run_dir, "xla_cache")}
+                "cache_dir": compilation_cache_dir(self.run_dir)}
 
     def process_env(self, i: int, per_proc: int, dist_base: dict | None) -> dict:
         """The environment process `i` starts with: device count, platform, compiler flag set and,

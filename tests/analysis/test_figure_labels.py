@@ -63,7 +63,7 @@ def test_pipeline_bubble_column_only_where_a_trial_is_pipelined():
     from paxsearch.analysis import fmt
     from paxsearch.analysis.tables import trial_table
 
-    frame = pd.DataFrame({"number": [0, 1], "state": ["COMPLETE"] * 2, "predicted": [False] * 2,
+    frame = pd.DataFrame({"number": [0, 1], "outcome": ["ok"] * 2, "predicted": [False] * 2,
                           "d.mesh": ["1x2x4", "1x8x1"], "loss": [5.0, 5.1], "plan.pipeline_bubble": [0.25, 0.0]})
     on_front = pd.Series([True, True])
     assert "plan.pipeline_bubble" in trial_table(frame, on_front).columns

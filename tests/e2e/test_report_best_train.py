@@ -28,6 +28,14 @@ def test_report_best_export_and_train(tmp_path, tiny_grid_run):
     number = int(best.stdout.split()[1])
     chosen = max(complete, key=lambda t: t.user_attrs["measured"]["mfu"])
     assert number == chosen.number
+    # the decisions, the scores and how to reuse them, not just a number
+    lines = best.stdout.splitlines()
+    assert lines[0] == f"trial {number} (best mfu)"
+    assert lines[1] == "  decisions: " + " ".join(f"{k}={v}" for k, v in chosen.user_attrs["decisions"].items())
+    assert lines[2].startswith("  scores:    loss ") and "MFU " in lines[2] and "memory/device " in lines[2]
+    assert f"paxsearch train {tmp_path / 'best.json'} --steps N" in lines[3]
+    knee = cli("best", run)
+    assert f"run it with: paxsearch train {run} --trial " in knee.stdout and "(knee of the Pareto front)" in knee.stdout
     exported = configio.loads((tmp_path / "best.json").read_text())
     stored = configio.loads(chosen.user_attrs["config"])
     assert exported == stored

@@ -46,7 +46,9 @@ def test_grid_runs_each_point_once_and_stores_everything(tiny_grid_run):
     assert attrs["space_file"] == TINY
     meta = json.loads((run / "study.json").read_text())
     assert meta == {"study_name": "tiny_space", "storage": None, "space_file": TINY}
-    assert os.listdir(run / "xla_cache")
+    # the trial workers compiled into the suite's shared cache (JAX_COMPILATION_CACHE_DIR, tests/conftest.py)
+    # instead of the run folder's xla_cache/ (tests/search/workers/test_compilation_cache.py)
+    assert os.listdir(os.environ["JAX_COMPILATION_CACHE_DIR"]) and not (run / "xla_cache").exists()
     # the grid is used up: running again starts nothing
     again = cli("run", TINY, "--run-dir", run, "--trials", 50, "--set", "per_device_batch=2", "--no-progress")
     assert "nothing to run" in again.stdout and len(load(run).trials) == 3

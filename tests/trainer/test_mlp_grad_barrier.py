@@ -24,7 +24,9 @@ def _loss_and_grads(cfg: TrainConfig, barrier: bool, remat: str):
     tokens = jax.random.randint(jax.random.key(1), (2, cfg.model.seq_len), 1, cfg.model.vocab_size)
     positions = jnp.broadcast_to(jnp.arange(cfg.model.seq_len), tokens.shape)
     segments = jnp.ones_like(tokens)
-    params = step_lib.unbox(model.init(jax.random.key(0), tokens, positions, segments)["params"])
+    # jitted: an eager Flax init of the scanned model compiles op by op (~20 CPU-s here)
+    init = jax.jit(lambda: model.init(jax.random.key(0), tokens, positions, segments)["params"])
+    params = step_lib.unbox(init())
 
     def loss(p):
         logits = model.apply({"params": p}, tokens, positions, segments)

@@ -57,3 +57,12 @@ def test_a_malformed_xla_flags_setting_is_one_line(tmp_path, tiny_config_file):
                env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_no_such_flag_paxsearch=1"})
     _one_line_error(proc, "XLA_FLAGS", "xla_no_such_flag_paxsearch")
     assert not (tmp_path / "x").exists()
+
+
+def test_each_trial_of_a_run_trains_into_its_own_folder():
+    from paxsearch.search.cli.train import default_run_dir
+
+    assert default_run_dir("runs/mesh_sweep", 3) == "runs/train-mesh_sweep-trial3"
+    assert default_run_dir("runs/mesh_sweep/", 4) == "runs/train-mesh_sweep-trial4"
+    assert default_run_dir("configs/best.json", None) == "runs/train-best"
+    assert default_run_dir("postgresql://u@h/db", 0) == "runs/train-db-trial0"

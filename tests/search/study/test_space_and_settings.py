@@ -111,6 +111,10 @@ def test_settings_parse():
     assert s.directions == ["maximize"]
     with pytest.raises(SettingsError, match="objectives"):
         StudySettings().replace(objectives=("speed",))
+    # evolution is single-objective: several objectives are refused, not silently cut to the first
+    with pytest.raises(SettingsError, match="tuner evolution optimizes one objective.*--objective NAME"):
+        StudySettings().replace(tuner="evolution")
+    assert StudySettings().replace(tuner="evolution", objectives=("mfu",)).tuner == "evolution"
 
 
 def test_storage_urls_never_show_passwords():
