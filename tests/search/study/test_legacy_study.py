@@ -11,10 +11,10 @@ import pytest
 from paxsearch.analysis.load import load_trials, open_study
 from paxsearch.analysis.report import write_report
 from paxsearch.search.study import configio
-from paxsearch.search.study.trial_config import trial_fiddle_config
+from paxsearch.search.study.trial_config import trial_config_json
 from paxsearch.store.outcome import Kind, TrialOutcome
 from paxsearch.trainer import mesh as mesh_lib
-from paxsearch.trainer.config import from_dict, to_dict
+from paxsearch.trainer.config import TrainConfig, from_dict, to_dict
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "legacy_mesh_0941877"
 MESHES = {0: "2x2x2", 1: "4x2x1"}
@@ -31,6 +31,29 @@ def legacy_run(tmp_path_factory) -> Path:
     return run
 
 
+def trial_fiddle_config(run: str, trial: str):
+    """The stored trial's config as `paxsearch train RUN --trial N` reads it."""
+    return configio.loads(trial_config_json(run, trial)[1])
+
+
+def _within(old, new) -> bool:
+    """Every field of `old` is in `new` with the same value (recursively)."""
+    if isinstance(old, dict):
+        return isinstance(new, dict) and all(k in new and _within(v, new[k]) for k, v in old.items())
+    return old == new
+
+
+def _added(old: dict, new: dict) -> dict:
+    """The fields of `new` that `old` lacks (recursively), with their values."""
+    out = {}
+    for k, v in new.items():
+        if k not in old:
+            out[k] = v
+        elif isinstance(v, dict) and isinstance(old[k], dict) and (sub := _added(old[k], v)):
+            out[k] = sub
+    return out
+
+
 def _trials(run: Path) -> dict:
     return {t.number: t for t in open_study(str(run)).study.get_trials(deepcopy=False)}
 
@@ -45,7 +68,12 @@ def test_trials_read_with_their_three_entry_meshes(legacy_run):
         assert stored["mesh"]["ici"] == [int(x) for x in MESHES[n].split("x")]  # the old 3-entry form
         cfg = configio.build(trial_fiddle_config(str(legacy_run), str(n)))
         # the stored Fiddle config and the stored dict build the same config, which writes back as stored
-        assert cfg == from_dict(stored) and json.loads(json.dumps(to_dict(cfg))) == stored
+        assert cfg == from_dict(stored)
+        # it writes back as stored; fields added since (e.g. pipeline) hold their defaults
+        written = json.loads(json.dumps(to_dict(cfg)))
+        assert _within(stored, written)
+        defaults = json.loads(json.dumps(to_dict(TrainConfig())))
+        assert _added(stored, written) == _added(stored, defaults)
         data, fsdp, tensor = (int(x) for x in MESHES[n].split("x"))
         assert mesh_lib.axis_sizes(cfg.mesh, 8) == dict(data=data, stage=1, fsdp=fsdp, context=1, tensor=tensor)
         # the stored plan kept its old mesh figure
