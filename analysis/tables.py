@@ -21,9 +21,15 @@ def trial_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
     if table["predicted"].any() and not table["predicted"].all():
         table["figures"] = np.where(table["predicted"], "predicted", "measured")
     columns = (["number", "outcome", *decision_columns(frame)]
-               + _present(table, [*SCORES, "plan.peak_bytes"])
+               + _present(table, [*SCORES, "plan.peak_bytes"]) + _pipelined(table)
                + ["on_front"] + (["figures"] if "figures" in table else []))
     return table[columns]
+
+
+def _pipelined(frame: pd.DataFrame) -> list[str]:
+    """The pipeline bubble column where some trial is pipelined (a stage axis > 1)."""
+    column = "plan.pipeline_bubble"
+    return [column] if column in frame and (pd.to_numeric(frame[column], errors="coerce") > 0).any() else []
 
 
 def pareto_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:

@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 from . import attention as attention_lib
 from . import flops as flops_lib
 from . import mesh as mesh_lib
+from . import pipeline as pipeline_lib
 from . import placement as placement_lib
 from . import sharding, validate
 from . import step as step_lib
@@ -86,11 +87,16 @@ def resolved_rules(cfg: TrainConfig, mesh) -> tuple:
     return sharding.rules_for(cfg.mesh.rules, cfg.model, dict(mesh.shape))
 
 
-def make_model(cfg: TrainConfig, platform: str):
+def make_model(cfg: TrainConfig, platform: str, stages: int = 1):
     """The model with cfg.model.attention resolved for `platform` (attention.implementation),
-    and on CPU the MLP-gradient fusion barrier (model.grads_behind_barrier)."""
-    return step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
-                                          mlp_grad_barrier=platform == "cpu")
+    on CPU the MLP-gradient fusion barrier (model.grads_behind_barrier), and with `stages`
+    > 1 (the mesh's stage axis) the layers pipelined as cfg.pipeline says."""
+    model = step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
+                                           mlp_grad_barrier=platform == "cpu")
+    if stages > 1:
+        model = model.clone(pipeline_stages=stages, pipeline_microbatches=cfg.pipeline.microbatches,
+                            pipeline_repeats=cfg.pipeline.repeats)
+    return model
 
 
 def _abstract(shape_tree, sharding_tree):
@@ -122,7 +128,10 @@ def _memory(compiled) -> MemoryEstimate:
 
 
 def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, unroll: bool = False):
-    model = make_model(cfg, platform)
+    # pipelined over the stage axis only with stacked layers: the FLOP probes (scan_layers=False)
+    # compile the same layers unpipelined (_pipeline_corrected_cost)
+    stages = dict(mesh.shape).get("stage", 1) if cfg.model.scan_layers else 1
+    model = make_model(cfg, platform, stages)
     schedule = step_lib.learning_rate_schedule(cfg.optimizer, cfg.steps)
     tx = step_lib.make_optimizer(cfg.optimizer, cfg.steps)
     with mesh_context(mesh, rules):
@@ -162,7 +171,10 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         cfg, mesh, global_batch, rules, platform)
     compile_seconds = time.perf_counter() - t0
     xla_flops, xla_bytes = _cost(compiled)
-    if count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
+    stages = dict(mesh.shape).get("stage", 1)
+    if count_flops and cfg.model.scan_layers and stages > 1:
+        xla_flops, xla_bytes = _pipeline_corrected_cost(cfg, mesh, global_batch, rules, platform, stages)
+    elif count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
         xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
     memory = _memory(compiled)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
@@ -175,7 +187,8 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         param_count=int(n_params), global_batch=global_batch,
         tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
         device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
-        mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error)
+        mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
+        pipeline_bubble=pipeline_lib.bubble_fraction(stages, cfg.pipeline.microbatches, cfg.pipeline.repeats))
     return Program(cfg, mesh, model, tx, schedule, placement.stored, batch_sh, abstract_state, batch, compiled, plan,
                    rules, placement.device)
 
@@ -263,6 +276,26 @@ def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platf
     (f1, b1), (f2, b2) = costs
     n = cfg.model.n_layers
     return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)
+
+
+def _pipeline_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str,
+                             stages: int) -> tuple[float, float]:
+    """Executed FLOPs (and bytes) of a pipelined step, bubble included: the unrolled probes of
+    _loop_corrected_cost compile the layers unpipelined (every stage's devices running every
+    layer on their batch rows), from which the cost of one layer c and of the rest are read;
+    a device of the pipeline runs n_layers / (S x R) layers on a microbatch in each of the
+    M x R + S - 1 iterations, i.e. n_layers x c x (M x R + S - 1) / (M x R x S)."""
+    p, n = cfg.pipeline, cfg.model.n_layers
+    f_all, b_all = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
+    one = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=1, scan_layers=False))
+    f_one, b_one = _cost(_lower_and_compile(one, mesh, global_batch, rules, platform, unroll=True)[-1])
+    share = pipeline_lib.iterations(stages, p.microbatches, p.repeats) / (p.microbatches * p.repeats * stages)
+
+    def scaled(total: float, first: float) -> float:
+        per_layer = (total - first) / max(n - 1, 1)
+        return first - per_layer + n * per_layer * share
+
+    return scaled(f_all, f_one), scaled(b_all, b_one)
 
 
 def plan(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
