@@ -10,6 +10,7 @@ One row per trial. Columns:
   failure_kind, failure_message
   outcome                  ok, a failure kind, or the Optuna state (running, pruned, ...)
   memory_budget_bytes      the per-device budget the trial's plan was held against
+  math_key, loss_from_trial  the trial's math group, and the group trial whose loss it scores
   timing.<key>             plan_s, train_s, total_s
   env.<key>                jax, jaxlib, libtpu, device_kind, platform, peak_flops_per_device, ...
 """
@@ -163,6 +164,9 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
         row["measured_peak_source"] = CPU_PEAK_SOURCE if platform == "cpu" else DEVICE_PEAK_SOURCE
     row["failure_kind"] = outcome.kind.stored_text
     row["outcome"] = outcome_label(trial.state.name, row["failure_kind"])
+    row["math_key"] = attrs.get("math_key")  # equal for configs that compute the same (search/tuning/steer.py)
+    group = attrs.get("loss_group") or {}
+    row["loss_from_trial"] = group.get("from_trial")  # the math group's trial whose loss this one scores
     row["memory_budget_bytes"] = _finite_or_nan((outcome.memory_budget or {}).get("bytes"))
     row["failure_message"] = outcome.message or None
     steered = outcome.steered or {}  # skipped after compiling as predicted dominated (--steer)

@@ -95,18 +95,19 @@ def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
     front_rows = tables.pareto_table(frame, on_front)
     comparison = tables.predicted_vs_measured(frame)
     failures = tables.failures_by_kind(frame)
+    roles = tables.decision_roles(frame)
     rec = recommend.recommend(frame, objectives, knee, ref, predicted)
 
     paths["html"] = out / "report.html"
     paths["html"].write_text(report_html.render(
         header, predicted, pareto_png, effect_pngs, best_rows, front_rows, comparison,
-        tables.trial_table(frame, on_front), failures, loss_line, rec), encoding="utf-8")
+        tables.trial_table(frame, on_front), failures, loss_line, rec, roles), encoding="utf-8")
     relative = {name: os.path.relpath(paths[f"effect_png:{name}"], out)
                 for name in effect_pngs}
     paths["markdown"] = out / "report.md"
     paths["markdown"].write_text(report_md.render(
         header, predicted, os.path.relpath(paths["pareto_png"], out), relative, best_rows,
-        front_rows, comparison, failures, loss_line, rec), encoding="utf-8")
+        front_rows, comparison, failures, loss_line, rec, roles), encoding="utf-8")
 
     exported = frame.assign(on_front=on_front, is_knee=frame["number"] == knee)
     paths["csv"] = out / "trials.csv"

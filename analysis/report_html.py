@@ -93,7 +93,7 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
            effect_pngs: dict[str, bytes], best: pd.DataFrame, front: pd.DataFrame,
            comparison: pd.DataFrame, trials: pd.DataFrame,
            failures: dict[str, pd.DataFrame], loss_line: str | None = None,
-           rec: Recommendation | None = None) -> str:
+           rec: Recommendation | None = None, roles: pd.DataFrame | None = None) -> str:
     title = dict(header)["study"]
     kind = "predicted" if predicted else "measured"
     front_numbers = set(front["number"].tolist()) if len(front) else set()
@@ -119,6 +119,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
         parts += ["<h2>Predicted vs measured</h2>",
                   "<p>Ratios are measured / predicted.</p>", table(comparison, False)]
     parts.append(f"<h2>Effect of each decision ({kind})</h2>")
+    if roles is not None and not roles.empty:
+        parts += ['<p id="decision-roles">What each decision can move (from the stored math groups: '
+                  "trials of one model on the same batches score one loss):</p>", table(roles, False)]
     if not effect_pngs:
         parts.append("<p>No decision has scored trials.</p>")
     for name, png in effect_pngs.items():

@@ -37,7 +37,7 @@ def recommendation(rec: Recommendation | None, predicted: bool) -> str:
 def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
            effect_pngs: dict[str, str], best: pd.DataFrame, front: pd.DataFrame,
            comparison: pd.DataFrame, failures: dict[str, pd.DataFrame], loss_line: str | None = None,
-           rec: Recommendation | None = None) -> str:
+           rec: Recommendation | None = None, roles: pd.DataFrame | None = None) -> str:
     """Markdown text; figure arguments are paths relative to the Markdown file. loss_line:
     what the objective loss is (the study's "loss_objective", e.g. its token budget)."""
     kind = "predicted" if predicted else "measured"
@@ -61,5 +61,8 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
     for failure_kind, group in failures.items():
         parts += [f"### {failure_kind} ({len(group)})\n", table(group, predicted)]
     parts.append(f"## Effect of each decision ({kind})\n")
+    if roles is not None and not roles.empty:
+        parts += ["What each decision can move (trials of one model on the same batches score one loss):\n",
+                  table(roles, False)]
     parts += [f"![effect of {name}]({path})\n" for name, path in effect_pngs.items()]
     return "\n".join(parts)

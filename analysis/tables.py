@@ -21,9 +21,15 @@ def trial_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
     if table["predicted"].any() and not table["predicted"].all():
         table["figures"] = np.where(table["predicted"], "predicted", "measured")
     columns = (["number", "outcome", *decision_columns(frame)]
-               + _present(table, [*SCORES, "plan.peak_bytes"])
+               + _present(table, [*SCORES, "plan.peak_bytes"]) + _pipelined(table)
                + ["on_front"] + (["figures"] if "figures" in table else []))
     return table[columns]
+
+
+def _pipelined(frame: pd.DataFrame) -> list[str]:
+    """The pipeline bubble column where some trial is pipelined (a stage axis > 1)."""
+    column = "plan.pipeline_bubble"
+    return [column] if column in frame and (pd.to_numeric(frame[column], errors="coerce") > 0).any() else []
 
 
 def pareto_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
@@ -118,3 +124,30 @@ def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
     if len(columns) == 1 + len(decision_columns(frame)):
         return pd.DataFrame()
     return measured[has_pair][columns]
+
+
+def decision_roles(frame: pd.DataFrame) -> pd.DataFrame:
+    """Which objectives each decision can move, from the stored math keys: a decision whose
+    values, all other decisions fixed, never change the math (the same model on the same
+    batches: mesh, remat, kernels, flags) moves only MFU and memory, the loss being its math
+    group's; one that changes it moves the loss too. Empty without math keys (plan-only or
+    older studies)."""
+    if "math_key" not in frame or frame["math_key"].isna().all():
+        return pd.DataFrame()
+    done = frame[frame["math_key"].notna()]
+    columns = decision_columns(frame)
+    rows = []
+    for decision in columns:
+        others = [c for c in columns if c != decision]
+        groups = done.groupby([done[c].astype(str) for c in others]) if others else [(None, done)]
+        varied = changes = False
+        for _, group in groups:
+            if group[decision].astype(str).nunique() > 1:
+                varied = True
+                changes |= group["math_key"].nunique() > 1
+        role = ("loss, MFU, memory: changes the math" if changes else
+                "MFU, memory: layout only (the loss is its math group's)" if varied else
+                "not varied with the other decisions fixed")
+        rows.append({"decision": decision[2:], "moves": role})
+    return pd.DataFrame(rows)
+

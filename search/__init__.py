@@ -3,11 +3,13 @@
 
 What a space file or a Python config imports from it, at this stable address:
     from paxsearch.search import intv, preset      # a ranged int decision; a preset ModelConfig
+    from paxsearch.search import factorizations, mesh_of   # mesh shapes over named axes as decisions
     from paxsearch.search import configio          # loads / dumps of an exported config
 They are loaded on first use, so that importing one room does not import them all."""
 import importlib
 
-_USER_API = {"intv": ("study.space", "intv"), "preset": ("study.space", "preset"), "configio": ("study.configio", None)}
+_USER_API = {"intv": ("study.space", "intv"), "preset": ("study.space", "preset"), "configio": ("study.configio", None),
+             "factorizations": ("study.meshes", "factorizations"), "mesh_of": ("study.meshes", "mesh_of")}
 
 __all__ = sorted(_USER_API)
 

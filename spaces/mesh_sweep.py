@@ -5,6 +5,8 @@ K/V heads, untied embeddings, RMSNorm), only tiny, so that a trial trains in sec
 
 Decisions (each a named PyGlove choice; the names are the Optuna parameters and report columns):
   mesh              every ordered factorization of 8 devices over (data, fsdp, tensor): "DxFxT"
+                    (paxsearch.search.factorizations; add "stage" to AXES to search pipeline
+                    stages too, with a PipelineConfig)
   model_size        two small Llama-style LMs (4 or 8 query heads, 2 K/V heads)
   per_device_batch  rows per device on the batch axes (data x fsdp)
   remat             rematerialization policy (trainer/remat.py)
@@ -31,6 +33,7 @@ Run:  paxsearch run spaces/mesh_sweep.py            (TPE, 16 trials, ~2-3 minute
 import fiddle as fdl
 import pyglove as pg
 
+from paxsearch.search import factorizations, mesh_of
 from paxsearch.trainer.config import (
     DataConfig,
     EvalConfig,
@@ -42,7 +45,8 @@ from paxsearch.trainer.config import (
 )
 
 DEVICES = 8
-MESHES = [f"{d}x{f}x{t}" for d in (1, 2, 4, 8) for f in (1, 2, 4, 8) for t in (1, 2, 4, 8) if d * f * t == DEVICES]
+AXES = ("data", "fsdp", "tensor")  # the mesh decision's "DxFxT" sizes, in this order
+MESHES = factorizations(DEVICES, AXES)
 LLAMA_STYLE = dict(mlp="gated", activation="silu", position="rope", n_kv_heads=2, tie_embeddings=False)
 MODELS = {
     "tiny": dict(d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=192),
@@ -61,13 +65,14 @@ STUDY = dict(
 )
 
 
-def mesh_shape(text: str) -> tuple[int, int, int]:
-    return tuple(int(x) for x in text.split("x"))
+def mesh_shape(text: str) -> tuple[int, ...]:
+    """The full shape (config.MESH_AXES) of a mesh decision."""
+    return mesh_of(text, AXES)
 
 
 def constraint(d: dict) -> bool:
     """The tensor axis divides the query heads; sequence_parallel only where tensor > 1."""
-    tensor = mesh_shape(d["mesh"])[2]
+    tensor = dict(zip(AXES, map(int, d["mesh"].split("x")), strict=True))["tensor"]
     return MODELS[d["model_size"]]["n_heads"] % tensor == 0 and (d["rules"] == "default" or tensor > 1)
 
 

@@ -34,8 +34,11 @@ if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
 # One persistent compilation cache for the whole session: this process's compiles and every
 # subprocess's (trial workers read JAX_COMPILATION_CACHE_DIR through workers/pool.py), so the
 # same tiny program is compiled once per session, not once per test and process.
-_SESSION_CACHE = Path(os.environ.get("PAXSEARCH_TEST_XLA_CACHE") or
-                      Path(tempfile.gettempdir()) / f"paxsearch-test-xla-cache-{os.getpid()}")
+# Under pytest-xdist the controller imports this file first and its workers inherit the folder.
+_OWN_CACHE = not (os.environ.get("PAXSEARCH_TEST_XLA_CACHE") or os.environ.get("_PAXSEARCH_SESSION_XLA_CACHE"))
+_SESSION_CACHE = Path(os.environ.get("PAXSEARCH_TEST_XLA_CACHE") or os.environ.get("_PAXSEARCH_SESSION_XLA_CACHE")
+                      or Path(tempfile.gettempdir()) / f"paxsearch-test-xla-cache-{os.getpid()}")
+os.environ["_PAXSEARCH_SESSION_XLA_CACHE"] = str(_SESSION_CACHE)
 os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_SESSION_CACHE)
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
@@ -142,6 +145,17 @@ def pg_url(pg_database):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The session's compilation cache goes with the session (unless the caller named one)."""
-    if not os.environ.get("PAXSEARCH_TEST_XLA_CACHE"):
+    """The session's compilation cache goes with the session that made it (not with an xdist
+    worker, and not when the caller named one with PAXSEARCH_TEST_XLA_CACHE)."""
+    if _OWN_CACHE:
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `-n N --dist loadgroup` (pyproject's addopts) a test file runs on one xdist worker,
+    so its module-scoped fixtures are built once; the tests that read the session's tiny grid
+    study run together, so it is run once."""
+    for item in items:
+        group = "tiny_grid" if "tiny_grid_run" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -7,8 +7,46 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Sequence
 
-MESH_AXES = ("data", "fsdp", "tensor")
+# Mesh axes by name, outermost to innermost. Batch rows split over data x fsdp; stage splits the
+# layers (pipeline), context splits the sequence; tensor (innermost, the fastest links) splits
+# heads, MLP hidden and vocabulary. A name may be added later (e.g. "expert"): shapes are read
+# by name (mesh_shape / full_shape), never by position outside this module.
+MESH_AXES = ("data", "stage", "fsdp", "context", "tensor")
+# What a 3-entry shape means: the axes of releases before stage and context (ici=(1, 8, 1)).
+LEGACY_MESH_AXES = ("data", "fsdp", "tensor")
+
+
+def mesh_shape(**sizes: int) -> tuple[int, ...]:
+    """A shape over MESH_AXES from sizes by name; unnamed axes are 1.
+    `MeshConfig(ici=mesh_shape(stage=2, fsdp=-1))` is (1, 2, -1, 1, 1)."""
+    unknown = sorted(set(sizes) - set(MESH_AXES))
+    if unknown:
+        raise ValueError(f"unknown mesh axis {', '.join(unknown)}; the axes are {', '.join(MESH_AXES)}")
+    return tuple(sizes.get(name, 1) for name in MESH_AXES)
+
+
+def full_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """`shape` over MESH_AXES: one entry per axis as is; 3 entries (data, fsdp, tensor), as
+    configs before the stage and context axes wrote them, with stage = context = 1. The one
+    place where a 3-entry shape is read. Other lengths are returned as they are (the mesh
+    checks refuse them)."""
+    shape = tuple(shape)
+    if len(shape) == len(LEGACY_MESH_AXES):
+        return mesh_shape(**dict(zip(LEGACY_MESH_AXES, shape, strict=True)))
+    return shape
+
+
+def compact_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """The inverse of full_shape where it has one: a full shape whose axes outside
+    LEGACY_MESH_AXES are all 1 as its 3 entries (data, fsdp, tensor), else the full shape.
+    Keys derived from shapes (search's plan keys) stay what earlier releases computed."""
+    shape = full_shape(shape)
+    named = dict(zip(MESH_AXES, shape, strict=True)) if len(shape) == len(MESH_AXES) else None
+    if named is None or any(named[a] != 1 for a in MESH_AXES if a not in LEGACY_MESH_AXES):
+        return shape
+    return tuple(named[a] for a in LEGACY_MESH_AXES)
 
 
 @dataclass(frozen=True)
@@ -41,6 +79,10 @@ class ModelConfig:
     # "auto": flash where a fused kernel exists (TPU, GPU), dot_product elsewhere.
     attention: str = "auto"
     attention_block: int = 128  # key/query block of the CPU blockwise (flash) attention
+    # vocab tiling: the unembedding and cross-entropy run over this many sequence chunks, one
+    # at a time (a scan, rematerialized in the backward pass), so no B x S x V logits are held
+    # at once; 1: the whole logits tensor (trainer/vocab_tiling.py)
+    vocab_tiles: int = 1
 
     @property
     def kv_heads(self) -> int:
@@ -57,17 +99,33 @@ ATTENTIONS = ("dot_product", "flash", "auto")
 
 @dataclass(frozen=True)
 class MeshConfig:
-    """Device mesh over the axes (data, fsdp, tensor): ICI shape times DCN shape.
+    """Device mesh: ICI shape (inside a slice) times DCN shape (across slices), over the axes
+    MESH_AXES = (data, stage, fsdp, context, tensor), one entry per axis (`mesh_shape(...)`
+    builds one by name). A 3-entry shape means (data, fsdp, tensor), as before the stage and
+    context axes existed (config.full_shape). Any axis may be sized in ICI and in DCN.
 
     One ICI entry may be -1: it takes whatever devices are left.
     """
 
-    ici: tuple[int, int, int] = (1, -1, 1)
-    dcn: tuple[int, int, int] = (1, 1, 1)
+    ici: tuple[int, ...] = (1, -1, 1)
+    dcn: tuple[int, ...] = (1, 1, 1)
     # named logical-axis rules table (trainer/sharding.py RULE_SETS): "default" keeps the
     # activations' embed dim replicated over tensor; "sequence_parallel" shards it over tensor
     # (as MaxText does), so the residual stream is not replicated on the tensor axis.
     rules: str = "default"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Pipeline parallelism over the mesh axis `stage` (trainer/pipeline.py). With stage = S:
+    the batch splits into `microbatches` (a multiple of S), each stage holds `repeats` chunks
+    of n_layers / (S x repeats) layers; "gpipe" passes every microbatch through the stages
+    once (repeats = 1), "circular" `repeats` times, round-robin over the chunks. Bubble:
+    (S - 1) / (microbatches x repeats + S - 1). With stage = 1 it must stay at its defaults."""
+
+    microbatches: int = 1
+    repeats: int = 1
+    schedule: str = "gpipe"  # "gpipe" | "circular"
 
 
 @dataclass(frozen=True)
@@ -83,6 +141,11 @@ class OptimizerConfig:
     b2: float = 0.95
     eps: float = 1e-8
     clip_norm: float = 1.0
+    # ZeRO-1: AdamW's moments sharded over the data axis too (parameters stay as they are)
+    zero1: bool = False
+    # AdamW's moments kept in pinned host memory, moved to the device around the update
+    # (TPU / GPU only: trainer/memory_kinds.py)
+    offload_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,7 +213,14 @@ class TrainConfig:
     mesh: MeshConfig = field(default_factory=MeshConfig)
     per_device_batch: int | None = 2  # rows per device on the batch axes (data x fsdp)
     global_batch: int | None = None  # alternative to per_device_batch; exactly one is set
+    # a remat.POLICIES name, or a custom policy "custom:<tensor>=<choice>,..." (trainer/remat.py)
     remat: str = "none"
+    # gradient accumulation: each step runs this many microbatches of global_batch / k rows
+    # (forward and backward each), sums their gradients weighted by tokens, updates once
+    grad_accum_steps: int = 1
+    # parameters kept in pinned host memory between steps, moved to the device for the step
+    # (TPU / GPU only: trainer/memory_kinds.py)
+    offload_params: bool = False
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     steps: int = 50
@@ -164,6 +234,8 @@ class TrainConfig:
     # named compiler flag set (trainer/flagsets.py): XLA_FLAGS / LIBTPU_INIT_ARGS applied by the
     # process before the backend starts
     flags: str = "default"
+    # microbatches, repeats and schedule of the pipeline over the mesh axis `stage`
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
 def to_dict(cfg) -> dict:
@@ -188,7 +260,7 @@ def from_dict(d: dict) -> TrainConfig:
     nested = {
         "model": ModelConfig, "mesh": MeshConfig, "optimizer": OptimizerConfig,
         "data": DataConfig, "eval": EvalConfig, "checkpoint": CheckpointConfig,
-        "log": LogConfig, "distributed": DistributedConfig,
+        "log": LogConfig, "distributed": DistributedConfig, "pipeline": PipelineConfig,
     }
     kw = {}
     for f in dataclasses.fields(TrainConfig):

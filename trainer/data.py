@@ -28,11 +28,14 @@ from collections.abc import Iterator
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before seqio imports TensorFlow
 
 import numpy as np
-import seqio
-import tensorflow as tf
 
 from .config import DataConfig
 from .errors import ConfigError, DataError
+from .quiet import native_stderr_silenced
+
+with native_stderr_silenced():  # TensorFlow's native start-up lines (trainer/quiet.py)
+    import seqio
+    import tensorflow as tf
 
 SYNTHETIC_TASK = "paxsearch_synthetic"
 _SYNTHETIC_DOCS = {"train": (20_000, 1234), "validation": (400, 5678)}  # (count, seed)

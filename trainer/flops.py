@@ -10,6 +10,9 @@ The MFU convention (written into every report):
   MLP (SwiGLU, GeGLU) has 3 matrices, a dense one 2 (n_mlp). Per token:
       forward = n_layers x (2*d*H*Dh + 2*2*d*Hkv*Dh + 2*H*Dh*d + n_mlp*2*d*d_ff + 2*S*H*Dh) + 2*d*V
   HFU uses XLA's executed FLOPs (rematerialization included) instead of model FLOPs.
+  The memory knobs do not change model FLOPs: gradient accumulation does the same work in k
+  microbatches, ZeRO-1 and offload move state, and the logits that vocab tiling recomputes in
+  the backward pass are hardware FLOPs (HFU; plan.py's FLOP probes unroll those loops).
 """
 from __future__ import annotations
 

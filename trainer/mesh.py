@@ -1,4 +1,5 @@
-"""Device mesh over (data, fsdp, tensor): ICI shape x DCN shape, and its static checks."""
+"""Device mesh over the named axes (config.MESH_AXES: data, stage, fsdp, context, tensor):
+ICI shape x DCN shape, and its static checks."""
 from __future__ import annotations
 
 import math
@@ -8,18 +9,21 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh
 
-from .config import ATTENTIONS, BLOCKS, MESH_AXES, MLPS, POSITIONS, MeshConfig, TrainConfig
+from .config import ATTENTIONS, BLOCKS, MESH_AXES, MLPS, POSITIONS, MeshConfig, TrainConfig, full_shape
 from .errors import ConfigError
 from .sharding import RULE_SETS
 
-BATCH_AXES = ("data", "fsdp")
+BATCH_AXES = ("data", "fsdp")  # rows of the batch; stage splits layers, context the sequence
 
 
 def resolve_shapes(mesh_cfg: MeshConfig, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """ICI and DCN shapes with a -1 ICI entry filled in; raises ConfigError on mismatch."""
-    ici, dcn = list(mesh_cfg.ici), list(mesh_cfg.dcn)
-    if len(ici) != 3 or len(dcn) != 3:
-        raise ConfigError(f"mesh shapes must have 3 entries (data, fsdp, tensor), got ici={ici} dcn={dcn}")
+    """ICI and DCN shapes over MESH_AXES (a 3-entry shape read as data, fsdp, tensor:
+    config.full_shape), with a -1 ICI entry filled in; raises ConfigError on mismatch."""
+    ici, dcn = list(full_shape(mesh_cfg.ici)), list(full_shape(mesh_cfg.dcn))
+    if len(ici) != len(MESH_AXES) or len(dcn) != len(MESH_AXES):
+        raise ConfigError(f"mesh shapes need {len(MESH_AXES)} entries ({', '.join(MESH_AXES)}) or 3 "
+                          f"(data, fsdp, tensor), got ici={tuple(mesh_cfg.ici)} dcn={tuple(mesh_cfg.dcn)}; "
+                          "config.mesh_shape(stage=2, fsdp=-1) builds one by name")
     if any(d < 1 for d in dcn) or any(i == 0 or i < -1 for i in ici) or ici.count(-1) > 1:
         raise ConfigError(f"mesh entries must be positive (one ICI entry may be -1), got ici={ici} dcn={dcn}")
     dcn_size = math.prod(dcn)
@@ -39,6 +43,7 @@ def resolve_shapes(mesh_cfg: MeshConfig, num_devices: int) -> tuple[tuple[int, .
 
 
 def axis_sizes(mesh_cfg: MeshConfig, num_devices: int) -> dict[str, int]:
+    """{axis name: ICI x DCN size} over MESH_AXES."""
     ici, dcn = resolve_shapes(mesh_cfg, num_devices)
     return {name: i * d for name, i, d in zip(MESH_AXES, ici, dcn, strict=True)}
 
@@ -67,6 +72,7 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
     m = cfg.model
     sizes = axis_sizes(cfg.mesh, num_devices)
     gb = global_batch_size(cfg, num_devices)
+    _check_unimplemented_axes(sizes)
     t = sizes["tensor"]
     if m.n_heads % t:
         raise ConfigError(
@@ -96,6 +102,17 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
                           f"divide it; use a tensor size dividing {m.d_model} or rules='default'")
     if cfg.steps < 1:
         raise ConfigError(f"steps must be >= 1, got {cfg.steps}")
+
+
+# Named axes whose parallelism the trainer does not implement yet: a size > 1 is refused.
+UNIMPLEMENTED_AXES = ("context",)
+
+
+def _check_unimplemented_axes(sizes: dict[str, int]) -> None:
+    for name in UNIMPLEMENTED_AXES:
+        if sizes[name] > 1:
+            raise ConfigError(f"mesh axis {name}={sizes[name]}: {name} parallelism is not implemented yet; "
+                              f"size {name} 1 in ici and dcn")
 
 
 def _check_family(m, tensor: int) -> None:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from . import attention as attention_lib
+from . import pipeline as pipeline_lib
 from . import remat as remat_lib
 from .config import ModelConfig
 
@@ -114,6 +115,7 @@ class Block(nn.Module):
             feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
 
         parallel = c.block == "parallel"
+        x_BSE = checkpoint_name(x_BSE, remat_lib.LAYER_INPUT)
         h = RMSNorm(c, name="norm" if parallel else "attn_norm")(x_BSE)
         q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
         kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
@@ -156,15 +158,72 @@ class Block(nn.Module):
         return x_BSE, None
 
 
+class PipelinedLayers(nn.Module):
+    """The layers split over pipeline stages (trainer/pipeline.py): one stacked parameter tree
+    "layers" with leaves [stages, repeats x layers per stage, ...] (logical axes "stage",
+    "layers"; row s holds stage s's chunks), run by pipeline.run over microbatches."""
+
+    cfg: ModelConfig
+    stages: int
+    microbatches: int
+    repeats: int = 1
+    remat: str = "none"
+    attention_impl: str = "dot_product"
+    mlp_grad_barrier: bool = False
+
+    @nn.compact
+    def __call__(self, x_BSE, segment_ids_BS, positions_BS):
+        c = self.cfg
+        block = Block(c, self.attention_impl, self.mlp_grad_barrier, parent=None)  # a template, not a child
+        columns = c.n_layers // self.stages
+        is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
+
+        def init(rng):
+            sample = (jnp.zeros((1, c.seq_len, c.d_model), DTYPES[c.dtype]), jnp.ones((1, c.seq_len), jnp.int32),
+                      jnp.zeros((1, c.seq_len), jnp.int32))
+            keys = jax.random.split(rng, c.n_layers).reshape((self.stages, columns))
+            boxed = jax.vmap(jax.vmap(lambda k: block.init(k, *sample)["params"]))(keys)
+            return jax.tree.map(lambda b: b.replace(names=("stage", "layers") + tuple(b.names)), boxed, is_leaf=is_box)
+
+        weights = self.param("layers", init)
+        if self.is_initializing():  # the parameters are made; the init batch need not split into microbatches
+            return x_BSE
+
+        def layer(w, h, segment_ids, positions):
+            return block.apply({"params": w}, h, segment_ids, positions)[0]
+
+        if self.remat != "none":
+            layer = jax.checkpoint(layer, policy=remat_lib.policy(self.remat), prevent_cse=False)
+
+        def stage_fn(w, h, segment_ids, positions):
+            return jax.lax.scan(lambda h, w_l: (layer(w_l, h, segment_ids, positions), None), h, w)[0]
+
+        micro = lambda a: pipeline_lib.to_microbatches(a, self.microbatches)
+        x_MbSE = nn.with_logical_constraint(micro(x_BSE), (None, "batch", "length", "act_embed"))
+        out_MbSE = pipeline_lib.run(
+            stage_fn, weights, x_MbSE, (micro(segment_ids_BS), micro(positions_BS)), stages=self.stages,
+            repeats=self.repeats,
+            constrain_stages=lambda a: nn.with_logical_constraint(a, ("act_stage", "batch", "length", "act_embed")),
+            constrain_buffer=lambda a: nn.with_logical_constraint(a, (None, "batch", "length", "act_embed")))
+        return nn.with_logical_constraint(pipeline_lib.from_microbatches(out_MbSE), ("batch", "length", "act_embed"))
+
+
 class TransformerLM(nn.Module):
     cfg: ModelConfig
     remat: str = "none"
     # a concrete attention.IMPLEMENTATIONS name; None: attention.implementation(cfg, default backend)
     attention_impl: str | None = None
     mlp_grad_barrier: bool = False  # set for XLA:CPU by plan.make_model (Block.mlp_grad_barrier)
+    # pipeline parallelism (trainer/pipeline.py): stages > 1 runs the layers as PipelinedLayers;
+    # plan.make_model sets these from the mesh's stage axis and TrainConfig.pipeline
+    pipeline_stages: int = 1
+    pipeline_microbatches: int = 1
+    pipeline_repeats: int = 1
 
     @nn.compact
-    def __call__(self, tokens_BS, positions_BS, segment_ids_BS):
+    def __call__(self, tokens_BS, positions_BS, segment_ids_BS, return_hidden: bool = False):
+        """The B x S x V logits, or with `return_hidden` the final-norm hidden states B x S x E
+        (vocab tiling unembeds those itself: trainer/vocab_tiling.py)."""
         c = self.cfg
         dt, pdt = DTYPES[c.dtype], DTYPES[c.param_dtype]
         impl = self.attention_impl or attention_lib.implementation(c, jax.default_backend())
@@ -184,7 +243,11 @@ class TransformerLM(nn.Module):
         pol = remat_lib.policy(self.remat)
         if self.remat != "none":
             block = nn.remat(Block, policy=pol, prevent_cse=not c.scan_layers)
-        if c.scan_layers:
+        if self.pipeline_stages > 1:
+            x_BSE = PipelinedLayers(c, self.pipeline_stages, self.pipeline_microbatches, self.pipeline_repeats,
+                                    self.remat, impl, self.mlp_grad_barrier, name="pipeline")(
+                x_BSE, segment_ids_BS, positions_BS)
+        elif c.scan_layers:
             scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                               in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
                               metadata_params={nn.PARTITION_NAME: "layers"})
@@ -195,6 +258,8 @@ class TransformerLM(nn.Module):
                 x_BSE, _ = block(c, impl, self.mlp_grad_barrier, name=f"layer_{i}")(x_BSE, segment_ids_BS, positions_BS)
 
         x_BSE = RMSNorm(c, name="final_norm")(x_BSE)
+        if return_hidden:
+            return x_BSE
         if c.tie_embeddings:
             logits_BSV = embed.attend(x_BSE)
         else:

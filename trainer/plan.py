@@ -23,6 +23,8 @@ from jax.sharding import PartitionSpec as P
 from . import attention as attention_lib
 from . import flops as flops_lib
 from . import mesh as mesh_lib
+from . import pipeline as pipeline_lib
+from . import placement as placement_lib
 from . import sharding, validate
 from . import step as step_lib
 from .config import TrainConfig
@@ -47,6 +49,14 @@ class Program:
     compiled_step: Any
     plan: PlanResult
     rules: tuple = sharding.LOGICAL_RULES  # the resolved logical-axis rules table (sharding.rules_for)
+    # the state's shardings in device memory when some of it is offloaded to host between steps
+    device_shardings: Any = None
+
+    def params_on_device(self, params):
+        """`params` in device memory (a copy when they are offloaded, else themselves)."""
+        if self.device_shardings is None:
+            return params
+        return jax.device_put(params, self.device_shardings["params"])
 
     def init_state(self, rng):
         # Initialization does not depend on the remat policy, the batch or the learning rate:
@@ -77,11 +87,16 @@ def resolved_rules(cfg: TrainConfig, mesh) -> tuple:
     return sharding.rules_for(cfg.mesh.rules, cfg.model, dict(mesh.shape))
 
 
-def make_model(cfg: TrainConfig, platform: str):
+def make_model(cfg: TrainConfig, platform: str, stages: int = 1):
     """The model with cfg.model.attention resolved for `platform` (attention.implementation),
-    and on CPU the MLP-gradient fusion barrier (model.grads_behind_barrier)."""
-    return step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
-                                          mlp_grad_barrier=platform == "cpu")
+    on CPU the MLP-gradient fusion barrier (model.grads_behind_barrier), and with `stages`
+    > 1 (the mesh's stage axis) the layers pipelined as cfg.pipeline says."""
+    model = step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
+                                           mlp_grad_barrier=platform == "cpu")
+    if stages > 1:
+        model = model.clone(pipeline_stages=stages, pipeline_microbatches=cfg.pipeline.microbatches,
+                            pipeline_repeats=cfg.pipeline.repeats)
+    return model
 
 
 def _abstract(shape_tree, sharding_tree):
@@ -112,8 +127,11 @@ def _memory(compiled) -> MemoryEstimate:
         host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0))
 
 
-def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str):
-    model = make_model(cfg, platform)
+def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, unroll: bool = False):
+    # pipelined over the stage axis only with stacked layers: the FLOP probes (scan_layers=False)
+    # compile the same layers unpipelined (_pipeline_corrected_cost)
+    stages = dict(mesh.shape).get("stage", 1) if cfg.model.scan_layers else 1
+    model = make_model(cfg, platform, stages)
     schedule = step_lib.learning_rate_schedule(cfg.optimizer, cfg.steps)
     tx = step_lib.make_optimizer(cfg.optimizer, cfg.steps)
     with mesh_context(mesh, rules):
@@ -121,16 +139,19 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
         # mesh's devices, which for a TPU topology compiled on a CPU machine cannot execute
         boxed = jax.eval_shape(lambda: step_lib.init_state(cfg, model, tx, jax.random.key(0)))
         state_shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
+        placement = placement_lib.place(cfg, state_shardings, step_lib.unbox(boxed))
+        state_shardings = placement.stored
         abstract_state = _abstract(step_lib.unbox(boxed), state_shardings)
         batch_sh = sharding.batch_sharding(mesh)
         batch = abstract_batch(cfg, global_batch, batch_sh)
         metric_sh = NamedSharding(mesh, P())
-        step_fn = jax.jit(step_lib.make_train_step(model, tx, schedule),
+        step_fn = jax.jit(step_lib.make_train_step(model, tx, schedule, cfg.grad_accum_steps, unroll,
+                                                   placement.device, placement.grads),
                           in_shardings=(state_shardings, batch_sh),
                           out_shardings=(state_shardings, metric_sh), donate_argnums=(0,))
         lowered = step_fn.lower(abstract_state, batch)
         compiled = lowered.compile()
-    return model, tx, schedule, state_shardings, batch_sh, abstract_state, batch, lowered, compiled
+    return model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled
 
 
 def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
@@ -146,11 +167,14 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     rules = resolved_rules(cfg, mesh)
 
     t0 = time.perf_counter()
-    model, tx, schedule, state_sh, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
+    model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
         cfg, mesh, global_batch, rules, platform)
     compile_seconds = time.perf_counter() - t0
     xla_flops, xla_bytes = _cost(compiled)
-    if count_flops and cfg.model.scan_layers and cfg.model.n_layers > 1:
+    stages = dict(mesh.shape).get("stage", 1)
+    if count_flops and cfg.model.scan_layers and stages > 1:
+        xla_flops, xla_bytes = _pipeline_corrected_cost(cfg, mesh, global_batch, rules, platform, stages)
+    elif count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
         xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
     memory = _memory(compiled)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
@@ -163,8 +187,10 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         param_count=int(n_params), global_batch=global_batch,
         tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
         device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
-        mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error)
-    return Program(cfg, mesh, model, tx, schedule, state_sh, batch_sh, abstract_state, batch, compiled, plan, rules)
+        mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
+        pipeline_bubble=pipeline_lib.bubble_fraction(stages, cfg.pipeline.microbatches, cfg.pipeline.repeats))
+    return Program(cfg, mesh, model, tx, schedule, placement.stored, batch_sh, abstract_state, batch, compiled, plan,
+                   rules, placement.device)
 
 
 def optimized_hlo(compiled, lowered) -> tuple[str | None, str | None, str | None]:
@@ -234,16 +260,42 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+def _has_step_loops(cfg: TrainConfig) -> bool:
+    """Loops of the step besides the layers': gradient-accumulation microbatches, vocab tiles."""
+    return cfg.grad_accum_steps > 1 or cfg.model.vocab_tiles > 1
+
+
 def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str) -> tuple[float, float]:
     """XLA's cost_analysis() counts a scan body once. Compile unrolled 1- and 2-layer probes
-    of the same step and extrapolate: cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
+    of the same step (microbatch and vocab-tile loops unrolled too) and extrapolate:
+    cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
     costs = []
     for n in (1, 2):
         probe = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=n, scan_layers=False))
-        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch, rules, platform)[-1]))
+        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch, rules, platform, unroll=True)[-1]))
     (f1, b1), (f2, b2) = costs
     n = cfg.model.n_layers
     return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)
+
+
+def _pipeline_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str,
+                             stages: int) -> tuple[float, float]:
+    """Executed FLOPs (and bytes) of a pipelined step, bubble included: the unrolled probes of
+    _loop_corrected_cost compile the layers unpipelined (every stage's devices running every
+    layer on their batch rows), from which the cost of one layer c and of the rest are read;
+    a device of the pipeline runs n_layers / (S x R) layers on a microbatch in each of the
+    M x R + S - 1 iterations, i.e. n_layers x c x (M x R + S - 1) / (M x R x S)."""
+    p, n = cfg.pipeline, cfg.model.n_layers
+    f_all, b_all = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
+    one = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=1, scan_layers=False))
+    f_one, b_one = _cost(_lower_and_compile(one, mesh, global_batch, rules, platform, unroll=True)[-1])
+    share = pipeline_lib.iterations(stages, p.microbatches, p.repeats) / (p.microbatches * p.repeats * stages)
+
+    def scaled(total: float, first: float) -> float:
+        per_layer = (total - first) / max(n - 1, 1)
+        return first - per_layer + n * per_layer * share
+
+    return scaled(f_all, f_one), scaled(b_all, b_one)
 
 
 def plan(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,

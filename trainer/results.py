@@ -43,6 +43,9 @@ class PlanResult:
     hlo_text: str | None = None  # optimized HLO (kept only when asked)
     hlo_source: str | None = None  # where hlo_text came from: "as_text" | "hlo_modules" | "xla_dump"
     hlo_error: str | None = None  # why there is no hlo_text although it was asked for
+    # share of the pipeline's stage-iterations that compute nothing useful (trainer/pipeline.py
+    # bubble_fraction; 0 without a stage axis); it lowers MFU, model FLOPs never count it
+    pipeline_bubble: float = 0.0
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -60,7 +63,8 @@ class PlanResult:
                 "model_flops_per_step": float(self.model_flops_per_step), "param_count": int(self.param_count),
                 "compile_seconds": float(self.compile_seconds), "global_batch": int(self.global_batch),
                 "tokens_per_step": int(self.tokens_per_step), "num_devices": int(self.num_devices),
-                "device_kind": self.device_kind, "platform": self.platform, "mesh_shape": dict(self.mesh_shape)}
+                "device_kind": self.device_kind, "platform": self.platform, "mesh_shape": dict(self.mesh_shape),
+                "pipeline_bubble": float(self.pipeline_bubble)}
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,9 @@ LOGICAL_RULES: Rules = (
     ("vocab", "tensor"),
     ("layers", None),
     ("norm", None),
+    # pipeline (trainer/pipeline.py): the stacked layers' stage dimension and the stages' activations
+    ("stage", "stage"),
+    ("act_stage", "stage"),
 )
 
 

@@ -6,8 +6,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from . import accumulate
+from . import vocab_tiling as tiling
 from .config import OptimizerConfig, TrainConfig
-from .model import TransformerLM
+from .model import DTYPES, TransformerLM
 
 
 def learning_rate_schedule(opt: OptimizerConfig, total_steps: int) -> optax.Schedule:
@@ -39,21 +41,47 @@ def init_state(cfg: TrainConfig, model: TransformerLM, tx, rng):
     return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
 
 
-def weighted_xent(logits_BSV, targets_BS, weights_BS):
-    """(sum of weighted token losses, sum of weights); logits taken in float32."""
-    logits = logits_BSV.astype(jnp.float32)
-    token_loss = jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, targets_BS[..., None], -1)[..., 0]
-    return jnp.sum(token_loss * weights_BS), jnp.sum(weights_BS)
+weighted_xent = tiling.token_losses  # (sum of weighted token losses, sum of weights)
 
 
-def make_train_step(model: TransformerLM, tx, schedule):
+def make_loss_sums(model: TransformerLM, unroll: bool = False):
+    """`loss_sums(params, batch) -> (sum of weighted token losses, sum of weights)`, through
+    vocab tiling when model.cfg.vocab_tiles > 1 (trainer/vocab_tiling.py)."""
+    m = model.cfg
+
+    def loss_sums(params, batch):
+        args = (batch["inputs"], batch["positions"], batch["segment_ids"])
+        if m.vocab_tiles > 1:
+            hidden = model.apply({"params": params}, *args, return_hidden=True)
+            return tiling.tiled_loss_sums(hidden, tiling.unembedding(params, m), batch["targets"], batch["weights"],
+                                          m.vocab_tiles, DTYPES[m.dtype], unroll)
+        return weighted_xent(model.apply({"params": params}, *args), batch["targets"], batch["weights"])
+
+    return loss_sums
+
+
+def make_train_step(model: TransformerLM, tx, schedule, grad_accum_steps: int = 1, unroll: bool = False,
+                    device_shardings=None, grad_shardings=None):
+    """The train step; `grad_accum_steps` microbatches per step (trainer/accumulate.py).
+    `unroll`: microbatch and vocab-tile loops unrolled (for XLA's cost analysis only).
+    `device_shardings`: the state's shardings in device memory, where some of it is stored in
+    host memory between steps; `grad_shardings`: a constraint on the gradients (ZeRO-1).
+    Both from trainer/placement.py."""
+    loss_sums = make_loss_sums(model, unroll)
+
     def loss_fn(params, batch):
-        logits = model.apply({"params": params}, batch["inputs"], batch["positions"], batch["segment_ids"])
-        loss_sum, weight_sum = weighted_xent(logits, batch["targets"], batch["weights"])
+        loss_sum, weight_sum = loss_sums(params, batch)
         return loss_sum / jnp.maximum(weight_sum, 1.0)
 
     def train_step(state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
+        if device_shardings is not None:  # offloaded arrays come to the device for the step
+            state = jax.device_put(state, device_shardings)
+        if grad_accum_steps > 1:
+            loss, grads = accumulate.value_and_grad(loss_sums, state["params"], batch, grad_accum_steps, unroll)
+        else:
+            loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
+        if grad_shardings is not None:
+            grads = jax.lax.with_sharding_constraint(grads, grad_shardings)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics = {
@@ -68,11 +96,7 @@ def make_train_step(model: TransformerLM, tx, schedule):
 
 
 def make_eval_step(model: TransformerLM):
-    def eval_step(params, batch):
-        logits = model.apply({"params": params}, batch["inputs"], batch["positions"], batch["segment_ids"])
-        return weighted_xent(logits, batch["targets"], batch["weights"])
-
-    return eval_step
+    return make_loss_sums(model)
 
 
 def unbox(tree):

@@ -160,7 +160,7 @@ class _Loop:
     def evaluate(self) -> float:
         cfg, program = self.cfg, self.program
         if self._eval_fn is None or self._eval_batches is None:
-            params_sh = program.state_shardings["params"]
+            params_sh = (program.device_shardings or program.state_shardings)["params"]
             with program.context():
                 self._eval_fn = jax.jit(make_eval_step(program.model),
                                         in_shardings=(params_sh, program.batch_sharding))
@@ -168,7 +168,7 @@ class _Loop:
                 cfg.data, cfg.model.seq_len, program.plan.global_batch, jax.process_index(),
                 jax.process_count(), max_batches=cfg.eval.max_batches)
         total, weight = 0.0, 0.0
-        params = self._state_params
+        params = self.program.params_on_device(self._state_params)
         for local in self._eval_batches:
             batch = _to_global(local, program.batch_sharding, program.plan.global_batch)
             with program.context():

@@ -543,7 +543,7 @@ class Driver:
                                   tpu_slice=target.slice_name if target.plan_only else None)
         except ConfigError as e:
             return TrialOutcome.failure(*classify(e, Phase.CHECK)), config_json, flags
-        if ctx.settings.steer != "none" and not target.plan_only:
+        if not target.plan_only:  # steering and the math group's loss (_inherit_group_loss) read it
             trial.set_user_attr("math_key", steer.math_key(built, target.num_devices))
         if target.plan_only:  # settled here when the study already knows the answer
             trial.set_user_attr("plan_target", target.name)  # the trial's concrete target
@@ -610,6 +610,8 @@ class Driver:
         state, values, outcome = record.settle(self.objectives, outcome)
         outcome = outcome.replace(timings=record.driver_timings(outcome, total_s)).with_env(env)
         attrs = outcome.to_user_attrs()
+        if state == TrialState.COMPLETE and values and not outcome.kind.failed and not outcome.predicted:
+            values, attrs = self._inherit_group_loss(trial, values, attrs)
         lost = outcome.kind is Kind.HOST_LOST  # not the config's doing: it runs again
         if lost:
             attrs["superseded"] = True
@@ -648,6 +650,30 @@ class Driver:
         self.progress.note(f"trial {number}: taken over by another driver while this one was stopped or cut off "
                            f"(no heartbeat for over {STALE_AFTER_S:.0f} s); its result here is dropped, the copy "
                            "queued by the other driver counts")
+
+    def _inherit_group_loss(self, trial: optuna.Trial, values: list[float], attrs: dict) -> tuple[list, dict]:
+        """A layout-only variant scores its math group's loss (measured once, by the group's first
+        trial), so the loss objective moves only with what changes the math; its own loss stays
+        in measured.loss, and how far it was from the group's in loss_group."""
+        if "loss" not in self.objectives:
+            return values, attrs
+        i = self.objectives.index("loss")
+        key = storage_lib.retry(lambda: trial.user_attrs.get("math_key"))
+        trials = storage_lib.retry(self.ctx.study.get_trials, deepcopy=False)
+        ref = steer.group_loss(trials, key, trial.number, i)
+        own = values[i]
+        if ref is None or not math.isfinite(own):
+            return values, attrs
+        number, loss = ref
+        deviation = abs(own / loss - 1.0) if loss else abs(own)
+        group = {"math_key": key, "from_trial": number, "loss": loss, "own_loss": own, "deviation": deviation}
+        if deviation > steer.LOSS_TOLERANCE:  # the layout changed the math: keep the trial's own loss, say so
+            self.progress.note(f"#{trial.number}: loss {own:.6g} differs from its math group's {loss:.6g} "
+                               f"(trial {number}) by {deviation:.2%}, more than a layout may; kept its own")
+            return values, {**attrs, "loss_group": {**group, "from_trial": None, "mismatch": True}}
+        values = list(values)
+        values[i] = loss
+        return values, {**attrs, "loss_group": group}
 
     def _steer(self, trial: optuna.Trial) -> dict | None:
         """The finished trials a worker may find this one dominated by (search/tuning/steer.py)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from typing import Sequence
 from ...trainer import flops as flops_lib
 from ...trainer import hardware
 from ...trainer import topology as topo
+from ...trainer.config import MESH_AXES, compact_shape, full_shape
 from ...trainer.errors import ConfigError
 from ...trainer.flagsets import with_device_count
 from ...trainer.predict import hardware_for, predict
@@ -75,10 +77,11 @@ class Target:
         if not self.slices_auto:
             return self
         dcn = tuple(cfg.mesh.dcn)
-        if len(dcn) != 3 or not all(isinstance(d, int) and d >= 1 for d in dcn):
-            raise ConfigError(f"target {self.name} takes each trial's slice count from mesh.dcn, which must be 3 "
-                              f"positive integers (data, fsdp, tensor), got dcn={dcn}")
-        slices = dcn[0] * dcn[1] * dcn[2]
+        if len(full_shape(dcn)) != len(MESH_AXES) or not all(isinstance(d, int) and d >= 1 for d in dcn):
+            raise ConfigError(f"target {self.name} takes each trial's slice count from mesh.dcn, which must be "
+                              f"{len(MESH_AXES)} positive integers ({', '.join(MESH_AXES)}) or 3 (data, fsdp, "
+                              f"tensor), got dcn={dcn}")
+        slices = math.prod(dcn)
         return dataclasses.replace(self, name=f"tpu:{self.slice_name}" + (f",slices={slices}" if slices > 1 else ""),
                                    num_devices=self.num_devices * slices, num_slices=slices, slices_auto=False)
 
@@ -259,7 +262,7 @@ def _mesh_shapes(cfg, target: Target) -> dict:
     from ...trainer import mesh as mesh_lib
 
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
-    return {"ici_mesh": list(ici), "dcn_mesh": list(dcn)}
+    return {"ici_mesh": list(ici), "dcn_mesh": list(dcn), "mesh_axes": list(MESH_AXES)}
 
 
 def plan_trial(cfg, target: Target) -> dict:
@@ -292,23 +295,34 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     if hbm is None:
         return None
     sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
-    shards = sizes["fsdp"] * sizes["tensor"]  # weights: embed over fsdp, heads/mlp/vocab over tensor
+    # weights: embed over fsdp, heads/mlp/vocab over tensor, the layers over pipeline stages (so a
+    # lower bound: embeddings are not split over stage)
+    shards = sizes["fsdp"] * sizes["tensor"] * sizes["stage"]
     params = flops_lib.param_count(cfg.model)
     # params + gradients (same dtype) + two AdamW moments: all live at the update, since
-    # global-norm clipping needs every gradient before any parameter changes
-    need = topo.state_bytes_per_device(params, _dtype_bytes(cfg.model.param_dtype), shards, optimizer_states=3)
+    # global-norm clipping needs every gradient before any parameter changes. ZeRO-1 shards
+    # the moments over data too; offloaded moments are in host memory (offloaded parameters
+    # still come to the device for the step, so they count).
+    dtype_bytes = _dtype_bytes(cfg.model.param_dtype)
+    opt = cfg.optimizer
+    moment_shards = shards * (sizes["data"] if opt.zero1 else 1)
+    need = topo.state_bytes_per_device(params, dtype_bytes, shards, optimizer_states=1)
+    if not opt.offload_state:
+        need += topo.state_bytes_per_device(params, dtype_bytes, moment_shards, optimizer_states=1)
     if need <= hbm:
         return None
+    moments = ("AdamW moments (offloaded: not counted)" if opt.offload_state else
+               f"AdamW moments (ZeRO-1: over {moment_shards} shards)" if opt.zero1 else "AdamW moments")
     return topo.PredictedOOM(
-        f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and AdamW moments "
-        f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor = {shards} shards, above "
+        f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and {moments} "
+        f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor x stage = {shards} shards, above "
         f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
 
 
 def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     """(plan key, shape key, global batch). Points with the same plan key compile to the same
-    step: model, resolved mesh, global batch, remat and flag set on the same target (optimizer numbers,
-    steps, data and logging do not change the compiled program's memory or FLOPs). Points
+    step: model, resolved mesh, global batch, remat, flag set and pipeline on the same target
+    (optimizer numbers, steps, data and logging do not change the compiled program's memory or FLOPs). Points
     with the same shape key differ at most in their global batch, and a step's memory does
     not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
     from ...trainer import mesh as mesh_lib
@@ -316,10 +330,22 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     target = target.for_config(cfg)  # slices=auto: keyed by the trial's concrete target
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
     batch = mesh_lib.global_batch_size(cfg, target.num_devices)
-    key = {"target": target.name, "model": dataclasses.asdict(cfg.model), "ici": list(ici), "dcn": list(dcn),
+    model = dataclasses.asdict(cfg.model)
+    if model.get("vocab_tiles") == 1:  # the default: keys of studies made before vocab tiling stay the same
+        del model["vocab_tiles"]
+    # compact_shape: a mesh without stage or context keys as the 3-entry shape earlier releases
+    # stored, so a resumed study still finds their plans
+    key = {"target": target.name, "model": model, "ici": list(compact_shape(ici)), "dcn": list(compact_shape(dcn)),
            "remat": cfg.remat}
     if cfg.flags != "default":  # a compiler flag set changes the compiled step
         key["flags"] = cfg.flags
+    # the memory knobs change the compiled step; keyed only when set, like flags
+    knobs = {"grad_accum_steps": (cfg.grad_accum_steps, 1), "zero1": (cfg.optimizer.zero1, False),
+             "offload_state": (cfg.optimizer.offload_state, False), "offload_params": (cfg.offload_params, False)}
+    key.update({k: v for k, (v, default) in knobs.items() if v != default})
+    pipeline = dataclasses.asdict(cfg.pipeline)
+    if pipeline != dataclasses.asdict(type(cfg.pipeline)()):  # microbatches, repeats, schedule
+        key["pipeline"] = pipeline
 
     def digest(d: dict) -> str:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

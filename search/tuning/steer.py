@@ -18,7 +18,8 @@ Point p is predicted dominated by a finished trial q when, for every objective:
   - memory: q's compiled peak bytes <= p's (compiled memory is exact, not predicted);
   - loss: q trained the same math (math_key: the same model, data, optimizer, global batch
     and steps; only the layout differs: mesh, remat, attention kernel, activation sharding,
-    compiler flags), so its loss stands for p's; a trial of other math never dominates.
+    compiler flags, gradient accumulation, vocab tiling, ZeRO-1 and offload), so its loss
+    stands for p's; a trial of other math never dominates.
 and it is strictly better on at least one (on MFU, by construction of the test above).
 
 The driver sends the references (finished trials of the same math, or all of them when loss
@@ -41,8 +42,9 @@ RISK = 0.05  # one-sided: the chance a new trial's measured/predicted ratio is a
 # Fields that change how a step is laid out and run, not what it computes. `per_device_batch`
 # and `global_batch` are replaced by the global batch the mesh gives.
 _LAYOUT_FIELDS = ("mesh", "per_device_batch", "global_batch", "remat", "flags", "warmup_steps_for_timing",
-                  "checkpoint", "log", "distributed", "run_dir")
-_LAYOUT_MODEL_FIELDS = ("scan_layers", "attention", "attention_block")
+                  "checkpoint", "log", "distributed", "run_dir", "grad_accum_steps", "offload_params", "pipeline")
+_LAYOUT_MODEL_FIELDS = ("scan_layers", "attention", "attention_block", "vocab_tiles")
+_LAYOUT_OPTIMIZER_FIELDS = ("zero1", "offload_state")  # where the moments live, not what they are
 
 
 def math_key(cfg, num_devices: int) -> str:
@@ -56,8 +58,31 @@ def math_key(cfg, num_devices: int) -> str:
         d.pop(name, None)
     for name in _LAYOUT_MODEL_FIELDS:
         d["model"].pop(name, None)
+    for name in _LAYOUT_OPTIMIZER_FIELDS:
+        d["optimizer"].pop(name, None)
     d["global_batch"] = int(mesh_lib.global_batch_size(cfg, num_devices))
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# Relative difference between two layouts' losses above which the layout changed the math (a
+# bug worth seeing): the trial then keeps its own loss instead of its math group's.
+LOSS_TOLERANCE = 1e-3
+
+
+def group_loss(trials, key: str | None, number: int, loss_index: int) -> tuple[int, float] | None:
+    """(trial number, loss) of the math group's reference: the lowest-numbered finished,
+    measured trial of math `key` (other than `number`) whose loss is its own, not inherited.
+    Trials of one math group train the same model on the same batches (math_key), so their
+    losses differ only by float32 summation order; the group's loss is measured once."""
+    if key is None:
+        return None
+    refs = [t for t in trials if t.number != number and _scored(t) and t.user_attrs.get("math_key") == key
+            and (t.user_attrs.get("loss_group") or {}).get("from_trial") is None
+            and t.values and math.isfinite(t.values[loss_index])]
+    if not refs:
+        return None
+    ref = min(refs, key=lambda t: t.number)
+    return ref.number, float(ref.values[loss_index])
 
 
 def _scored(t) -> bool:

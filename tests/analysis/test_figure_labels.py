@@ -53,3 +53,22 @@ def test_study_names_its_objectives(tmp_path):
     space = load_space(TINY)
     ctx = create_or_continue(space, space.settings, str(tmp_path / "run"), None, None)
     assert ctx.study.metric_names == OBJECTIVES
+
+
+def test_pipeline_bubble_column_only_where_a_trial_is_pipelined():
+    """The trial table shows the pipeline bubble (as a percentage) when some trial has one, and
+    no such column for studies without a stage axis (earlier studies stay as they were)."""
+    import pandas as pd
+
+    from paxsearch.analysis import fmt
+    from paxsearch.analysis.tables import trial_table
+
+    frame = pd.DataFrame({"number": [0, 1], "outcome": ["ok"] * 2, "predicted": [False] * 2,
+                          "d.mesh": ["1x2x4", "1x8x1"], "loss": [5.0, 5.1], "plan.pipeline_bubble": [0.25, 0.0]})
+    on_front = pd.Series([True, True])
+    assert "plan.pipeline_bubble" in trial_table(frame, on_front).columns
+    assert fmt.title("plan.pipeline_bubble") == "pipeline bubble"
+    assert fmt.value("plan.pipeline_bubble", 0.25) == "25.00%"
+    flat = frame.assign(**{"plan.pipeline_bubble": [0.0, 0.0]})
+    assert "plan.pipeline_bubble" not in trial_table(flat, on_front).columns
+    assert "plan.pipeline_bubble" not in trial_table(frame.drop(columns="plan.pipeline_bubble"), on_front).columns

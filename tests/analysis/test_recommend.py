@@ -79,3 +79,17 @@ def test_commands_and_header_name_paths_relative_to_here(run, tmp_path, monkeypa
     page = write_report(run, out_dir=tmp_path / "r")["html"].read_text()
     assert f"paxsearch train {run.name} --trial" in page
     assert f"sqlite:///{run.name}/study.db" in page and str(run.parent) + os.sep not in page
+
+
+def test_decision_roles_from_the_stored_math_groups():
+    import pandas as pd
+
+    from paxsearch.analysis.tables import decision_roles
+
+    frame = pd.DataFrame({"number": range(5), "d.mesh": ["a", "b", "a", "b", "a"], "d.batch": [1, 1, 2, 2, 1],
+                          "d.remat": ["none"] * 5, "math_key": ["k1", "k1", "k2", "k2", "k1"]})
+    roles = dict(zip(*decision_roles(frame).to_dict("list").values(), strict=True))
+    assert roles == {"mesh": "MFU, memory: layout only (the loss is its math group's)",
+                     "batch": "loss, MFU, memory: changes the math",
+                     "remat": "not varied with the other decisions fixed"}
+    assert decision_roles(frame.assign(math_key=None)).empty  # plan-only or older studies: no claim

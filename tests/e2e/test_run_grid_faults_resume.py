@@ -30,7 +30,9 @@ def test_grid_runs_each_point_once_and_stores_everything(tiny_grid_run):
         assert "failure_kind" not in t.user_attrs
         assert t.user_attrs["decisions"] == {"mesh": t.params["mesh"], "per_device_batch": 2}
         assert t.values[2] == t.user_attrs["plan"]["peak_bytes"] == t.user_attrs["memory_bytes"]
-        assert math.isclose(t.values[0], t.user_attrs["measured"]["loss"])
+        own = t.user_attrs["measured"]["loss"]
+        group = t.user_attrs.get("loss_group")
+        assert math.isclose(t.values[0], group["loss"] if group else own)
         assert t.user_attrs["measured"]["steps"] == 4 and t.user_attrs["counters"]["train_calls"] == 1
         assert set(t.user_attrs["timings"]) == {"plan_s", "train_s", "total_s", "overhead_s"}
         env = t.user_attrs["env"]
@@ -40,6 +42,16 @@ def test_grid_runs_each_point_once_and_stores_everything(tiny_grid_run):
         assert tdir == str(run / "trials" / str(t.number))
         assert os.path.exists(os.path.join(tdir, "config.json")) and os.path.exists(os.path.join(tdir, "log.txt"))
         assert os.listdir(os.path.join(tdir, "tb"))
+    # loss is measured once per math group: meshes 8x1x1 and 4x2x1 both batch over 8 devices (global
+    # batch 16, the same math), 2x2x2 over 4 (global batch 8). The later of the pair scores the
+    # earlier's loss; its own loss, from another layout, reproduces it within LOSS_TOLERANCE.
+    by_mesh = {t.params["mesh"]: t for t in trials}
+    first, second = sorted([by_mesh["8x1x1"], by_mesh["4x2x1"]], key=lambda t: t.number)
+    assert first.user_attrs["math_key"] == second.user_attrs["math_key"] != by_mesh["2x2x2"].user_attrs["math_key"]
+    group = second.user_attrs["loss_group"]
+    assert group["from_trial"] == first.number and group["loss"] == first.values[0] == second.values[0]
+    assert group["own_loss"] == second.user_attrs["measured"]["loss"] and group["deviation"] <= 1e-3
+    assert "loss_group" not in first.user_attrs and "loss_group" not in by_mesh["2x2x2"].user_attrs
     attrs = study.user_attrs
     assert [o["name"] for o in attrs["objectives"]] == ["loss", "mfu", "memory"]
     assert attrs["target"] == "cpu:8" and attrs["plan_only"] is False and "MFU" in attrs["mfu_convention"]

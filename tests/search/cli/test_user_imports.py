@@ -28,13 +28,17 @@ def test_imported_user_task_trains_in_a_search_worker(tmp_path):
     assert second.state.name == "COMPLETE" and not second.user_attrs.get("failure_kind"), second.user_attrs
 
 
-def test_without_the_import_the_task_is_unknown_to_the_worker(tmp_path):
-    """The case --import fixes: the trial fails naming the unknown task and the way out."""
+def test_without_the_import_the_task_is_refused_before_any_trial(tmp_path):
+    """The case --import fixes: refused up front in one line naming the unknown task and the way
+    out; no trial is spent and nothing is written (it used to fail every trial as invalid)."""
     run = tmp_path / "run"
-    cli("run", TINY, "--run-dir", run, "--trials", "1", "--no-progress", "--set", "data.task=user_test_task")
-    (trial,) = load(run).get_trials(deepcopy=False)
-    assert trial.user_attrs.get("failure_kind") == "invalid", trial.user_attrs
-    assert "user_test_task" in trial.user_attrs["failure_message"]
+    proc = cli("run", TINY, "--run-dir", run, "--trials", "1", "--no-progress", "--set", "data.task=user_test_task",
+               check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()  # TensorFlow's native start-up lines silenced (trainer/quiet.py)
+    assert len(lines) == 1 and "unknown seqio task 'user_test_task'" in lines[0], proc.stderr
+    assert "import the module that registers it" in lines[0]
+    assert not run.exists()
 
 
 def test_unimportable_module_is_one_line_and_nothing_written(tmp_path):

@@ -200,7 +200,7 @@ def test_two_slice_target_compiles_with_dcn_data_2():
     devices = T.target_devices(target)
     assert len(devices) == 32 and {d.slice_index for d in devices} == {0, 1}
     program, plan = T.compile_for_target(cfg(SMALL, (1, 2, 8), dcn=(2, 1, 1), per_device_batch=2), target, devices)
-    assert plan["mesh_shape"] == {"data": 2, "fsdp": 2, "tensor": 8}
+    assert plan["mesh_shape"] == {"data": 2, "stage": 1, "fsdp": 2, "context": 1, "tensor": 8}
     # the mesh puts the two slices on the data axis
     slices = [[d.slice_index for d in program.mesh.devices[i].flat] for i in range(2)]
     assert slices == [[0] * 16, [1] * 16]

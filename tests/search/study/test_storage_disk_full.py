@@ -7,7 +7,6 @@ import time
 import optuna
 import pytest
 import sqlalchemy
-from optuna.trial import TrialState
 
 from paxsearch.search.study import storage as storage_lib
 

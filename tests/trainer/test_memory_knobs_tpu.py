@@ -1,0 +1,95 @@
+"""Plan mode: each memory knob compiled for a TPU topology (v5e-4, libtpu, no TPU) against the
+same config without it; XLA's per-chip memory moves the way the knob promises."""
+import dataclasses
+
+import pytest
+
+from paxsearch.trainer import remat
+from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
+from paxsearch.trainer.plan import build_program
+
+from ..search_util import HAS_LIBTPU
+
+MODEL = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=4, head_dim=64, d_ff=1024, seq_len=256,
+                    dtype="bfloat16", param_dtype="float32", mlp="gated", activation="silu", position="rope")
+BIG_VOCAB = dataclasses.replace(MODEL, vocab_size=8192, seq_len=512)
+BASE = TrainConfig(model=MODEL, mesh=MeshConfig(ici=(4, 1, 1)), per_device_batch=4, remat="full")
+QKV_INPUT = ("decoder_input", "query_proj", "key_proj", "value_proj")  # MaxText's Llama3.1-70B offloads
+VARIANTS = {
+    "base": BASE,
+    "zero1": dataclasses.replace(BASE, optimizer=dataclasses.replace(BASE.optimizer, zero1=True)),
+    "offload_state": dataclasses.replace(BASE, optimizer=dataclasses.replace(BASE.optimizer, offload_state=True)),
+    "offload_params": dataclasses.replace(BASE, offload_params=True),
+    # at vocabulary 4096 x seq 256 the TPU compiler fuses the loss into the unembedding and holds
+    # no logits (benchmarks/RESULTS.md); at 8192 x 512 it holds them, and tiling removes them
+    "big_vocab": dataclasses.replace(BASE, model=BIG_VOCAB),
+    "vocab_tiles": dataclasses.replace(BASE, model=dataclasses.replace(BIG_VOCAB, vocab_tiles=4)),
+    "grad_accum": dataclasses.replace(BASE, grad_accum_steps=2),
+    # on the larger model too: at seq 256 the saved activations are too small to move the temp bytes
+    "custom_device": dataclasses.replace(BASE, model=BIG_VOCAB,
+                                         remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
+    "custom_offload": dataclasses.replace(BASE, model=BIG_VOCAB,
+                                          remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
+}
+_plans: dict = {}
+
+
+def memory(name):
+    """The compiled plan of VARIANTS[name] for v5e-4 (each compiled once per module)."""
+    if name not in _plans:
+        from paxsearch.trainer import topology as topo
+
+        _plans[name] = build_program(VARIANTS[name], topo.topology_devices("v5e-4"), count_flops=False).plan
+    return _plans[name]
+
+
+
+
+def _param_bytes():
+    return 4 * memory("base").param_count
+
+
+# ten TPU compiles, ~20 s each on an idle 2-core machine (the figures: benchmarks/bench_memory_knobs.py)
+pytestmark = [pytest.mark.slow, pytest.mark.tpu,
+              pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")]
+
+
+def test_zero1_shards_the_moments_over_data():
+    base, zero1 = memory("base"), memory("zero1")
+    # two float32 moments, 3/4 of each off every chip (data = 4)
+    assert base.memory.argument_bytes - zero1.memory.argument_bytes > 0.9 * 2 * _param_bytes() * 3 / 4
+    assert zero1.peak_bytes < base.peak_bytes
+    assert zero1.model_flops_per_step == base.model_flops_per_step
+
+
+def test_offloaded_moments_leave_the_device_between_steps():
+    base, off = memory("base"), memory("offload_state")
+    assert base.memory.argument_bytes - off.memory.argument_bytes > 0.95 * 2 * _param_bytes()
+    assert off.peak_bytes < base.peak_bytes
+
+
+def test_offloaded_params_leave_the_arguments_between_steps():
+    base, off = memory("base"), memory("offload_params")
+    assert base.memory.argument_bytes - off.memory.argument_bytes > 0.95 * _param_bytes()
+    # the step brings them back to compute: the peak within the step stays (measured: +0.3%)
+    assert off.peak_bytes < 1.01 * base.peak_bytes
+
+
+def test_vocab_tiling_never_holds_the_whole_logits():
+    base, tiled = memory("big_vocab"), memory("vocab_tiles")
+    logits = 4 * 512 * 8192 * 4  # rows x S x V float32 per chip: 64 MiB
+    assert base.memory.temp_bytes - tiled.memory.temp_bytes > logits / 4  # measured: 26.6 MB less
+    assert tiled.peak_bytes < base.peak_bytes
+
+
+def test_gradient_accumulation_holds_fewer_activations():
+    base, accum = memory("base"), memory("grad_accum")
+    assert accum.memory.temp_bytes < base.memory.temp_bytes
+    assert accum.model_flops_per_step == base.model_flops_per_step
+
+
+def test_custom_remat_keeps_what_it_names_on_device_or_offloads_it():
+    full, device, offload = memory("big_vocab"), memory("custom_device"), memory("custom_offload")
+    assert device.memory.temp_bytes > full.memory.temp_bytes  # saves layer inputs and q/k/v on the chip
+    assert offload.memory.temp_bytes < device.memory.temp_bytes  # the same saved set, in host memory
+    assert offload.peak_bytes < device.peak_bytes
