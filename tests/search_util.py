@@ -47,3 +47,16 @@ def active(study) -> list:
 
 def decision_keys(trials) -> list:
     return [tuple(sorted(t.params.items())) for t in trials]
+
+
+def refused(capsys, *args, words=()) -> str:
+    """`paxsearch ARGS` in this process: exit 2 and one line `paxsearch: error: ...` holding `words`."""
+    from paxsearch.search import cli as cli_package
+
+    code = cli_package.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("paxsearch: error: "), (code, out, err)
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]

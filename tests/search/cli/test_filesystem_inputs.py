@@ -18,21 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from paxsearch.search import cli
-
 from ...analysis.study_builder import grid_specs, make_run
-from ...search_util import REPO, TINY
+from ...search_util import REPO, TINY, refused
 from ...space_factory import write_config
-
-
-def refused(capsys, *args, words=()) -> str:
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("paxsearch: error: "), (code, out, err)
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 def error_lines(proc) -> list[str]:

@@ -17,19 +17,8 @@ from paxsearch.search.study import configio
 from paxsearch.search.study.settings import SettingsError, StudySettings
 from paxsearch.search.study.space import SpaceError, load_space
 
-from ...search_util import TINY
+from ...search_util import TINY, refused
 from ...space_factory import tiny_config
-
-
-def refused(capsys, *args, words=()) -> str:
-    """`paxsearch ARGS` in this process: exit 2 and one line `paxsearch: error: ...` holding `words`."""
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("paxsearch: error: "), (code, out, err)
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("sets,words", [
