@@ -93,7 +93,7 @@ def from_dict(doc: dict, where: str = "MaxText yml") -> ModelConfig:
 
 def load(path: str) -> ModelConfig:
     """The ModelConfig of the MaxText model yml at `path` (ConfigError, one line, on any problem)."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     try:
         with open(path) as f:
