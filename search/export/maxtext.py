@@ -147,7 +147,7 @@ def optimizer_keys(cfg: TrainConfig, notes: Notes) -> list[tuple[str, str]]:
     keys = [("opt_type", "adamw"), ("learning_rate", f"{o.peak_lr:g}"),
             ("warmup_steps_fraction", f"{o.warmup_steps / max(decay, 1):g}"),
             ("learning_rate_schedule_steps", str(decay)),
-            ("cosine_learning_rate_final_fraction", f"{o.end_lr_ratio:g}"),
+            ("learning_rate_final_fraction", f"{o.end_lr_ratio:g}"),
             ("adam_b1", f"{o.b1:g}"), ("adam_b2", f"{o.b2:g}"), ("adam_eps", f"{o.eps:g}"),
             ("adam_weight_decay", f"{o.weight_decay:g}"), ("gradient_clipping_threshold", f"{o.clip_norm:g}")]
     if o.offload_state:
