@@ -9,7 +9,8 @@ search's own config; any other key, or a value with no paxsearch equivalent (a d
 other than llama2 / mistral / default, dropout on, mixture of experts), is a ConfigError naming
 the key. The model trains as the presets do: bfloat16 activations, float32 parameters,
 scanned layers, attention "auto". Keys the yml leaves out take base.yml's values
-(BASE_DEFAULTS: MaxText 0.2.5's configs/base.yml).
+(BASE_DEFAULTS: MaxText 0.2.5's configs/base.yml). normalization_layer_epsilon is read and not
+applied: our RMSNorm's epsilon is fixed at 1e-6 (MaxText's llama ymls say 1e-5).
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ TENSORS = {"decoder_input": ("decoder_layer_input",), "query_proj": ("query_proj
            "value_proj": ("value_proj",), "context": ("context",), "out_proj": ("out_proj",),
            "mlp1": ("mlpwi", "mlpwi_0", "mlpwi_1"), "mlp2": ("mlpwo",)}
 CHOICE = {"recompute": "remat", "device": "device", "offload": "offload"}
+NORM_EPSILON = "1e-06"  # trainer/model.py RMSNorm
 ACTIVATIONS = {"gelu": "gelu", "silu": "silu", "relu": "relu"}  # flax.linen names (gelu: tanh approximation)
 
 
@@ -108,6 +109,8 @@ def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str,
         ("base_num_decoder_layers", str(m.n_layers)), ("mlp_activations", "[" + ",".join(acts) + "]"),
         ("vocab_size", str(m.vocab_size)), ("max_target_length", str(m.seq_len)),
         ("logits_via_embedding", _bool(m.tie_embeddings)), ("rope_max_timescale", f"{m.rope_theta:g}"),
+        # our RMSNorm's epsilon (trainer/model.py); MaxText divides tied logits by sqrt(d_model) unless told not to
+        ("normalization_layer_epsilon", NORM_EPSILON), ("normalize_embedding_logits", "false"),
         ("dtype", m.dtype), ("weight_dtype", m.param_dtype), ("scan_layers", _bool(m.scan_layers)),
         ("attention", attention), ("enable_dropout", "false"),
     ]
