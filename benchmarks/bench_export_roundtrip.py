@@ -56,7 +56,7 @@ CASES = {
 }
 
 SPACE = '''"""bench_export_roundtrip case {name}: one planned trial."""
-import fiddle as fdl
+import pyglove as pg
 
 from paxsearch.search.study.configio import to_fiddle
 from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig, mesh_shape
@@ -65,7 +65,9 @@ STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=1, target="{targ
 
 
 def space():
-    return to_fiddle(TrainConfig({body}, steps=100, eval=EvalConfig(enabled=False)))
+    cfg = to_fiddle(TrainConfig({body}, steps=100, eval=EvalConfig(enabled=False)))
+    cfg.seed = pg.oneof([0], name="seed")  # a space marks a choice: one point
+    return cfg
 '''
 
 
