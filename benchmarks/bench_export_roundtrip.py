@@ -41,7 +41,12 @@ FLOPS_RTOL, MEMORY_RTOL = 0.01, 0.05
 _LLAMA = ("vocab_size=4096, d_model=512, n_layers=4, n_heads=8, n_kv_heads=4, head_dim=64, d_ff=1536, "
           "seq_len=1024, dtype='bfloat16', param_dtype='float32', mlp='gated', activation='silu', "
           "position='rope', rope_theta=500000.0, attention='flash', scan_layers=True")
+_LLAMA_1K = ("vocab_size=32000, d_model=1024, n_layers=8, n_heads=16, n_kv_heads=8, head_dim=64, d_ff=2816, "
+             "seq_len=2048, dtype='bfloat16', param_dtype='float32', mlp='gated', activation='silu', "
+             "position='rope', attention='flash', scan_layers=True")
 CASES = {
+    "llama-d1024-fsdp4-full": ("tpu:v5e-4", f"model=ModelConfig({_LLAMA_1K}), mesh=MeshConfig(ici=mesh_shape(fsdp=4)), "
+                                            "per_device_batch=2, remat='full'"),
     "llama-fsdp4-full": ("tpu:v5e-4", f"model=ModelConfig({_LLAMA}), mesh=MeshConfig(ici=mesh_shape(fsdp=4)), "
                                       "per_device_batch=4, remat='full'"),
     "llama-fsdp2-tensor2-minimal": (

@@ -32,9 +32,8 @@ def run(tmp_path_factory):
                                        (("loss", "minimize"), ("mfu", "maximize"), ("memory", "minimize"))])
     study.set_user_attr("target", "tpu:v5e-4")
     learned = config(model=dataclasses.replace(config().model, position="learned"))
-    for number, (cfg, values, attrs) in enumerate([
-            (config(), [2.0, 0.5, 1e9], {"plan_target": "tpu:v5e-4"}),
-            (learned, [2.0, 0.1, 1e9], {})]):
+    for cfg, values, attrs in [(config(), [2.0, 0.5, 1e9], {"plan_target": "tpu:v5e-4"}),
+                               (learned, [2.0, 0.1, 1e9], {})]:
         study.add_trial(optuna.trial.create_trial(
             values=values, user_attrs={"config": "{}", "config_dict": to_dict(cfg), **attrs}))
     (path / "study.json").write_text(json.dumps({"study_name": "exp", "storage": storage}))
