@@ -247,11 +247,20 @@ def source(name: str) -> Preset:
     try:
         return _BY_NAME[name]
     except (KeyError, TypeError):
-        raise ConfigError(f"unknown model preset {name!r}; presets: {', '.join(_BY_NAME)}") from None
+        raise ConfigError(f"unknown model preset {name!r}; presets: {', '.join(_BY_NAME)}, or "
+                          f"{MAXTEXT_PREFIX}PATH.yml for a MaxText model yml") from None
+
+
+MAXTEXT_PREFIX = "maxtext:"  # "maxtext:PATH.yml": a MaxText model yml read as a preset (trainer/maxtext_yml.py)
 
 
 def get(name: str) -> ModelConfig:
-    """The ModelConfig of a preset (ConfigError, one line listing the names, for an unknown one)."""
+    """The ModelConfig of a preset (ConfigError, one line listing the names, for an unknown one);
+    "maxtext:PATH.yml" reads a MaxText model yml (e.g. its configs/models/llama3-8b.yml)."""
+    if isinstance(name, str) and name.startswith(MAXTEXT_PREFIX):
+        from . import maxtext_yml
+
+        return maxtext_yml.load(name[len(MAXTEXT_PREFIX):])
     return source(name).model
 
 

@@ -19,6 +19,7 @@ COMMANDS = {
     "worker": "worker",
     "resume": "resume",
     "ls": "ls",
+    "export": "export",
 }
 
 

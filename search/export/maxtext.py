@@ -1,0 +1,267 @@
+"""A TrainConfig as MaxText 0.2.5 config overrides (key=value on the command line after base.yml).
+
+    keys, notes = overrides(cfg, target)        # [(key, value text)], Notes
+    print(command(cfg, target, run_name="x"))   # a shell script: env, comments, the command
+
+Names are MaxText 0.2.5's base.yml keys (read from the installed package). What has no
+MaxText form: a model knob that changes the math (learned absolute positions, exact GELU) is
+refused in one line (ExportRefused); a layout or run knob (our "default" activation rules, our
+data task, ZeRO-1) becomes a visible "# dropped ..." / "# approximated ..." comment.
+
+Correspondences (ours -> MaxText):
+- block sequential -> decoder_block=llama2 (RMSNorm pre-norm, RoPE); parallel -> default (one
+  norm, x + attn + mlp, MaxText's own decoder layer). mlp gated -> two mlp_activations
+  [act, "linear"] (their product); dense -> one. position must be rope.
+- batch: MaxText's per_device_batch_size counts every chip (tensor, stage and context too) and
+  one microbatch of gradient accumulation: global_batch / (grad_accum_steps x chips).
+- mesh axes data, stage, fsdp, context, tensor -> ici_/dcn_ data, pipeline, fsdp, context,
+  tensor _parallelism (every axis written, for base.yml's dcn_data_parallelism is -1).
+- pipeline: num_pipeline_microbatches, num_layers_per_pipeline_stage = n_layers / (stages x
+  repeats) (MaxText's repeats are n_layers / (stages x that): circular when > 1).
+- remat: full -> full; every tagged policy (qkv_proj, minimal, offload, custom) -> remat_policy=
+  custom with each tensor's choice (MaxText's names; device / offload / remat); none -> every
+  tensor saved ("device"), approximated; dots / dots_no_batch -> the projections saved,
+  approximated (MaxText has no policy saving the attention's batched dots).
+- attention auto -> flash on TPU/GPU targets, dot_product elsewhere (as ours resolves it).
+- optimizer: AdamW with linear warm-up and cosine decay to end_lr_ratio on both sides.
+"""
+from __future__ import annotations
+
+import shlex
+
+from ...trainer import flagsets
+from ...trainer import remat as remat_lib
+from ...trainer.config import TrainConfig
+from .common import ExportRefused, Notes, axis_sizes, global_batch
+
+TRAIN_MODULE = "maxtext.trainers.pre_train.train"
+COMPILE_MODULE = "maxtext.trainers.pre_train.train_compile"
+
+# our mesh axis -> MaxText's parallelism name (ici_<name>_parallelism, dcn_<name>_parallelism)
+AXES = {"data": "data", "stage": "pipeline", "fsdp": "fsdp", "context": "context", "tensor": "tensor"}
+# our remat tensor tag -> MaxText's remat_policy=custom keys; a gated MLP's two input matmuls
+# are MaxText's mlpwi_0 and mlpwi_1 (ours tags both mlp1)
+TENSORS = {"decoder_input": ("decoder_layer_input",), "query_proj": ("query_proj",), "key_proj": ("key_proj",),
+           "value_proj": ("value_proj",), "context": ("context",), "out_proj": ("out_proj",),
+           "mlp1": ("mlpwi", "mlpwi_0", "mlpwi_1"), "mlp2": ("mlpwo",)}
+CHOICE = {"recompute": "remat", "device": "device", "offload": "offload"}
+NORM_EPSILON = "1e-06"  # trainer/model.py RMSNorm
+ACTIVATIONS = {"gelu": "gelu", "silu": "silu", "relu": "relu"}  # flax.linen names (gelu: tanh approximation)
+
+
+def _bool(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def _custom_remat(choices: dict[str, str]) -> list[tuple[str, str]]:
+    out = [("remat_policy", "custom")]
+    for ours, theirs in TENSORS.items():
+        out += [(key, CHOICE[choices[ours]]) for key in theirs]
+    return out
+
+
+def remat_keys(name: str, notes: Notes) -> list[tuple[str, str]]:
+    """remat_policy (and the custom tensors' choices) for our policy `name`."""
+    if name == "full":
+        return [("remat_policy", "full")]
+    if name.startswith(remat_lib.CUSTOM):
+        return _custom_remat(remat_lib.parse_custom(name))
+    named = {"qkv_proj": ("query_proj", "key_proj", "value_proj", "out_proj"),
+             "minimal": ("query_proj", "key_proj", "value_proj", "context", "out_proj", "mlp2")}
+    if name in named or name == "offload":
+        saved = named.get(name) or named["minimal"]
+        kind = "offload" if name == "offload" else "device"
+        return _custom_remat({t: kind if t in saved else "recompute" for t in remat_lib.TENSORS})
+    if name == "none":
+        notes.approx("remat=none", "MaxText has no policy saving everything; every tagged tensor is saved "
+                                   "(remat_policy=custom, all device), the untagged ones (norms, attention scores) "
+                                   "are recomputed: more compute and less memory than ours")
+        return _custom_remat(dict.fromkeys(remat_lib.TENSORS, "device"))
+    if name in ("dots", "dots_no_batch"):
+        notes.approx(f"remat={name}", "MaxText has no policy saving every matmul output; the projections and MLP "
+                                      "matmuls are saved (remat_policy=custom), the attention's batched dots are "
+                                      "recomputed" + ("" if name == "dots_no_batch" else " (ours saves them)"))
+        saved = ("query_proj", "key_proj", "value_proj", "out_proj", "mlp1", "mlp2")
+        return _custom_remat({t: "device" if t in saved else "recompute" for t in remat_lib.TENSORS})
+    raise ExportRefused(f"remat policy {name!r} has no MaxText form; choose full, minimal, qkv_proj, offload, none, "
+                        "dots or a custom:... policy")
+
+
+def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str, str]]:
+    m = cfg.model
+    if m.position != "rope":
+        raise ExportRefused(f"model.position={m.position!r} (learned absolute positions) has no MaxText form: its "
+                            "decoder blocks use RoPE; use position='rope' to export to MaxText")
+    if m.activation not in ACTIVATIONS:
+        raise ExportRefused(f"model.activation={m.activation!r} has no MaxText form (its 'gelu' is the tanh "
+                            f"approximation); use one of {', '.join(ACTIVATIONS)} to export to MaxText")
+    acts = [ACTIVATIONS[m.activation]] + (["linear"] if m.mlp == "gated" else [])
+    attention = m.attention
+    if attention == "auto":
+        attention = "flash" if platform in ("tpu", "gpu") else "dot_product"
+    if m.attention_block != 128 and attention == "flash":
+        notes.drop(f"model.attention_block={m.attention_block}", "the block of our CPU blockwise attention; "
+                                                                 "MaxText's flash kernels choose their own blocks")
+    keys = [
+        ("decoder_block", "default" if m.block == "parallel" else "llama2"),
+        ("base_emb_dim", str(m.d_model)), ("base_num_query_heads", str(m.n_heads)),
+        ("base_num_kv_heads", str(m.kv_heads)), ("head_dim", str(m.head_dim)), ("base_mlp_dim", str(m.d_ff)),
+        ("base_num_decoder_layers", str(m.n_layers)), ("mlp_activations", "[" + ",".join(acts) + "]"),
+        ("vocab_size", str(m.vocab_size)), ("max_target_length", str(m.seq_len)),
+        ("logits_via_embedding", _bool(m.tie_embeddings)), ("rope_max_timescale", f"{m.rope_theta:g}"),
+        # our RMSNorm's epsilon (trainer/model.py); MaxText divides tied logits by sqrt(d_model) unless told not to
+        ("normalization_layer_epsilon", NORM_EPSILON), ("normalize_embedding_logits", "false"),
+        ("dtype", m.dtype), ("weight_dtype", m.param_dtype), ("scan_layers", _bool(m.scan_layers)),
+        ("attention", attention), ("enable_dropout", "false"),
+    ]
+    if m.vocab_tiles > 1:
+        keys.append(("num_vocab_tiling", str(m.vocab_tiles)))
+    return keys
+
+
+def mesh_keys(cfg: TrainConfig, num_devices: int, num_slices: int, notes: Notes) -> list[tuple[str, str]]:
+    ici, dcn = axis_sizes(cfg, num_devices)
+    keys = [(f"ici_{theirs}_parallelism", str(ici[ours])) for ours, theirs in AXES.items()]
+    keys += [(f"dcn_{theirs}_parallelism", str(dcn[ours])) for ours, theirs in AXES.items()]
+    if num_slices > 1:
+        keys.append(("num_slices", str(num_slices)))
+    rows = global_batch(cfg, ici, dcn)
+    per_chip = rows / (cfg.grad_accum_steps * num_devices)
+    keys.append(("per_device_batch_size", f"{per_chip:g}"))
+    if cfg.grad_accum_steps > 1:
+        keys.append(("gradient_accumulation_steps", str(cfg.grad_accum_steps)))
+    stages = ici["stage"] * dcn["stage"]
+    if stages > 1:
+        p = cfg.pipeline
+        keys += [("num_pipeline_microbatches", str(p.microbatches)),
+                 ("num_layers_per_pipeline_stage", str(cfg.model.n_layers // (stages * p.repeats)))]
+    tensor = ici["tensor"] * dcn["tensor"]
+    if cfg.mesh.rules == "default" and tensor > 1:
+        notes.drop("mesh.rules='default'", "MaxText shards the activations' embed dim over tensor, as our "
+                                           "'sequence_parallel' rules do; ours kept it replicated")
+    elif cfg.mesh.rules not in ("default", "sequence_parallel"):
+        notes.drop(f"mesh.rules={cfg.mesh.rules!r}", "MaxText's own logical-axis rules apply")
+    return keys
+
+
+def optimizer_keys(cfg: TrainConfig, notes: Notes) -> list[tuple[str, str]]:
+    o = cfg.optimizer
+    decay = o.decay_steps or cfg.steps
+    keys = [("opt_type", "adamw"), ("learning_rate", f"{o.peak_lr:g}"),
+            ("warmup_steps_fraction", f"{o.warmup_steps / max(decay, 1):g}"),
+            ("learning_rate_schedule_steps", str(decay)),
+            ("learning_rate_final_fraction", f"{o.end_lr_ratio:g}"),
+            ("adam_b1", f"{o.b1:g}"), ("adam_b2", f"{o.b2:g}"), ("adam_eps", f"{o.eps:g}"),
+            ("adam_weight_decay", f"{o.weight_decay:g}"), ("gradient_clipping_threshold", f"{o.clip_norm:g}")]
+    if o.offload_state:
+        keys.append(("optimizer_memory_host_offload", "true"))
+    if cfg.offload_params:
+        keys.append(("parameter_memory_host_offload", "true"))
+    if o.zero1:
+        keys.append(("shard_optimizer_over_data", "true"))
+    return keys
+
+
+def run_keys(cfg: TrainConfig, notes: Notes) -> list[tuple[str, str]]:
+    d = cfg.data
+    what = f"data.text_files={list(d.text_files)}" if d.text_files else f"data.task={d.task!r}"
+    notes.drop(what, "MaxText reads its own datasets; dataset_type=synthetic here, set dataset_type / dataset_path "
+                     "for real data")
+    ck = cfg.checkpoint
+    keys = [("steps", str(cfg.steps)), ("dataset_type", "synthetic"),
+            ("enable_checkpointing", _bool(ck.enabled)), ("log_period", str(cfg.log.every_steps)),
+            ("init_weights_seed", str(cfg.seed))]
+    if ck.enabled and ck.every_steps:
+        keys.append(("checkpoint_period", str(ck.every_steps)))
+    if cfg.eval.enabled and cfg.eval.every_steps:
+        keys.append(("eval_interval", str(cfg.eval.every_steps)))
+    return keys
+
+
+def overrides(cfg: TrainConfig, platform: str, num_devices: int, num_slices: int = 1) -> tuple[list[tuple[str, str]],
+                                                                                               Notes]:
+    """MaxText key=value overrides of `cfg` on `num_devices` devices of `platform` in `num_slices`
+    slices, and the notes of what they leave out. ExportRefused (one line) on a model knob
+    MaxText cannot express."""
+    notes = Notes()
+    keys = model_keys(cfg, platform, notes)
+    keys += mesh_keys(cfg, num_devices, num_slices, notes)
+    keys += remat_keys(cfg.remat, notes)
+    keys += optimizer_keys(cfg, notes)
+    keys += run_keys(cfg, notes)
+    return keys, notes
+
+
+def flag_env(cfg: TrainConfig, platform: str) -> dict[str, str]:
+    """The config's compiler flag set as the variables the platform reads: LIBTPU_INIT_ARGS on TPU
+    (with any XLA_FLAGS that are not GPU-only), XLA_FLAGS elsewhere. Empty for "default"."""
+    s = flagsets.check(cfg.flags)
+    xla = [f for f in s.xla_flags if platform not in ("tpu", "cpu") or not f.startswith("--xla_gpu_")]
+    env = {"XLA_FLAGS": " ".join(xla)}
+    if platform == "tpu":
+        env["LIBTPU_INIT_ARGS"] = " ".join(s.libtpu_init_args)
+    return {k: v for k, v in env.items() if v}
+
+
+def argv(keys: list[tuple[str, str]], run_name: str, base_yml: str) -> list[str]:
+    """MaxText's arguments after `python -m <module>`: base.yml, run_name, the overrides."""
+    return [base_yml, f"run_name={run_name}", *(f"{k}={v}" for k, v in keys)]
+
+
+CONFIGS_DIR = ("${MAXTEXT_CONFIGS:-$(\"$PYTHON\" -c 'import maxtext, os; "
+               "print(os.path.join(os.path.dirname(maxtext.__file__), \"configs\"))')}")
+
+
+def command(cfg: TrainConfig, platform: str, num_devices: int, num_slices: int = 1, *, run_name: str,
+            compile_topology: str | None = None, header: str = "") -> str:
+    """A shell script that runs `cfg` with MaxText: every dropped or approximated knob as a
+    comment, the flag set's environment, then MaxText's train; with the argument `compile` (and
+    compile_topology, a TPU slice name such as v5e-4), MaxText's ahead-of-time train_compile of
+    the same keys for that topology instead, on any machine with libtpu."""
+    keys, notes = overrides(cfg, platform, num_devices, num_slices)
+    lines = ["#!/bin/sh", "# MaxText 0.2.5 form of a paxsearch config" + (f": {header}" if header else "")]
+    lines += [f"# {n}" for n in notes.lines]
+    lines += ["# usage: sh THIS_FILE            train (PYTHON: the interpreter with maxtext; MAXTEXT_CONFIGS: "
+              "its configs folder)"]
+    if compile_topology:
+        lines.append(f"#        sh THIS_FILE compile    compile only, for {compile_topology} x {num_slices} "
+                     "slice(s) (MaxText's train_compile)")
+    lines += ["set -e", 'PYTHON=${PYTHON:-python3}']
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in flag_env(cfg, platform).items()]
+    lines.append(f"MODULE={TRAIN_MODULE}")
+    if compile_topology:
+        lines += ['if [ "${1:-}" = compile ]; then',
+                  f"  MODULE={COMPILE_MODULE}",
+                  f"  set -- compile_topology={compile_topology} compile_topology_num_slices={num_slices}",
+                  "else", "  set --", "fi"]
+    else:
+        lines.append("set --")
+    args = [shlex.quote(a) for a in argv(keys, run_name, "BASE")]
+    args[0] = f'"{CONFIGS_DIR}/base.yml"'
+    lines.append('"$PYTHON" -m "$MODULE" \\\n  ' + " \\\n  ".join(args) + ' \\\n  "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def yaml_overrides(cfg: TrainConfig, platform: str, num_devices: int, num_slices: int = 1, *,
+                   run_name: str, header: str = "") -> str:
+    """The same overrides as a YAML file MaxText reads after base.yml (`base_config: base.yml`)."""
+    keys, notes = overrides(cfg, platform, num_devices, num_slices)
+    lines = ["# MaxText 0.2.5 overrides of a paxsearch config" + (f": {header}" if header else "")]
+    lines += [f"# {n}" for n in notes.lines]
+    for k, v in flag_env(cfg, platform).items():
+        lines.append(f"# run with {k}={shlex.quote(v)}")
+    lines += ['base_config: "base.yml"', f'run_name: "{run_name}"']
+    for k, v in keys:
+        lines.append(f"{k}: {v if v[:1] == '[' or _plain(v) else repr(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def _plain(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return v in ("true", "false") or v.replace("_", "").isalnum()
+
+
+__all__ = ["ExportRefused", "overrides", "command", "yaml_overrides", "argv"]

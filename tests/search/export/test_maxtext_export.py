@@ -1,0 +1,158 @@
+"""The MaxText form of a config (search/export/maxtext.py): pure mapping, no MaxText needed."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+
+import pytest
+
+from paxsearch.search.export import maxtext
+from paxsearch.search.export.common import ExportRefused
+from paxsearch.trainer import presets, remat
+from paxsearch.trainer.config import MeshConfig, PipelineConfig, TrainConfig, mesh_shape
+
+
+def small(**kw) -> TrainConfig:
+    model = presets.replace("llama3-8b", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, head_dim=64, d_ff=512,
+                            seq_len=256, vocab_size=1024)
+    return TrainConfig(**{"model": model, "mesh": MeshConfig(ici=mesh_shape(fsdp=-1, tensor=2)),
+                          "per_device_batch": 2, **kw})
+
+
+def keys_of(cfg, platform="tpu", devices=8, slices=1) -> tuple[dict[str, str], list[str]]:
+    keys, notes = maxtext.overrides(cfg, platform, devices, slices)
+    assert len({k for k, _ in keys}) == len(keys), "a key written twice"
+    return dict(keys), notes.lines
+
+
+def test_model_dims_and_block():
+    k, _ = keys_of(small())
+    assert (k["decoder_block"], k["base_emb_dim"], k["base_num_query_heads"], k["base_num_kv_heads"],
+            k["head_dim"], k["base_mlp_dim"], k["base_num_decoder_layers"], k["vocab_size"],
+            k["max_target_length"]) == ("llama2", "256", "4", "2", "64", "512", "4", "1024", "256")
+    assert k["mlp_activations"] == "[silu,linear]"  # gated SwiGLU: the product of two projections
+    assert k["rope_max_timescale"] == "500000" and k["logits_via_embedding"] == "false"
+    assert (k["dtype"], k["weight_dtype"], k["scan_layers"]) == ("bfloat16", "float32", "true")
+    parallel = small(model=presets.get("maxtext-v5e-16b"))
+    k, _ = keys_of(parallel)
+    assert k["decoder_block"] == "default" and k["mlp_activations"] == "[relu]" and k["logits_via_embedding"] == "true"
+
+
+def test_every_axis_and_batch_per_chip():
+    # 16 chips: data 2 x fsdp 4 x tensor 2; per_device_batch counts the batch axes (data x fsdp = 8)
+    cfg = small(mesh=MeshConfig(ici=mesh_shape(data=2, fsdp=-1, tensor=2)), per_device_batch=3)
+    k, _ = keys_of(cfg, devices=16)
+    assert [k[f"ici_{a}_parallelism"] for a in ("data", "pipeline", "fsdp", "context", "tensor")] == \
+        ["2", "1", "4", "1", "2"]
+    assert all(k[f"dcn_{a}_parallelism"] == "1" for a in ("data", "pipeline", "fsdp", "context", "tensor"))
+    assert k["per_device_batch_size"] == "1.5"  # global 24 rows over 16 chips (tensor chips count in MaxText)
+    two = small(mesh=MeshConfig(ici=mesh_shape(fsdp=-1), dcn=mesh_shape(data=2)), per_device_batch=2)
+    k, _ = keys_of(two, devices=16, slices=2)
+    assert (k["ici_fsdp_parallelism"], k["dcn_data_parallelism"], k["num_slices"]) == ("8", "2", "2")
+    assert k["per_device_batch_size"] == "2"
+    ctx = small(mesh=MeshConfig(ici=mesh_shape(fsdp=2, context=2, tensor=2)))
+    assert keys_of(ctx)[0]["ici_context_parallelism"] == "2"
+
+
+def test_gradient_accumulation_is_per_microbatch():
+    k, _ = keys_of(small(global_batch=32, per_device_batch=None, grad_accum_steps=4))
+    assert k["gradient_accumulation_steps"] == "4" and k["per_device_batch_size"] == "1"  # 32 / (4 x 8)
+
+
+def test_pipeline():
+    cfg = small(mesh=MeshConfig(ici=mesh_shape(stage=2, fsdp=-1)), pipeline=PipelineConfig(microbatches=4))
+    k, _ = keys_of(cfg)
+    assert (k["ici_pipeline_parallelism"], k["num_pipeline_microbatches"], k["num_layers_per_pipeline_stage"]) == \
+        ("2", "4", "2")
+    circ = dataclasses.replace(cfg, pipeline=PipelineConfig(microbatches=4, repeats=2, schedule="circular"))
+    assert keys_of(circ)[0]["num_layers_per_pipeline_stage"] == "1"  # 4 layers = 2 stages x 2 repeats x 1
+
+
+@pytest.mark.parametrize("policy, saved", [
+    ("minimal", {"query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwo"}),
+    ("qkv_proj", {"query_proj", "key_proj", "value_proj", "out_proj"}),
+    (remat.custom(decoder_input="offload", mlp1="device"), {"mlpwi", "mlpwi_0", "mlpwi_1"}),
+])
+def test_remat_custom_names(policy, saved):
+    k, _ = keys_of(small(remat=policy))
+    assert k["remat_policy"] == "custom"
+    tensors = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi",
+               "mlpwi_0", "mlpwi_1", "mlpwo")
+    assert {t for t in tensors if k[t] == "device"} == saved
+    assert all(k[t] in ("device", "remat", "offload") for t in tensors)
+    if policy.startswith("custom"):
+        assert k["decoder_layer_input"] == "offload"
+
+
+def test_remat_full_and_approximations_are_visible():
+    assert keys_of(small(remat="full"))[0]["remat_policy"] == "full"
+    for name in ("none", "dots", "dots_no_batch"):
+        k, notes = keys_of(small(remat=name))
+        assert k["remat_policy"] == "custom"
+        assert any(n.startswith(f"approximated remat={name}") for n in notes), notes
+
+
+def test_attention_auto_by_platform_and_refusals():
+    assert keys_of(small())[0]["attention"] == "flash"
+    assert keys_of(small(), platform="cpu")[0]["attention"] == "dot_product"
+    learned = small(model=dataclasses.replace(small().model, position="learned"))
+    with pytest.raises(ExportRefused, match=r"model.position='learned'.*use position='rope'"):
+        maxtext.overrides(learned, "tpu", 8)
+    exact = small(model=dataclasses.replace(small().model, activation="gelu_exact"))
+    with pytest.raises(ExportRefused, match="gelu_exact"):
+        maxtext.overrides(exact, "tpu", 8)
+    with pytest.raises(ExportRefused, match="does not fill 6 devices"):
+        maxtext.overrides(small(mesh=MeshConfig(ici=mesh_shape(fsdp=4, tensor=2))), "tpu", 6)
+
+
+def test_memory_knobs_optimizer_and_dropped_layout():
+    opt = dataclasses.replace(small().optimizer, offload_state=True, zero1=True, peak_lr=1e-3, warmup_steps=20)
+    cfg = small(optimizer=opt, offload_params=True, steps=200,
+                model=dataclasses.replace(small().model, vocab_tiles=4))
+    k, notes = keys_of(cfg)
+    assert (k["optimizer_memory_host_offload"], k["parameter_memory_host_offload"], k["shard_optimizer_over_data"],
+            k["num_vocab_tiling"]) == ("true", "true", "true", "4")
+    assert (k["learning_rate"], k["warmup_steps_fraction"], k["learning_rate_schedule_steps"], k["steps"]) == \
+        ("0.001", "0.1", "200", "200")
+    assert any(n.startswith("dropped mesh.rules='default'") for n in notes)  # tensor 2, embed replicated by ours
+    assert any(n.startswith("dropped data.task=") for n in notes)
+    sp = small(mesh=MeshConfig(ici=mesh_shape(fsdp=-1, tensor=2), rules="sequence_parallel"))
+    assert not any("mesh.rules" in n for n in keys_of(sp)[1])
+
+
+def test_command_script(tmp_path):
+    cfg = small(flags="latency_hiding", remat="full")
+    text = maxtext.command(cfg, "tpu", 8, run_name="r1", compile_topology="v5e-8")
+    keys, notes = maxtext.overrides(cfg, "tpu", 8)
+    for k, v in keys:
+        assert f"{k}={v}" in text
+    assert notes.lines and all(f"# {n}" in text for n in notes.lines)
+    assert "export LIBTPU_INIT_ARGS='--xla_tpu_enable_latency_hiding_scheduler=true" in text
+    assert "xla_gpu" not in text  # GPU-only flags stay out of a TPU script
+    assert "compile_topology=v5e-8 compile_topology_num_slices=1" in text
+    path = tmp_path / "run.sh"
+    path.write_text(text)
+    # the script runs: a fake interpreter prints the argv MaxText would get
+    fake = tmp_path / "py"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "MAXTEXT_CONFIGS": "/cfg"}
+    out = subprocess.run(["sh", str(path), "compile"], env=env, capture_output=True, text=True, check=True).stdout
+    args = out.splitlines()
+    assert args[:4] == ["-m", maxtext.COMPILE_MODULE, "/cfg/base.yml", "run_name=r1"]
+    assert args[4:-2] == [f"{k}={v}" for k, v in keys]
+    assert args[-2:] == ["compile_topology=v5e-8", "compile_topology_num_slices=1"]
+    out = subprocess.run(["sh", str(path)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[1] == maxtext.TRAIN_MODULE and out.splitlines()[-1] == f"{keys[-1][0]}={keys[-1][1]}"
+
+
+def test_yaml_overrides_parse_as_the_same_values():
+    yaml = pytest.importorskip("yaml")
+    cfg = small(remat="minimal")
+    doc = yaml.safe_load(maxtext.yaml_overrides(cfg, "tpu", 8, run_name="r"))
+    keys, _ = maxtext.overrides(cfg, "tpu", 8)
+    assert doc["base_config"] == "base.yml" and doc["run_name"] == "r"
+    assert doc["mlp_activations"] == ["silu", "linear"]
+    for k, v in keys:
+        if k != "mlp_activations":
+            assert str(doc[k]).lower() == v.lower() or float(doc[k]) == float(v), (k, doc[k], v)
