@@ -72,7 +72,6 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
     m = cfg.model
     sizes = axis_sizes(cfg.mesh, num_devices)
     gb = global_batch_size(cfg, num_devices)
-    _check_unimplemented_axes(sizes)
     t = sizes["tensor"]
     if m.n_heads % t:
         raise ConfigError(
@@ -102,17 +101,6 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
                           f"divide it; use a tensor size dividing {m.d_model} or rules='default'")
     if cfg.steps < 1:
         raise ConfigError(f"steps must be >= 1, got {cfg.steps}")
-
-
-# Named axes whose parallelism the trainer does not implement yet: a size > 1 is refused.
-UNIMPLEMENTED_AXES = ("context",)
-
-
-def _check_unimplemented_axes(sizes: dict[str, int]) -> None:
-    for name in UNIMPLEMENTED_AXES:
-        if sizes[name] > 1:
-            raise ConfigError(f"mesh axis {name}={sizes[name]}: {name} parallelism is not implemented yet; "
-                              f"size {name} 1 in ici and dcn")
 
 
 def _check_family(m, tensor: int) -> None:

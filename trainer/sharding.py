@@ -26,7 +26,7 @@ Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 # Activations: batch over data+fsdp, heads and mlp hidden over tensor.
 LOGICAL_RULES: Rules = (
     ("batch", ("data", "fsdp")),
-    ("length", None),
+    ("length", "context"),  # context parallelism (trainer/context.py); a no-op at context 1
     ("act_embed", None),
     ("act_heads", "tensor"),
     ("act_kv_heads", "tensor"),
