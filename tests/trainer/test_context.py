@@ -17,7 +17,15 @@ from paxsearch.trainer import pipeline as pipeline_lib
 from paxsearch.trainer import plan as plan_lib
 from paxsearch.trainer import sharding, validate
 from paxsearch.trainer import step as step_lib
-from paxsearch.trainer.config import MeshConfig, ModelConfig, PipelineConfig, TrainConfig, from_dict, mesh_shape, to_dict
+from paxsearch.trainer.config import (
+    MeshConfig,
+    ModelConfig,
+    PipelineConfig,
+    TrainConfig,
+    from_dict,
+    mesh_shape,
+    to_dict,
+)
 from paxsearch.trainer.errors import ConfigError
 
 MODEL = ModelConfig(vocab_size=128, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64, seq_len=32,
