@@ -33,7 +33,10 @@ MODEL = ModelConfig(vocab_size=128, d_model=32, n_layers=2, n_heads=4, n_kv_head
 BATCH = 8
 
 
-def config(ici, dcn=mesh_shape(), pipeline=PipelineConfig(), **model) -> TrainConfig:
+NO_DCN, NO_PIPELINE = mesh_shape(), PipelineConfig()
+
+
+def config(ici, dcn=NO_DCN, pipeline=NO_PIPELINE, **model) -> TrainConfig:
     return TrainConfig(model=dataclasses.replace(MODEL, **model), mesh=MeshConfig(ici=ici, dcn=dcn),
                        per_device_batch=None, global_batch=BATCH, pipeline=pipeline)
 
@@ -57,7 +60,8 @@ def test_load_balanced_layout():
 
 @pytest.mark.parametrize("cfg,platform,message", [
     (config(mesh_shape(context=4, fsdp=2), seq_len=36), "cpu",
-     "seq_len=36 does not split into 2 x context=8 load-balanced chunks; use a seq_len that is a multiple of 8 (e.g. 40)"),
+     "seq_len=36 does not split into 2 x context=8 load-balanced chunks; use a seq_len that is a multiple of 8 "
+     "(e.g. 40)"),
     (config(mesh_shape(context=4, fsdp=2), attention="flash", attention_block=8), "cpu",
      "each of the 2 x 4 chunks of seq_len=32 holds 4 tokens, not a multiple of attention_block=8"),
     (config(mesh_shape(context=2, fsdp=4), attention="flash", seq_len=256), "tpu",
