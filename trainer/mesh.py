@@ -84,6 +84,10 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
     if m.d_model % sizes["fsdp"]:
         raise ConfigError(
             f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']}; use an fsdp size dividing {m.d_model}")
+    if m.d_model % (sizes["fsdp"] * sizes["context"]):  # weights' embed dim: over fsdp x context (sharding.py)
+        raise ConfigError(
+            f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']} x context={sizes['context']} (the "
+            f"weights' embed dim is sharded over both); use sizes whose product divides {m.d_model}")
     if gb % process_count:
         raise ConfigError(f"global batch {gb} does not divide over {process_count} processes")
     for name in ("d_model", "n_layers", "n_heads", "head_dim", "d_ff", "seq_len", "vocab_size"):

@@ -292,3 +292,20 @@ def test_context_parallel_splash_plans_on_a_tpu_topology():
     assert program.model.context_shards == 2 and program.model.attention_impl == "splash"
     hlo = program.compiled_step.as_text()
     assert hlo is None or "tpu_custom_call" in hlo  # the Pallas kernel, not a dot_product fallback
+
+
+def test_weights_shard_over_context_like_fsdp():
+    """Devices on the context axis share the weights' shards (their embed dim over fsdp x
+    context, as MaxText's rules do), instead of each holding a full copy."""
+    cfg = config(mesh_shape(context=2, fsdp=2, tensor=2), d_model=32)
+    mesh = mesh_lib.build_mesh(cfg.mesh, jax.devices())
+    model = plan_lib.make_model(cfg, "cpu", 1, 2)
+    rules = plan_lib.resolved_rules(cfg, mesh)
+    tokens = jnp.zeros((1, MODEL.seq_len), jnp.int32)
+    with plan_lib.mesh_context(mesh, rules):
+        boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), tokens, tokens, tokens + 1))["params"]
+        shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
+    assert shardings["layers"]["query"]["kernel"].spec[1] == ("fsdp", "context")  # [layers, embed, heads, kv]
+    assert shardings["embed"]["embedding"].spec == jax.sharding.PartitionSpec("tensor", ("fsdp", "context"))
+    with pytest.raises(ConfigError, match="d_model=36 does not divide over fsdp=2 x context=4"):
+        validate.check(config(mesh_shape(context=4, fsdp=2), d_model=36), 8, "cpu")
