@@ -1,7 +1,7 @@
 """Per-chip memory of one long-sequence step with and without context parallelism (issue 19,
 section 3), compiled for a TPU topology on this CPU machine (plan mode, needs libtpu).
 
-    python benchmarks/bench_context_plan.py [v5e-8 [SEQ_LEN]]
+    python benchmarks/bench_context_plan.py [v5e-8 [SEQ_LEN [NAME_SUBSTRING]]]
 
 A Llama-style model (d_model 1024, 4 layers, 8 heads of 128, SwiGLU 4096, vocabulary 32768),
 bf16 activations, fp32 parameters, splash attention, remat 'full', a global batch of 2
@@ -39,7 +39,10 @@ def main(argv: list[str]) -> int:
     print(f"{chip}, seq_len {model.seq_len}, global batch 2, remat full\n")
     print("| mesh | argument MiB | temp MiB | peak MiB | compile s |")
     print("|---|---|---|---|---|")
+    only = argv[2] if len(argv) > 2 else ""
     for name, ici in MESHES.items():
+        if only not in name:
+            continue
         cfg = TrainConfig(model=model, mesh=MeshConfig(ici=ici), per_device_batch=None, global_batch=2, remat="full")
         t0 = time.perf_counter()
         plan = build_program(cfg, devices, count_flops=False).plan
