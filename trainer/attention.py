@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
+from . import context as context_lib
 from .config import ModelConfig
 from .errors import ConfigError
 from .remat import CONTEXT
@@ -88,7 +89,11 @@ def implementation(m: ModelConfig, platform: str) -> str:
     return impl
 
 
-def attend(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, implementation: str, block: int = 128):
+def attend(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, implementation: str, block: int = 128, context: int = 1):
+    """`context` > 1: the sequence is in the load-balanced layout of trainer/context.py, split
+    over the mesh axis `context` (context_parallel)."""
+    if context > 1:
+        return context_parallel(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, implementation, block, context)
     if implementation == "dot_product":
         return dot_product(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS)
     if implementation == "blockwise":
@@ -107,12 +112,16 @@ def _group(q_BSHD, n_kv):
 
 # ----------------------------------------------------------------------------- dot product
 
-def dot_product(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS):
-    """softmax(QK^T / sqrt(D)) V with the full (B, K, G, S, S) scores; K/V heads grouped by einsum."""
-    s, d, n_kv = q_BSHD.shape[1], q_BSHD.shape[-1], k_BSKD.shape[2]
+def dot_product(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, segment_ids_k_BS=None, q_positions_S=None):
+    """softmax(QK^T / sqrt(D)) V with the full (B, K, G, Q, S) scores; K/V heads grouped by einsum.
+    Keys are in natural order; queries too unless `q_positions_S` gives each query's position
+    (then `segment_ids_BS` are the queries' and `segment_ids_k_BS` the keys')."""
+    d, n_kv = q_BSHD.shape[-1], k_BSKD.shape[2]
+    seg_k = segment_ids_BS if segment_ids_k_BS is None else segment_ids_k_BS
+    q_pos = jnp.arange(q_BSHD.shape[1]) if q_positions_S is None else q_positions_S
     q_BSKGD = _group(q_BSHD, n_kv)
-    q_idx, k_idx = jnp.arange(s)[:, None], jnp.arange(s)[None, :]
-    mask_BQK = (q_idx >= k_idx)[None] & (segment_ids_BS[:, :, None] == segment_ids_BS[:, None, :])
+    q_idx, k_idx = q_pos[:, None], jnp.arange(k_BSKD.shape[1])[None, :]
+    mask_BQK = (q_idx >= k_idx)[None] & (segment_ids_BS[:, :, None] == seg_k[:, None, :])
     logits = jnp.einsum("bqkgd,bskd->bkgqs", q_BSKGD, k_BSKD).astype(jnp.float32) * (d ** -0.5)
     logits = jnp.where(mask_BQK[:, None, None], logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(q_BSHD.dtype)
@@ -122,27 +131,36 @@ def dot_product(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS):
 
 # ----------------------------------------------------------------------------- blockwise (CPU flash)
 
-def blockwise(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, block: int):
-    b, s, h, d = q_BSHD.shape
-    n_kv = k_BSKD.shape[2]
-    if s % block:
-        raise ConfigError(f"blockwise attention: seq_len={s} is not a multiple of attention_block={block}")
-    n = s // block
-    # blocked layouts, block index first: q (n, B, K, G, bq, D), k/v (n, B, K, bk, D), seg (n, B, bq)
-    qb = _group(q_BSHD, n_kv).reshape(b, n, block, n_kv, h // n_kv, d).transpose(1, 0, 3, 4, 2, 5)
-    kb = k_BSKD.reshape(b, n, block, n_kv, d).transpose(1, 0, 3, 2, 4)
-    vb = v_BSKD.reshape(b, n, block, n_kv, d).transpose(1, 0, 3, 2, 4)
-    segb = segment_ids_BS.reshape(b, n, block).transpose(1, 0, 2)
-    ob = _flash(qb, kb, vb, segb, d ** -0.5)
-    return ob.transpose(1, 0, 4, 2, 3, 5).reshape(b, s, h, d)
+def blockwise(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, block: int, segment_ids_k_BS=None, q_positions_S=None):
+    """Keys in natural order; queries too unless `q_positions_S` gives each query's position
+    (each query block then a contiguous run of positions, e.g. a context shard's chunks; its
+    segment ids `segment_ids_BS`, the keys' `segment_ids_k_BS`)."""
+    b, sq, h, d = q_BSHD.shape
+    sk, n_kv = k_BSKD.shape[1], k_BSKD.shape[2]
+    if sq % block or sk % block:
+        raise ConfigError(f"blockwise attention: seq_len={sk} is not a multiple of attention_block={block}")
+    nq, nk = sq // block, sk // block
+    seg_k = segment_ids_BS if segment_ids_k_BS is None else segment_ids_k_BS
+    # blocked layouts, block index first: q (nq, B, K, G, bq, D), k/v (nk, B, K, bk, D), seg (n, B, b)
+    qb = _group(q_BSHD, n_kv).reshape(b, nq, block, n_kv, h // n_kv, d).transpose(1, 0, 3, 4, 2, 5)
+    kb = k_BSKD.reshape(b, nk, block, n_kv, d).transpose(1, 0, 3, 2, 4)
+    vb = v_BSKD.reshape(b, nk, block, n_kv, d).transpose(1, 0, 3, 2, 4)
+    segq = segment_ids_BS.reshape(b, nq, block).transpose(1, 0, 2)
+    segk = seg_k.reshape(b, nk, block).transpose(1, 0, 2)
+    if q_positions_S is None:
+        q_start = jnp.arange(nq, dtype=jnp.int32) * block
+    else:
+        q_start = jnp.asarray(q_positions_S, jnp.int32).reshape(nq, block)[:, 0]
+    ob = _flash(qb, kb, vb, segq, segk, q_start, d ** -0.5)
+    return ob.transpose(1, 0, 4, 2, 3, 5).reshape(b, sq, h, d)
 
 
-def _mask(i, j, segb, block):
-    """(B, 1, 1, bq, bk) mask of query block i against key block j."""
-    q_pos = i * block + jnp.arange(block)
+def _mask(i, j, segq, segk, q_start, block):
+    """(B, 1, 1, bq, bk) mask of query block i (positions q_start[i] ...) against key block j."""
+    q_pos = q_start[i] + jnp.arange(block)
     k_pos = j * block + jnp.arange(block)
     causal = q_pos[:, None] >= k_pos[None, :]
-    same = segb[i][:, :, None] == segb[j][:, None, :]
+    same = segq[i][:, :, None] == segk[j][:, None, :]
     return (causal[None] & same)[:, None, None]
 
 
@@ -150,15 +168,15 @@ def _scores(qi, kj, scale):
     return jnp.einsum("bkgqd,bksd->bkgqs", qi, kj, preferred_element_type=jnp.float32) * scale
 
 
-def _flash_forward(qb, kb, vb, segb, scale):
-    n, block = qb.shape[0], qb.shape[-2]
+def _flash_forward(qb, kb, vb, segq, segk, q_start, scale):
+    block = qb.shape[-2]
 
     def one_query_block(i):
         qi = qb[i]
 
         def body(j, carry):
             m, l, acc = carry
-            msk = _mask(i, j, segb, block)
+            msk = _mask(i, j, segq, segk, q_start, block)
             sc = jnp.where(msk, _scores(qi, kb[j], scale), _NEG)
             m_new = jnp.maximum(m, sc.max(-1))
             p = jnp.where(msk, jnp.exp(sc - m_new[..., None]), 0.0)
@@ -171,36 +189,39 @@ def _flash_forward(qb, kb, vb, segb, scale):
         stats = qi.shape[:-1]
         init = (jnp.full(stats, _NEG, jnp.float32), jnp.zeros(stats, jnp.float32),
                 jnp.zeros(qi.shape, jnp.float32))
-        m, l, acc = jax.lax.fori_loop(0, i + 1, body, init)  # key blocks after i are all masked
+        # key blocks after the query block's own are all masked
+        m, l, acc = jax.lax.fori_loop(0, q_start[i] // block + 1, body, init)
         return (acc / l[..., None]).astype(qb.dtype), m + jnp.log(l)
 
-    return jax.lax.map(one_query_block, jnp.arange(n))
+    return jax.lax.map(one_query_block, jnp.arange(qb.shape[0]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _flash(qb, kb, vb, segb, scale):
-    return _flash_forward(qb, kb, vb, segb, scale)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _flash(qb, kb, vb, segq, segk, q_start, scale):
+    return _flash_forward(qb, kb, vb, segq, segk, q_start, scale)[0]
 
 
-def _flash_fwd(qb, kb, vb, segb, scale):
-    ob, lse = _flash_forward(qb, kb, vb, segb, scale)
+def _flash_fwd(qb, kb, vb, segq, segk, q_start, scale):
+    ob, lse = _flash_forward(qb, kb, vb, segq, segk, q_start, scale)
     # named like the attention output, so remat policies that keep the context keep these too
     ob, lse = checkpoint_name(ob, CONTEXT), checkpoint_name(lse, CONTEXT)
-    return ob, (qb, kb, vb, segb, ob, lse)
+    return ob, (qb, kb, vb, segq, segk, q_start, ob, lse)
 
 
 def _flash_bwd(scale, res, dob):
-    qb, kb, vb, segb, ob, lse = res
-    n, block = qb.shape[0], qb.shape[-2]
-    delta = jnp.sum(dob.astype(jnp.float32) * ob.astype(jnp.float32), axis=-1)  # (n, B, K, G, bq)
+    qb, kb, vb, segq, segk, q_start, ob, lse = res
+    nq, block = qb.shape[0], qb.shape[-2]
+    delta = jnp.sum(dob.astype(jnp.float32) * ob.astype(jnp.float32), axis=-1)  # (nq, B, K, G, bq)
+    by_start = jnp.argsort(q_start)  # query blocks in position order (a context shard's are already)
 
     def one_key_block(dq, j):
         kj, vj = kb[j], vb[j]
 
-        def body(i, carry):
+        def body(n, carry):
             dk, dv, dq = carry
+            i = by_start[n]
             qi, doi = qb[i], dob[i]
-            msk = _mask(i, j, segb, block)
+            msk = _mask(i, j, segq, segk, q_start, block)
             p = jnp.where(msk, jnp.exp(_scores(qi, kj, scale) - lse[i][..., None]), 0.0)
             dv = dv + jnp.einsum("bkgqs,bkgqd->bksd", p.astype(doi.dtype), doi, preferred_element_type=jnp.float32)
             dp = jnp.einsum("bkgqd,bksd->bkgqs", doi, vj, preferred_element_type=jnp.float32)
@@ -210,11 +231,12 @@ def _flash_bwd(scale, res, dob):
             return dk, dv, dq
 
         zeros = jnp.zeros(kj.shape, jnp.float32)
-        dk, dv, dq = jax.lax.fori_loop(j, n, body, (zeros, zeros, dq))  # query blocks before j are masked
+        first = jnp.sum(q_start < j * block)  # query blocks that start before key block j see none of it
+        dk, dv, dq = jax.lax.fori_loop(first, nq, body, (zeros, zeros, dq))
         return dq, (dk.astype(kb.dtype), dv.astype(vb.dtype))
 
-    dq, (dkb, dvb) = jax.lax.scan(one_key_block, jnp.zeros(qb.shape, jnp.float32), jnp.arange(n))
-    return dq.astype(qb.dtype), dkb, dvb, None
+    dq, (dkb, dvb) = jax.lax.scan(one_key_block, jnp.zeros(qb.shape, jnp.float32), jnp.arange(kb.shape[0]))
+    return dq.astype(qb.dtype), dkb, dvb, None, None, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -226,23 +248,39 @@ def splash_block(seq_len: int) -> int:
     return next(b for b in (SPLASH_BLOCK, 256, 128) if seq_len % b == 0)
 
 
-def _splash_local(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, interpret: bool = False):
-    """Splash attention on one shard's arrays (all heads and the full sequence local)."""
+def _splash_kernel(s: int, h: int, context: int = 1, interpret: bool = False):
+    """The splash kernel for `h` heads of causal attention over `s` tokens; with `context` > 1
+    the queries come in the load-balanced layout of trainer/context.py (the mask reads each
+    query's position from its q_sequence) and split into `context` shards."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
-    _, s, h, d = q_BSHD.shape
-    blk = splash_block(s)
+    blk = splash_block(s // (2 * context) if context > 1 else s)
     sizes = sa.BlockSizes(block_q=blk, block_kv=blk, block_kv_compute=blk, block_q_dkv=blk,
                           block_kv_dkv=blk, block_kv_dkv_compute=blk, block_q_dq=blk, block_kv_dq=blk)
-    mask = sa.MultiHeadMask([sa.CausalMask((s, s)) for _ in range(h)])
-    kernel = sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret,
-                                residual_checkpoint_name=CONTEXT)
+    causal = sa.CausalMask((s, s), shard_count=context)
+    if context > 1:
+        causal.q_sequence = context_lib.order(s, context).astype(np.int32)
+    return sa.make_splash_mha(sa.MultiHeadMask([causal] * h), block_sizes=sizes, head_shards=1,
+                              q_seq_shards=context, interpret=interpret, residual_checkpoint_name=CONTEXT)
+
+
+def _splash_call(kernel, q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, segment_ids_k_BS):
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    d = q_BSHD.shape[-1]
     q_BHSD = (q_BSHD * jnp.asarray(d ** -0.5, q_BSHD.dtype)).transpose(0, 2, 1, 3)
     k_BKSD, v_BKSD = k_BSKD.transpose(0, 2, 1, 3), v_BSKD.transpose(0, 2, 1, 3)
-    seg = segment_ids_BS.astype(jnp.int32)
-    out = jax.vmap(lambda q, k, v, sg: kernel(q, k, v, segment_ids=sa.SegmentIds(sg, sg)))(
-        q_BHSD, k_BKSD, v_BKSD, seg)
+    seg_q, seg_k = segment_ids_BS.astype(jnp.int32), segment_ids_k_BS.astype(jnp.int32)
+    out = jax.vmap(lambda q, k, v, sq, sk: kernel(q, k, v, segment_ids=sa.SegmentIds(sq, sk)))(
+        q_BHSD, k_BKSD, v_BKSD, seg_q, seg_k)
     return out.transpose(0, 2, 1, 3)
+
+
+def _splash_local(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, interpret: bool = False):
+    """Splash attention on one shard's arrays (all heads and the full sequence local)."""
+    _, s, h, _ = q_BSHD.shape
+    return _splash_call(_splash_kernel(s, h, interpret=interpret), q_BSHD, k_BSKD, v_BSKD, segment_ids_BS,
+                        segment_ids_BS)
 
 
 def _dividing(spec, shape, mesh):
@@ -250,36 +288,94 @@ def _dividing(spec, shape, mesh):
     batch of 1 row that initialization traces)."""
     out = []
     for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)), strict=False):
-        names = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
-        size = 1
-        for name in names:
-            size *= mesh.shape[name]
-        out.append(axes if dim % size == 0 else None)
+        out.append(axes if dim % _axes_size(axes, mesh) == 0 else None)
     return jax.sharding.PartitionSpec(*out)
 
 
+def _axes_size(axes, mesh) -> int:
+    names = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
+    size = 1
+    for name in names:
+        size *= mesh.shape[name]
+    return size
+
+
+def _head_specs(q_BSHD, k_BSKD, v_BSKD, mesh, q_length, kv_length):
+    """(k, v, q_spec, kv_spec) for a shard_map over the batch and head axes of the current rules,
+    the queries' length dim by the logical name `q_length`, the keys' by `kv_length` (None:
+    whole). K/V heads replicated over the axis that splits the query heads are repeated, so
+    each shard holds the K/V heads of its query heads."""
+    q_spec = _dividing(nn.logical_to_mesh_axes(("batch", q_length, "act_heads", "act_kv")), q_BSHD.shape, mesh)
+    kv_spec = _dividing(nn.logical_to_mesh_axes(("batch", kv_length, "act_kv_heads", "act_kv")), k_BSKD.shape, mesh)
+    if kv_spec[0] != q_spec[0]:
+        kv_spec = jax.sharding.PartitionSpec(q_spec[0], *kv_spec[1:])
+    if q_spec[2] is not None and kv_spec[2] is None:
+        g = q_BSHD.shape[2] // k_BSKD.shape[2]
+        k_BSKD, v_BSKD = (jnp.repeat(t, g, axis=2) for t in (k_BSKD, v_BSKD))
+        kv_spec = jax.sharding.PartitionSpec(q_spec[0], kv_spec[1], *q_spec[2:])
+    return k_BSKD, v_BSKD, q_spec, kv_spec
+
+
 def splash(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, interpret: bool = False):
-    """The splash kernel under shard_map over the batch and head mesh axes of the current rules."""
+    """The splash kernel under shard_map over the batch and head mesh axes of the current rules
+    (the whole sequence on every shard; context_parallel splits it)."""
     mesh = jax.sharding.get_abstract_mesh()
     local = functools.partial(_splash_local, interpret=interpret)
     if mesh.empty:
         return local(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS)
-    q_spec = _dividing(nn.logical_to_mesh_axes(("batch", "length", "act_heads", "act_kv")), q_BSHD.shape, mesh)
-    kv_spec = _dividing(nn.logical_to_mesh_axes(("batch", "length", "act_kv_heads", "act_kv")), k_BSKD.shape, mesh)
-    if kv_spec[0] != q_spec[0]:
-        kv_spec = jax.sharding.PartitionSpec(q_spec[0], *kv_spec[1:])
-    if q_spec[1] is not None:
-        raise ConfigError("splash attention needs the sequence unsharded; use rules without a length axis")
-    if q_spec[2] is not None and kv_spec[2] is None:
-        # K/V heads replicated over the axis that splits the query heads: give every query
-        # head its own copy so each shard holds the K/V heads of its query heads
-        g = q_BSHD.shape[2] // k_BSKD.shape[2]
-        k_BSKD, v_BSKD = (jnp.repeat(t, g, axis=2) for t in (k_BSKD, v_BSKD))
-        kv_spec = q_spec
+    k_BSKD, v_BSKD, q_spec, kv_spec = _head_specs(q_BSHD, k_BSKD, v_BSKD, mesh, None, None)
     seg_spec = jax.sharding.PartitionSpec(q_spec[0], None)
     fn = jax.shard_map(local, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, seg_spec), out_specs=q_spec,
                        check_vma=False)
     return fn(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS)
+
+
+# ----------------------------------------------------------------------------- context parallelism
+
+def context_parallel(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, implementation: str, block: int, context: int,
+                     interpret: bool = False):
+    """Attention over a sequence in the load-balanced layout (trainer/context.py) whose length
+    dim is split over the mesh axis `context`: each shard keeps its queries (chunks i and
+    2C-1-i); keys, values and their segment ids are all-gathered over `context` and put back
+    in natural order; causality is masked by each query's original position. dot_product
+    under GSPMD (the einsum split on the query dim), blockwise and splash under shard_map."""
+    if implementation == "cudnn":
+        raise ConfigError(f"context={context} is not implemented for cuDNN attention; use attention='dot_product' "
+                          "or context 1 on GPU")
+    s, h = q_BSHD.shape[1], q_BSHD.shape[2]
+    q_pos = context_lib.order(s, context).astype(np.int32)
+    whole = ("batch", None, "act_kv_heads", "act_kv")
+
+    def gathered(t, names):  # all-gather over context, then natural order (a local permutation)
+        return nn.with_logical_constraint(context_lib.restore(nn.with_logical_constraint(t, names), context), names)
+
+    k_BSKD, v_BSKD = gathered(k_BSKD, whole), gathered(v_BSKD, whole)
+    seg_k = gathered(segment_ids_BS, ("batch", None))
+    if implementation == "dot_product":
+        q_pos_S = nn.with_logical_constraint(jnp.asarray(q_pos), ("length",))
+        return dot_product(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, seg_k, q_pos_S)
+    if implementation not in ("blockwise", "splash"):
+        raise ConfigError(f"unknown attention implementation {implementation!r}; one of {', '.join(IMPLEMENTATIONS)}")
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:  # one device holds every shard's queries: the same function on the whole layout
+        if implementation == "splash":
+            kernel = _splash_kernel(s, h, context, interpret)
+            return _splash_call(kernel, q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, seg_k)
+        return blockwise(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, block, seg_k, jnp.asarray(q_pos))
+    k_BSKD, v_BSKD, q_spec, kv_spec = _head_specs(q_BSHD, k_BSKD, v_BSKD, mesh, "length", None)
+    P = jax.sharding.PartitionSpec
+    specs = (q_spec, kv_spec, kv_spec, P(q_spec[0], q_spec[1]), P(q_spec[0], None), P(q_spec[1]))
+    args = (q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, seg_k, jnp.asarray(q_pos))
+    if implementation == "blockwise":
+        fn = jax.shard_map(lambda q, k, v, sq, sk, qp: blockwise(q, k, v, sq, block, sk, qp), mesh=mesh,
+                           in_specs=specs, out_specs=q_spec, check_vma=False)
+        return fn(*args)
+    # splash: the kernel's mask data split over the query shards, passed as a shard_map argument
+    kernel = _splash_kernel(s, h // _axes_size(q_spec[2], mesh), context, interpret)
+    kernel_spec = kernel.manual_sharding_spec(jax.sharding.NamedSharding(mesh, P(None, q_spec[1])))
+    splash_fn = jax.shard_map(lambda kern, q, k, v, sq, sk, _: _splash_call(kern, q, k, v, sq, sk), mesh=mesh,
+                              in_specs=(kernel_spec,) + specs, out_specs=q_spec, check_vma=False)
+    return splash_fn(kernel, *args)
 
 
 # ----------------------------------------------------------------------------- GPU cuDNN

@@ -72,7 +72,6 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
     m = cfg.model
     sizes = axis_sizes(cfg.mesh, num_devices)
     gb = global_batch_size(cfg, num_devices)
-    _check_unimplemented_axes(sizes)
     t = sizes["tensor"]
     if m.n_heads % t:
         raise ConfigError(
@@ -85,6 +84,10 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
     if m.d_model % sizes["fsdp"]:
         raise ConfigError(
             f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']}; use an fsdp size dividing {m.d_model}")
+    if m.d_model % (sizes["fsdp"] * sizes["context"]):  # weights' embed dim: over fsdp x context (sharding.py)
+        raise ConfigError(
+            f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']} x context={sizes['context']} (the "
+            f"weights' embed dim is sharded over both); use sizes whose product divides {m.d_model}")
     if gb % process_count:
         raise ConfigError(f"global batch {gb} does not divide over {process_count} processes")
     for name in ("d_model", "n_layers", "n_heads", "head_dim", "d_ff", "seq_len", "vocab_size"):
@@ -102,17 +105,6 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
                           f"divide it; use a tensor size dividing {m.d_model} or rules='default'")
     if cfg.steps < 1:
         raise ConfigError(f"steps must be >= 1, got {cfg.steps}")
-
-
-# Named axes whose parallelism the trainer does not implement yet: a size > 1 is refused.
-UNIMPLEMENTED_AXES = ("context",)
-
-
-def _check_unimplemented_axes(sizes: dict[str, int]) -> None:
-    for name in UNIMPLEMENTED_AXES:
-        if sizes[name] > 1:
-            raise ConfigError(f"mesh axis {name}={sizes[name]}: {name} parallelism is not implemented yet; "
-                              f"size {name} 1 in ici and dcn")
 
 
 def _check_family(m, tensor: int) -> None:

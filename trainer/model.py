@@ -105,6 +105,7 @@ class Block(nn.Module):
     cfg: ModelConfig
     attention_impl: str = "dot_product"  # a concrete attention.IMPLEMENTATIONS name
     mlp_grad_barrier: bool = False  # grads_behind_barrier on the MLP activation (XLA:CPU speed)
+    context: int = 1  # context parallelism: the sequence in trainer/context.py's layout over this many shards
 
     @nn.compact
     def __call__(self, x_BSE, segment_ids_BS, positions_BS):
@@ -130,7 +131,7 @@ class Block(nn.Module):
         k_BSKD, v_BSKD = (nn.with_logical_constraint(t, kv_act) for t in (k_BSKD, v_BSKD))
 
         attn_BSHD = attention_lib.attend(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, self.attention_impl,
-                                         c.attention_block)
+                                         c.attention_block, self.context)
         attn_BSHD = checkpoint_name(nn.with_logical_constraint(attn_BSHD, q_act), remat_lib.CONTEXT)
         out_BSE = checkpoint_name(Proj((c.n_heads, c.head_dim), (c.d_model,), ("heads", "kv", "embed"), c,
                                        name="out")(attn_BSHD), remat_lib.OUT)
@@ -170,11 +171,12 @@ class PipelinedLayers(nn.Module):
     remat: str = "none"
     attention_impl: str = "dot_product"
     mlp_grad_barrier: bool = False
+    context: int = 1
 
     @nn.compact
     def __call__(self, x_BSE, segment_ids_BS, positions_BS):
         c = self.cfg
-        block = Block(c, self.attention_impl, self.mlp_grad_barrier, parent=None)  # a template, not a child
+        block = Block(c, self.attention_impl, self.mlp_grad_barrier, self.context, parent=None)  # a template
         columns = c.n_layers // self.stages
         is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
 
@@ -219,6 +221,10 @@ class TransformerLM(nn.Module):
     pipeline_stages: int = 1
     pipeline_microbatches: int = 1
     pipeline_repeats: int = 1
+    # context parallelism (trainer/context.py): > 1 when the mesh's context axis splits the sequence;
+    # the model then takes and returns sequences in the load-balanced layout (step.make_loss_sums
+    # puts the batch into it); plan.make_model sets it from the mesh
+    context_shards: int = 1
 
     @nn.compact
     def __call__(self, tokens_BS, positions_BS, segment_ids_BS, return_hidden: bool = False):
@@ -245,17 +251,18 @@ class TransformerLM(nn.Module):
             block = nn.remat(Block, policy=pol, prevent_cse=not c.scan_layers)
         if self.pipeline_stages > 1:
             x_BSE = PipelinedLayers(c, self.pipeline_stages, self.pipeline_microbatches, self.pipeline_repeats,
-                                    self.remat, impl, self.mlp_grad_barrier, name="pipeline")(
+                                    self.remat, impl, self.mlp_grad_barrier, self.context_shards, name="pipeline")(
                 x_BSE, segment_ids_BS, positions_BS)
         elif c.scan_layers:
             scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                               in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
                               metadata_params={nn.PARTITION_NAME: "layers"})
-            stack = scanned(c, impl, self.mlp_grad_barrier, name="layers")
+            stack = scanned(c, impl, self.mlp_grad_barrier, self.context_shards, name="layers")
             x_BSE, _ = stack(x_BSE, segment_ids_BS, positions_BS)
         else:
             for i in range(c.n_layers):
-                x_BSE, _ = block(c, impl, self.mlp_grad_barrier, name=f"layer_{i}")(x_BSE, segment_ids_BS, positions_BS)
+                layer = block(c, impl, self.mlp_grad_barrier, self.context_shards, name=f"layer_{i}")
+                x_BSE, _ = layer(x_BSE, segment_ids_BS, positions_BS)
 
         x_BSE = RMSNorm(c, name="final_norm")(x_BSE)
         if return_hidden:

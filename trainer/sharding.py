@@ -22,18 +22,18 @@ from .errors import ConfigError
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
-# Parameters: sharded over fsdp on their embed dim, over tensor on heads / mlp / vocab.
+# Parameters: sharded over fsdp (and context, which otherwise would replicate them) on their embed dim, over tensor on heads / mlp / vocab.
 # Activations: batch over data+fsdp, heads and mlp hidden over tensor.
 LOGICAL_RULES: Rules = (
     ("batch", ("data", "fsdp")),
-    ("length", None),
+    ("length", "context"),  # context parallelism (trainer/context.py); a no-op at context 1
     ("act_embed", None),
     ("act_heads", "tensor"),
     ("act_kv_heads", "tensor"),
     ("act_mlp", "tensor"),
     ("act_vocab", "tensor"),
     ("act_kv", None),
-    ("embed", "fsdp"),
+    ("embed", ("fsdp", "context")),  # context devices share the weights' shards too, as MaxText's rules do
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("kv", None),

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from . import accumulate
+from . import accumulate, sharding
+from . import context as context_lib
 from . import vocab_tiling as tiling
 from .config import OptimizerConfig, TrainConfig
 from .model import DTYPES, TransformerLM
@@ -50,6 +51,9 @@ def make_loss_sums(model: TransformerLM, unroll: bool = False):
     m = model.cfg
 
     def loss_sums(params, batch):
+        if model.context_shards > 1:  # the load-balanced layout of context parallelism; the loss is a token sum
+            batch = {k: sharding.constrain(v, ("batch", "length"))
+                     for k, v in context_lib.reorder_batch(batch, model.context_shards).items()}
         args = (batch["inputs"], batch["positions"], batch["segment_ids"])
         if m.vocab_tiles > 1:
             hidden = model.apply({"params": params}, *args, return_hidden=True)

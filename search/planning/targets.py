@@ -295,9 +295,9 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     if hbm is None:
         return None
     sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
-    # weights: embed over fsdp, heads/mlp/vocab over tensor, the layers over pipeline stages (so a
-    # lower bound: embeddings are not split over stage)
-    shards = sizes["fsdp"] * sizes["tensor"] * sizes["stage"]
+    # weights: embed over fsdp x context, heads/mlp/vocab over tensor, the layers over pipeline
+    # stages (so a lower bound: embeddings are not split over stage)
+    shards = sizes["fsdp"] * sizes["context"] * sizes["tensor"] * sizes["stage"]
     params = flops_lib.param_count(cfg.model)
     # params + gradients (same dtype) + two AdamW moments: all live at the update, since
     # global-norm clipping needs every gradient before any parameter changes. ZeRO-1 shards
@@ -315,7 +315,7 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
                f"AdamW moments (ZeRO-1: over {moment_shards} shards)" if opt.zero1 else "AdamW moments")
     return topo.PredictedOOM(
         f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and {moments} "
-        f"need {need / topo.GiB:.2f} GiB per device over fsdp x tensor x stage = {shards} shards, above "
+        f"need {need / topo.GiB:.2f} GiB per device over fsdp x context x tensor x stage = {shards} shards, above "
         f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
 
 

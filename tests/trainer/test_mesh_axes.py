@@ -1,5 +1,7 @@
 """Mesh axes by name: (data, stage, fsdp, context, tensor); a 3-entry shape still means
 (data, fsdp, tensor); every axis sized in ICI and DCN; static checks name the axis."""
+import dataclasses
+
 import jax
 import pytest
 
@@ -52,14 +54,22 @@ def test_old_config_dict_reads_unchanged():
     # a stage axis pipelines the layers (trainer/pipeline.py), which needs microbatches
     ((1, 2, 4, 1, 1), (1, 1, 1, 1, 1), "pipeline.microbatches=1 is not a multiple of stage=2"),
     ((1, 1, 4, 1, 1), (1, 2, 1, 1, 1), "pipeline.microbatches=1 is not a multiple of stage=2"),  # over DCN too
-    ((1, 1, 4, 2, 1), (1, 1, 1, 1, 1), "context parallelism is not implemented yet; size context 1"),
-    ((1, 1, 4, 1, 1), (1, 1, 1, 2, 1), "mesh axis context=2"),  # context over DCN counts too
+    # a context axis splits the sequence (trainer/context.py) into 2 x context chunks
+    ((1, 1, 1, 8, 1), (1, 1, 1, 1, 1), "seq_len=72 does not split into 2 x context=16"),
+    ((1, 1, 1, 4, 1), (1, 1, 1, 2, 1), "seq_len=72 does not split into 2 x context=16"),  # over DCN too
     ((1, 1, 3, 1, 1), (1, 1, 1, 1, 1), "has 3 devices but 8 are available"),
 ])
 def test_bad_meshes_one_line(ici, dcn, message):
+    model = dataclasses.replace(tiny().model, seq_len=72)  # 72 tokens: not 16 chunks
     with pytest.raises(ConfigError, match=message) as e:
-        validate.check(tiny(ici=ici, dcn=dcn), 8, "cpu")
+        validate.check(tiny(ici=ici, dcn=dcn, model=model), 8, "cpu")
     assert "\n" not in str(e.value)
+
+
+def test_context_axis_accepted_in_ici_and_dcn():
+    for ici, dcn in (((1, 1, 4, 2, 1), (1, 1, 1, 1, 1)), ((1, 1, 4, 1, 1), (1, 1, 1, 2, 1))):
+        validate.check(tiny(ici=ici, dcn=dcn), 8, "cpu")
+        assert mesh_lib.axis_sizes(MeshConfig(ici=ici, dcn=dcn), 8)["context"] == 2
 
 
 def test_mesh_built_over_five_named_axes():

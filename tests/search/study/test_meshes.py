@@ -56,3 +56,12 @@ def test_pipeline_space_searches_stage_microbatches_and_schedule(cli, tmp_path):
     assert "mesh: one of 1x1x8, 1x2x4" in out and "4x2x1" in out
     assert "microbatches: one of 4, 8" in out and "schedule: one of gpipe, circular" in out
     assert "23 point(s): 23 pass the static checks, 0 invalid" in out
+
+
+def test_context_space_searches_context_sizes(cli, tmp_path):
+    """spaces/context_sweep.py: the context size is part of the mesh decision; the one point
+    whose chunks do not hold whole attention blocks is refused by the static checks."""
+    out = cli("run", "spaces/context_sweep.py", "--dry-run", "--run-dir", tmp_path / "run").stdout
+    assert "mesh: one of 1x1x8, 1x2x4" in out and "8x1x1" in out and "attention: one of dot_product, flash" in out
+    assert "18 point(s): 17 pass the static checks, 1 invalid" in out
+    assert "invalid  mesh=8x1x1 attention=flash  (blockwise attention with context=8" in out
