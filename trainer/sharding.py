@@ -22,7 +22,8 @@ from .errors import ConfigError
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
-# Parameters: sharded over fsdp (and context, which otherwise would replicate them) on their embed dim, over tensor on heads / mlp / vocab.
+# Parameters: sharded over fsdp (and context, which otherwise would replicate them) on their embed
+# dim, over tensor on heads / mlp / vocab.
 # Activations: batch over data+fsdp, heads and mlp hidden over tensor.
 LOGICAL_RULES: Rules = (
     ("batch", ("data", "fsdp")),
