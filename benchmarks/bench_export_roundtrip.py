@@ -90,9 +90,8 @@ def worker(out_path: str, argv: list[str]) -> None:
     from maxtext.trainers.pre_train import train_compile as tc
 
     from paxsearch.trainer import roofline as R
-    from paxsearch.trainer.plan import optimized_hlo
+    from paxsearch.trainer.plan import memory_estimate, optimized_hlo
     from paxsearch.trainer.predict import hardware_for
-    from paxsearch.trainer.results import MemoryEstimate
 
     assert module == tc.__name__, f"the script runs {module}, expected {tc.__name__}"
     captured: dict = {}
@@ -117,10 +116,7 @@ def worker(out_path: str, argv: list[str]) -> None:
     res["compile_s"] = time.perf_counter() - t0
     compiled = captured.get("compiled")
     if compiled is not None and "error" not in res:
-        ma = compiled.memory_analysis()
-        est = MemoryEstimate(argument_bytes=int(ma.argument_size_in_bytes), output_bytes=int(ma.output_size_in_bytes),
-                             temp_bytes=int(ma.temp_size_in_bytes), alias_bytes=int(ma.alias_size_in_bytes),
-                             generated_code_bytes=int(getattr(ma, "generated_code_size_in_bytes", 0) or 0))
+        est = memory_estimate(compiled)  # the planner's own reading (trainer/plan.py)
         res.update(peak_bytes=est.peak_bytes, temp_bytes=est.temp_bytes, argument_bytes=est.argument_bytes)
         text, source, why = optimized_hlo(compiled, captured["lowered"])
         res["hlo_source"], res["hlo_error"] = source, why

@@ -84,9 +84,8 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
 
     from paxsearch.trainer import flops as flops_lib
     from paxsearch.trainer import roofline as R
-    from paxsearch.trainer.plan import optimized_hlo
+    from paxsearch.trainer.plan import memory_estimate, optimized_hlo
     from paxsearch.trainer.predict import hardware_for
-    from paxsearch.trainer.results import MemoryEstimate
 
     captured: dict = {}
     get_mesh = tc.get_topology_mesh
@@ -117,10 +116,7 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
     res["compile_s"] = time.perf_counter() - t0
     compiled = captured.get("compiled")
     if compiled is not None and "error" not in res:
-        ma = compiled.memory_analysis()
-        est = MemoryEstimate(argument_bytes=int(ma.argument_size_in_bytes), output_bytes=int(ma.output_size_in_bytes),
-                             temp_bytes=int(ma.temp_size_in_bytes), alias_bytes=int(ma.alias_size_in_bytes),
-                             generated_code_bytes=int(getattr(ma, "generated_code_size_in_bytes", 0) or 0))
+        est = memory_estimate(compiled)  # the planner's own reading (trainer/plan.py)
         mem = dict(argument=est.argument_bytes, output=est.output_bytes, temp=est.temp_bytes, alias=est.alias_bytes,
                    code=est.generated_code_bytes)
         peak = est.peak_bytes  # the planner's own rule (donated inputs alias outputs: counted once)

@@ -119,7 +119,7 @@ def _cost(compiled) -> tuple[float, float]:
     return float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0))
 
 
-def _memory(compiled) -> MemoryEstimate:
+def memory_estimate(compiled) -> MemoryEstimate:
     ma = compiled.memory_analysis()
     return MemoryEstimate(
         argument_bytes=int(ma.argument_size_in_bytes), output_bytes=int(ma.output_size_in_bytes),
@@ -177,7 +177,7 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         xla_flops, xla_bytes = _pipeline_corrected_cost(cfg, mesh, global_batch, rules, platform, stages)
     elif count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
         xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
-    memory = _memory(compiled)
+    memory = memory_estimate(compiled)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
     hlo_text, hlo_source, hlo_error = optimized_hlo(compiled, lowered) if keep_hlo else (None, None, None)
     del lowered
