@@ -1,7 +1,8 @@
 """The MaxText round trip (benchmarks/bench_export_roundtrip.py) with MaxText 0.2.5 itself: an
 exported trial compiles with MaxText's train_compile for the same TPU topology, with the same
 FLOPs within 1% and memory within 5%. Needs /work/mt312 (a Python 3.12 venv holding MaxText
-0.2.5 and paxsearch, set up as the bench's docstring says); the CI machine has none."""
+0.2.5 and this checkout's paxsearch, set up as the bench's docstring says; PAXSEARCH_MAXTEXT_VENV names another);
+without it they are skipped with the reason."""
 from __future__ import annotations
 
 import glob
@@ -15,11 +16,27 @@ from paxsearch.search.export import maxtext
 from paxsearch.trainer import presets
 from paxsearch.trainer.config import MeshConfig, OptimizerConfig, PipelineConfig, TrainConfig, mesh_shape
 
-MT312 = "/work/mt312"
+MT312 = os.environ.get("PAXSEARCH_MAXTEXT_VENV", "/work/mt312")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-needs_maxtext = pytest.mark.skipif(not os.path.exists(f"{MT312}/bin/python"),
-                                   reason=f"{MT312} is absent: no MaxText 0.2.5 environment (see "
-                                          "benchmarks/bench_export_roundtrip.py's docstring)")
+
+
+def _maxtext_env_problem() -> str | None:
+    """Why MT312 cannot run the round trip for this checkout, or None. The bench imports paxsearch from
+    MT312's interpreter, so an environment installed from another checkout would test that one."""
+    if not os.path.exists(f"{MT312}/bin/python"):
+        return f"{MT312} is absent: no MaxText 0.2.5 environment (see benchmarks/bench_export_roundtrip.py)"
+    probe = subprocess.run([f"{MT312}/bin/python", "-c", "import os, paxsearch.trainer as t, maxtext; "
+                            "print(os.path.dirname(os.path.dirname(os.path.realpath(t.__file__))))"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+    if probe.returncode != 0:
+        return f"{MT312} cannot import paxsearch and maxtext: {probe.stderr.strip().splitlines()[-1:]}"
+    if os.path.realpath(probe.stdout.strip()) != os.path.realpath(ROOT):
+        return f"{MT312}'s paxsearch is {probe.stdout.strip()}, not this checkout {ROOT} (pip install -e . there)"
+    return None
+
+
+_PROBLEM = _maxtext_env_problem()
+needs_maxtext = pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
 
 
 @needs_maxtext
@@ -49,9 +66,9 @@ def test_roundtrip_compiles_with_same_flops_and_memory(tmp_path):
                            "llama-fsdp2-tensor2-minimal", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=3000,
                           env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})  # not the 8 CPU devices
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     with open(tmp_path / "roundtrip.json") as f:
         (res,) = json.load(f)
     assert "error" not in res["theirs"], res["theirs"].get("error")
     assert abs(res["flops_ratio"] - 1) <= 0.01, res
     assert abs(res["memory_ratio"] - 1) <= 0.05, res
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -79,7 +79,7 @@ def test_two_processes_match_one_process(tmp_path):
     errs = [p.communicate(timeout=600)[1].decode() for p in procs]
     assert all(p.returncode == 0 for p in procs), errs[0][-3000:] + errs[1][-3000:]
     two = json.loads(out.read_text())
-    assert two["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
+    assert two["mesh"] == {"data": 2, "stage": 1, "fsdp": 4, "context": 1, "tensor": 1}
     one = {}
     train(tiny(ici=(2, 4, 1)), report=lambda m: one.__setitem__(m.step, m.loss))
     np.testing.assert_allclose([two["losses"][str(s)] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)], rtol=1e-4)
