@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
@@ -20,6 +21,11 @@ def needs_libtpu(test):
     extra, which CI installs) is missing."""
     skip = pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")
     return pytest.mark.tpu(skip(test))
+
+
+def as_background_job() -> None:
+    """preexec_fn: start the child with SIGINT ignored, as a shell starts `cmd &` in a script."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def cli(*args, env=None, timeout=600, check=True, faults: str | None = None) -> subprocess.CompletedProcess:

@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     from ...trainer.errors import ConfigError, DataError, NonFiniteLoss  # imports nothing heavy
 
     previous = signal.signal(signal.SIGTERM, _terminate)
+    # Ctrl-C stops every command, whatever this process inherited: Python installs its
+    # KeyboardInterrupt handler only where SIGINT was not ignored at start, and a shell starts
+    # background jobs (`cmd &` in a script, CI runners) with SIGINT ignored.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return int(args.func(args) or 0)
     except (UserError, StorageUrlError, ConfigError, DataError) as e:
@@ -63,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 # Filesystem errors a user's machine causes (disk full, quota, read-only, a path through a file,
