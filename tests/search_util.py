@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 
@@ -23,9 +22,9 @@ def needs_libtpu(test):
     return pytest.mark.tpu(skip(test))
 
 
-def as_background_job() -> None:
-    """preexec_fn: start the child with SIGINT ignored, as a shell starts `cmd &` in a script."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+# A command line prefix that starts the command with SIGINT ignored, as a shell starts `cmd &` in a
+# script (through sh, not a preexec_fn: forking this multithreaded process to run Python can deadlock).
+AS_BACKGROUND_JOB = ["/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"']
 
 
 def cli(*args, env=None, timeout=600, check=True, faults: str | None = None) -> subprocess.CompletedProcess:

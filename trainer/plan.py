@@ -128,7 +128,11 @@ def memory_estimate(compiled) -> MemoryEstimate:
         host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0))
 
 
-def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, unroll: bool = False):
+def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, unroll: bool = False,
+                       phases: dict[str, float] | None = None, compiler_options: dict | None = None):
+    """Lower and compile the train step; `phases` (when given) gets lower_s and compile_s."""
+    phases = {} if phases is None else phases
+    t0 = time.perf_counter()
     # pipelined over the stage axis only with stacked layers: the FLOP probes (scan_layers=False)
     # compile the same layers unpipelined (_pipeline_corrected_cost)
     stages = dict(mesh.shape).get("stage", 1) if cfg.model.scan_layers else 1
@@ -151,7 +155,10 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
                           in_shardings=(state_shardings, batch_sh),
                           out_shardings=(state_shardings, metric_sh), donate_argnums=(0,))
         lowered = step_fn.lower(abstract_state, batch)
-        compiled = lowered.compile()
+        t1 = time.perf_counter()
+        phases["lower_s"] = t1 - t0
+        compiled = lowered.compile(compiler_options=compiler_options) if compiler_options else lowered.compile()
+        phases["compile_s"] = time.perf_counter() - t1
     return model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled
 
 
@@ -167,19 +174,31 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     mesh = mesh_lib.build_mesh(cfg.mesh, devices)
     rules = resolved_rules(cfg, mesh)
 
-    t0 = time.perf_counter()
-    model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
-        cfg, mesh, global_batch, rules, platform)
-    compile_seconds = time.perf_counter() - t0
-    xla_flops, xla_bytes = _cost(compiled)
-    stages = dict(mesh.shape).get("stage", 1)
-    if count_flops and cfg.model.scan_layers and stages > 1:
-        xla_flops, xla_bytes = _pipeline_corrected_cost(cfg, mesh, global_batch, rules, platform, stages)
-    elif count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
-        xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
-    memory = memory_estimate(compiled)
-    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
-    hlo_text, hlo_source, hlo_error = optimized_hlo(compiled, lowered) if keep_hlo else (None, None, None)
+    phases: dict[str, float] = {}
+    # For a plan on compile-only devices (a TPU topology on this CPU), compiled.as_text() can fail
+    # where the compile did not (optimized_hlo): the one compile then also dumps its optimized module,
+    # so the text never costs a second compile (no persistent cache entry is lost: such a compile's
+    # entry cannot be loaded without a client anyway).
+    with _hlo_dump_folder(keep_hlo and _compile_only(devices)) as dump_folder:
+        options = {"xla_dump_to": dump_folder, "xla_dump_hlo_as_text": True} if dump_folder else None
+        t0 = time.perf_counter()
+        model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
+            cfg, mesh, global_batch, rules, platform, phases=phases, compiler_options=options)
+        compile_seconds = time.perf_counter() - t0
+        xla_flops, xla_bytes = _cost(compiled)
+        stages = dict(mesh.shape).get("stage", 1)
+        t1 = time.perf_counter()
+        if count_flops and cfg.model.scan_layers and stages > 1:
+            xla_flops, xla_bytes = _pipeline_corrected_cost(cfg, mesh, global_batch, rules, platform, stages)
+        elif count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
+            xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
+        phases["flop_probes_s"] = time.perf_counter() - t1
+        memory = memory_estimate(compiled)
+        n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
+        t2 = time.perf_counter()
+        hlo_text, hlo_source, hlo_error = (optimized_hlo(compiled, lowered, dump_folder) if keep_hlo
+                                           else (None, None, None))
+        phases["hlo_text_s"] = time.perf_counter() - t2
     del lowered
     plan = PlanResult(
         memory=memory, peak_bytes=memory.peak_bytes, xla_flops_per_step=xla_flops,
@@ -189,21 +208,29 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
         device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
         mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
-        pipeline_bubble=pipeline_lib.bubble_fraction(stages, cfg.pipeline.microbatches, cfg.pipeline.repeats))
+        pipeline_bubble=pipeline_lib.bubble_fraction(stages, cfg.pipeline.microbatches, cfg.pipeline.repeats),
+        phases={k: round(v, 3) for k, v in phases.items()})
     return Program(cfg, mesh, model, tx, schedule, placement.stored, batch_sh, abstract_state, batch, compiled, plan,
                    rules, placement.device)
 
 
-def optimized_hlo(compiled, lowered) -> tuple[str | None, str | None, str | None]:
+def _compile_only(devices: Sequence) -> bool:
+    """Devices of a topology description (jax.experimental.topologies): programs compile for them,
+    nothing runs."""
+    return type(getattr(devices[0], "client", None)).__name__ == "CompileOnlyPyClient"
+
+
+def optimized_hlo(compiled, lowered, dump_folder: str | None = None) -> tuple[str | None, str | None, str | None]:
     """(optimized HLO text, where it came from, why there is none) of a compiled step.
 
     compiled.as_text() first. It rebuilds the module from its proto, which can fail where the
     compile did not (jax 0.10.2 / libtpu 0.0.52, v5p: "async-update instruction should have 1
     operands but sees 3" for a SparseCore gather offload), and so does the executable's
-    hlo_modules(). Then the module XLA itself printed: `lowered` compiled again with an XLA
-    dump into a temporary folder (its *.after_optimizations.txt). Sources: "as_text",
-    "hlo_modules", "xla_dump"; (None, None, reasons) when none gives a module. The memory
-    figure never depends on this: it is memory_analysis() of the first compile."""
+    hlo_modules(). Then the module XLA itself printed: the *.after_optimizations.txt in
+    `dump_folder`, where `compiled` was compiled with an XLA dump to it (build_program does so
+    off the CPU), else `lowered` compiled again with a dump into a temporary folder. Sources:
+    "as_text", "hlo_modules", "xla_dump"; (None, None, reasons) when none gives a module. The
+    memory figure never depends on this: it is memory_analysis() of the first compile."""
     errors = []
     try:
         text = compiled.as_text()  # None where the backend has no text view
@@ -221,7 +248,7 @@ def optimized_hlo(compiled, lowered) -> tuple[str | None, str | None, str | None
     except (jax.errors.JaxRuntimeError, NotImplementedError, AttributeError) as e:
         errors.append(f"hlo_modules: {_first_line(e)}")
     try:
-        return _dumped_hlo(lowered), "xla_dump", None
+        return (_read_dump(dump_folder) if dump_folder else _dumped_hlo(lowered)), "xla_dump", None
     except (jax.errors.JaxRuntimeError, OSError, LookupError) as e:
         errors.append(f"xla_dump: {_first_line(e)}")
     return None, None, "no optimized HLO: " + "; ".join(errors)
@@ -235,14 +262,31 @@ def _dumped_hlo(lowered) -> str:
     """Compile `lowered` again with XLA dumping its optimized module as text; that text.
     The dump flags are part of jax's cache key (compiler_options), so this compiles for real
     and is not written to the persistent compilation cache (a throw-away entry)."""
-    with tempfile.TemporaryDirectory(prefix="paxsearch-hlo-") as folder, _no_persistent_cache_writes():
+    with _hlo_dump_folder(True) as folder:
         lowered.compile(compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_text": True})
-        dumps = [f for f in os.listdir(folder) if f.endswith(DUMP_SUFFIX)]
-        if not dumps:
-            raise LookupError(f"the XLA dump wrote no *{DUMP_SUFFIX}")
-        biggest = max(dumps, key=lambda f: os.path.getsize(os.path.join(folder, f)))
-        with open(os.path.join(folder, biggest)) as f:
-            return f.read()
+        return _read_dump(folder)
+
+
+def _read_dump(folder: str) -> str:
+    """The optimized module an XLA dump to `folder` printed (its biggest *after_optimizations.txt)."""
+    dumps = [f for f in os.listdir(folder) if f.endswith(DUMP_SUFFIX)]
+    if not dumps:
+        raise LookupError(f"the XLA dump wrote no *{DUMP_SUFFIX}")
+    biggest = max(dumps, key=lambda f: os.path.getsize(os.path.join(folder, f)))
+    with open(os.path.join(folder, biggest)) as f:
+        return f.read()
+
+
+@contextlib.contextmanager
+def _hlo_dump_folder(wanted: bool):
+    """A temporary folder for an XLA dump (None when not `wanted`). A compile with dump flags has
+    a cache key of its own (jax keys on compiler_options, the folder included), so nothing it
+    compiles is written to the persistent compilation cache: it would never be read."""
+    if not wanted:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="paxsearch-hlo-") as folder, _no_persistent_cache_writes():
+        yield folder
 
 
 @contextlib.contextmanager

@@ -46,6 +46,10 @@ class PlanResult:
     # share of the pipeline's stage-iterations that compute nothing useful (trainer/pipeline.py
     # bubble_fraction; 0 without a stage axis); it lowers MFU, model FLOPs never count it
     pipeline_bubble: float = 0.0
+    # seconds of each phase of build_program: lower_s (trace and lower to StableHLO), compile_s
+    # (XLA: SPMD partitioning and the backend), flop_probes_s (the unrolled FLOP probes, 0 without
+    # count_flops), hlo_text_s (the optimized module as text)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -226,9 +227,10 @@ def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
 
 # ----------------------------------------------------------------------------- one plan
 
-def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
+def compile_for_target(cfg, target: Target, devices: Sequence | None = None, phases: dict | None = None):
     """(Program, plan dict) of `cfg` compiled for `target`. Raises PredictedOOM when the TPU
-    compiler refuses the step for memory, ConfigError when the config cannot run there."""
+    compiler refuses the step for memory, ConfigError when the config cannot run there.
+    `phases`, when given, gets the seconds of each phase (PlanResult.phases and predict_s)."""
     from ...trainer.plan import build_program
 
     target = target.for_config(cfg)  # slices=auto: this trial's own slice count
@@ -244,6 +246,10 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
         raise oom from None
     plan = program.plan
     hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
+    t0 = time.perf_counter()
+    prediction = predict(program, hardware_for(devices, target.chip)).to_dict()
+    if phases is not None:
+        phases.update(plan.phases, predict_s=round(time.perf_counter() - t0, 3))
     d = {
         "target": target.name,  # the concrete target ("tpu:v5e-256,slices=2" under slices=auto)
         "num_slices": int(target.num_slices),
@@ -252,7 +258,7 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None):
         "hbm_bytes": int(hbm) if hbm else None,
         "fits": bool(hbm is None or plan.peak_bytes <= hbm),
         **_mesh_shapes(cfg, target),
-        **predict(program, hardware_for(devices, target.chip)).to_dict(),
+        **prediction,
     }
     return program, d
 

@@ -71,6 +71,7 @@ def run_plan(job: dict) -> TrialOutcome:
     target's devices (compile-only TPU devices on this CPU) and never run it. Every figure
     but the compiled memory is a roofline prediction (search/planning/)."""
     t0 = time.perf_counter()
+    phases: dict[str, float] = {}
     target = targets.parse_target(job["plan_target"])  # checked by the driver already
     budget = job.get("memory_budget")
     try:
@@ -78,23 +79,25 @@ def run_plan(job: dict) -> TrialOutcome:
         target = target.for_config(cfg)  # slices=auto: prod(mesh.dcn) slices for this trial
         if target.name not in _PLAN_DEVICES:  # loading the topology is once per worker
             _PLAN_DEVICES[target.name] = targets.target_devices(target)
-        outcome = plan_outcome(cfg, target, _PLAN_DEVICES[target.name], budget)
+        outcome = plan_outcome(cfg, target, _PLAN_DEVICES[target.name], budget, phases)
     except Exception as e:  # a config that cannot run there, libtpu failing to load, an unknown topology
         outcome = TrialOutcome.failure(*classify(e, Phase.PLAN), predicted=True,
                                        **targets.plan_result_fields(target, budget))
     if outcome.plan is not None and not target.slices_auto:  # the compiler refused: still name the target
         outcome = outcome.replace(plan={"target": target.name, "num_slices": target.num_slices, **outcome.plan})
     elapsed = time.perf_counter() - t0
-    return outcome.replace(timings={"plan_s": elapsed, "train_s": 0.0, "worker_s": elapsed})
+    return outcome.replace(timings={"plan_s": elapsed, "train_s": 0.0, "worker_s": elapsed, **phases})
 
 
-def plan_outcome(cfg, target, devices=None, budget_bytes: int | None = None) -> TrialOutcome:
+def plan_outcome(cfg, target, devices=None, budget_bytes: int | None = None,
+                 phases: dict | None = None) -> TrialOutcome:
     """Plan one point of a plan-only target: its plan dict, held against `budget_bytes` when
     given (below the HBM), else against the HBM. A step the compiler refuses for memory
-    is predicted_oom with the bytes it named standing for the peak."""
+    is predicted_oom with the bytes it named standing for the peak. `phases` gets the seconds
+    of each phase of the plan (targets.compile_for_target)."""
     fields = {"predicted": True, **targets.plan_result_fields(target, budget_bytes)}
     try:
-        plan = targets.compile_for_target(cfg, target, devices)[1]
+        plan = targets.compile_for_target(cfg, target, devices, phases)[1]
     except topology.PredictedOOM as oom:
         plan = {"peak_bytes": oom.required_bytes or oom.available_bytes, "predicted": True,
                 "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.source})", "hbm_bytes": target.hbm_bytes_per_device}
@@ -130,12 +133,15 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
             timings["plan_s"] = time.perf_counter() - tp
         phase = Phase.SCREEN
         plan = program.plan
+        timings.update(plan.phases)
         if job.get("memory_budget"):
             budget, budget_source = job["memory_budget"], "setting"
         else:
             budget, budget_source = default_memory_budget()
+        tq = time.perf_counter()
         plan_figures = {**plan.figures(), "predicted_step_time": None, "predicted_mfu": None,
                         **predicted_figures(program)}
+        timings["predict_s"] = round(time.perf_counter() - tq, 3)
         outcome = outcome.replace(plan=plan_figures,
                                   memory_budget={"bytes": int(budget), "source": budget_source},
                                   peak_flops=_peak(plan, cfg))

@@ -60,13 +60,19 @@ def settle(objectives, outcome: TrialOutcome) -> tuple[TrialState, list[float] |
     return TrialState.COMPLETE, values, outcome
 
 
+PLAN_PHASES = ("lower_s", "compile_s", "flop_probes_s", "hlo_text_s", "predict_s")
+
+
 def driver_timings(outcome: TrialOutcome, total_s: float) -> dict:
-    """The stored timings: the worker's plan and train seconds, the driver's total, and the
-    harness overhead between them."""
+    """The stored timings: the worker's plan and train seconds, the driver's total, the
+    harness overhead between them, and where the plan's seconds went (PLAN_PHASES: lowering,
+    XLA's compile, the FLOP probes, the optimized HLO's text, the roofline's prediction) when
+    the worker measured them."""
     t = outcome.timings
     plan_s, train_s = float(t.get("plan_s", 0.0)), float(t.get("train_s", 0.0))
+    phases = {k: round(float(t[k]), 4) for k in PLAN_PHASES if k in t}
     return {"plan_s": round(plan_s, 4), "train_s": round(train_s, 4), "total_s": round(total_s, 4),
-            "overhead_s": round(max(0.0, total_s - plan_s - train_s), 4)}
+            "overhead_s": round(max(0.0, total_s - plan_s - train_s), 4), **phases}
 
 
 def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOutcome, total_s: float) -> str:

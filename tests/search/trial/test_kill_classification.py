@@ -12,7 +12,7 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from ...search_util import REPO, TINY, as_background_job, load
+from ...search_util import AS_BACKGROUND_JOB, REPO, TINY, load
 
 LONG = ["--set", "steps=100000", "--timeout", "600"]  # a trial that trains until it is stopped
 
@@ -21,10 +21,10 @@ def _start_run(run_dir, *extra):
     # PYTHONFAULTHANDLER: a driver that does not exit is sent SIGABRT and prints every thread's stack.
     # Started as a script's background job (SIGINT ignored at start): Ctrl-C (a SIGINT sent to it) must
     # still stop it, as it does one started from a terminal.
-    return subprocess.Popen([sys.executable, "-m", "paxsearch.search.cli", "run", TINY, "--run-dir", str(run_dir),
-                             "--trials", "2", "--no-progress", *LONG, *extra],
+    return subprocess.Popen([*AS_BACKGROUND_JOB, sys.executable, "-m", "paxsearch.search.cli", "run", TINY,
+                             "--run-dir", str(run_dir), "--trials", "2", "--no-progress", *LONG, *extra],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONFAULTHANDLER": "1"}, preexec_fn=as_background_job)
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
 
 
 def _communicate(proc, timeout: float) -> str:

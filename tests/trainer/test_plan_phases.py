@@ -1,0 +1,101 @@
+"""Where a plan's seconds go (issue 20 section 1): build_program times each phase (PlanResult.phases,
+stored in every trial's timings), and a plan compiles its step once. On compile-only TPU devices the
+optimized HLO comes from the dump of that one compile when compiled.as_text() fails, never from a
+second compile (trainer/plan.py optimized_hlo)."""
+import contextlib
+import dataclasses
+
+import jax
+import pytest
+
+from paxsearch.search.trial.record import PLAN_PHASES, driver_timings
+from paxsearch.store.outcome import TrialOutcome
+from paxsearch.trainer import plan as plan_lib
+from paxsearch.trainer import topology
+from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
+
+from ..search_util import needs_libtpu
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # jax's event around every XLA compile
+SMALL = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=128, seq_len=32)
+BUILD_PHASES = ("lower_s", "compile_s", "flop_probes_s", "hlo_text_s")
+
+
+@contextlib.contextmanager
+def compiles():
+    """The list of XLA compiles (their seconds) that happen inside the block."""
+    seen: list[float] = []
+
+    def listen(event: str, seconds: float, **_) -> None:
+        if event == BACKEND_COMPILE:
+            seen.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def test_a_cpu_plan_times_each_phase_and_the_probes_are_the_extra_compiles():
+    cfg = TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1)
+    with compiles() as one:
+        plain = plan_lib.build_program(cfg, keep_hlo=True, count_flops=False).plan
+    with compiles() as three:
+        probed = plan_lib.build_program(cfg, keep_hlo=True, count_flops=True).plan
+    assert len(one) == 1 and len(three) == 3  # the step; the step and its 1- and 2-layer FLOP probes
+    for plan in (plain, probed):
+        assert set(plan.phases) == set(BUILD_PHASES) and all(v >= 0 for v in plan.phases.values())
+        assert plan.phases["lower_s"] + plan.phases["compile_s"] == pytest.approx(plan.compile_seconds, abs=2e-3)
+    assert plain.phases["flop_probes_s"] < 0.05 < probed.phases["flop_probes_s"]
+    assert plain.hlo_source == "as_text" and plain.hlo_text
+
+
+def test_the_stored_timings_keep_the_plan_phases():
+    timings = {"plan_s": 3.0, "train_s": 2.0, "worker_s": 5.5, "lower_s": 0.5, "compile_s": 2.0,
+               "flop_probes_s": 0.0, "hlo_text_s": 0.25, "predict_s": 0.25}
+    stored = driver_timings(TrialOutcome(timings=timings), total_s=6.0)
+    assert stored == {"plan_s": 3.0, "train_s": 2.0, "total_s": 6.0, "overhead_s": 1.0,
+                      **{k: timings[k] for k in PLAN_PHASES}}
+    assert driver_timings(TrialOutcome(timings={"plan_s": 1.0}), total_s=1.0) == {  # an older worker
+        "plan_s": 1.0, "train_s": 0.0, "total_s": 1.0, "overhead_s": 0.0}
+
+
+class _NoText:
+    """A compiled step whose text views fail, as jax 0.10.2 / libtpu 0.0.52's do for a v5p step
+    with a SparseCore gather offload (tests/roofline/test_hlo_source_fallback.py compiles that
+    real case; it is too big for the quick loop)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+
+    def as_text(self):
+        raise jax.errors.JaxRuntimeError("INTERNAL: RET_CHECK failure: async-update instruction")
+
+    def runtime_executable(self):
+        raise jax.errors.JaxRuntimeError("INTERNAL: RET_CHECK failure: async-update instruction")
+
+
+@needs_libtpu
+def test_a_tpu_plan_compiles_once_and_its_dump_stands_in_for_the_text(monkeypatch):
+    devices = topology.topology_devices("v5e-4")
+    cfg = TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 4, 1)), per_device_batch=1)
+    with compiles() as seen:
+        program = plan_lib.build_program(cfg, devices, count_flops=False, keep_hlo=True)
+    assert len(seen) == 1 and program.plan.hlo_source == "as_text"
+    assert set(program.plan.phases) == set(BUILD_PHASES)
+    # where the text views fail, the module comes from the dump of that same compile
+    real = plan_lib.optimized_hlo
+    monkeypatch.setattr(plan_lib, "optimized_hlo", lambda compiled, lowered, folder=None: real(
+        _NoText(compiled), lowered, folder))
+    with compiles() as again:
+        fallback = plan_lib.build_program(cfg, devices, count_flops=False, keep_hlo=True).plan
+    assert len(again) == 1 and fallback.hlo_source == "xla_dump" and fallback.hlo_error is None
+    assert fallback.hlo_text.startswith("HloModule jit_train_step, is_scheduled=true")
+    assert fallback.peak_bytes == program.plan.peak_bytes
+    # on a CPU, whose compiled steps run, nothing is dumped: the text view is the only source tried
+    # before a second compile, which the persistent compilation cache can then serve
+    with compiles() as cpu:
+        on_cpu = plan_lib.build_program(dataclasses.replace(cfg, mesh=MeshConfig(ici=(1, 8, 1))), count_flops=False,
+                                        keep_hlo=True).plan
+    assert len(cpu) == 2 and on_cpu.hlo_source == "xla_dump"
