@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import optuna
 import pytest
@@ -115,30 +116,34 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
 @pytest.mark.slow
 def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path):
     """Host 0 alone, and host 1 alone, each stop after --join-timeout naming the coordinator;
-    host 1 of a study with nothing left to run leaves at once, exit 0."""
-    run = tmp_path / "study"
+    host 1 of a study with nothing left to run leaves at once, exit 0. The two lonely hosts
+    (each on a coordinator of its own) and the run that uses up another study's budget run at
+    the same time: they share nothing but the machine."""
+    run, done_run = tmp_path / "study", tmp_path / "done"
     cli("run", GANG, "--run-dir", run, "--create-only")
-    url = f"sqlite:///{run}/study.db"
+    url, done_url = f"sqlite:///{run}/study.db", f"sqlite:///{done_run}/study.db"
 
-    def host(index: int, *extra):
-        return cli("worker", "--storage", url, "--run-dir", tmp_path / f"h{index}", "--coordinator",
-                   f"127.0.0.1:{free_port()}", "--num-hosts", "2", "--host-index", str(index), "--join-timeout",
-                   "15", "--no-progress", *extra, check=False, timeout=400)
+    def host(index: int, storage: str, folder: str, *extra):
+        return cli("worker", "--storage", storage, "--run-dir", tmp_path / folder,
+                   "--coordinator", f"127.0.0.1:{free_port()}", "--num-hosts", "2", "--host-index", str(index),
+                   "--join-timeout", "3", "--no-progress", *extra, check=False, timeout=400)
 
-    alone0 = host(0)
+    with ThreadPoolExecutor(3) as pool:
+        lonely = [pool.submit(host, i, url, f"h{i}") for i in (0, 1)]
+        used_up = pool.submit(cli, "run", GANG, "--run-dir", done_run, "--trials", "1", "--no-progress")
+        alone0, alone1 = (f.result() for f in lonely)
+        used_up.result()
     assert alone0.returncode == 2, alone0.stdout + alone0.stderr
     line = alone0.stderr.strip().splitlines()[-1]
     assert "the slice gang at 127.0.0.1:" in line and "did not form" in line and "--num-hosts 2" in line
     study = optuna.load_study(study_name="gang_space", storage=url)
     assert study.get_trials() == []  # no trial was asked for a gang that never formed
 
-    alone1 = host(1)
     assert alone1.returncode == 2, alone1.stdout + alone1.stderr
     line = alone1.stderr.strip().splitlines()[-1]
-    assert "host 1 could not join the slice gang at 127.0.0.1:" in line and "within 15 s" in line
+    assert "host 1 could not join the slice gang at 127.0.0.1:" in line and "within 3 s" in line
 
-    cli("run", GANG, "--run-dir", run, "--trials", "1", "--no-progress")
-    done = host(1, "--trials", "1")  # budget used up: host 0 has nothing to hand out
+    done = host(1, done_url, "h1-done", "--trials", "1")  # budget used up: host 0 has nothing to hand out
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the study has no trial left to run" in done.stdout
 
