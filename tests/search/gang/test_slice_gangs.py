@@ -119,25 +119,22 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
 
 
 @pytest.mark.slow
-def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path):
+def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path, tiny_grid_run):
     """Host 0 alone, and host 1 alone, each stop after --join-timeout naming the coordinator;
     host 1 of a study with nothing left to run leaves at once, exit 0. The two lonely hosts
-    (each on a coordinator of its own) and the run that uses up another study's budget run at
-    the same time: they share nothing but the machine."""
-    run, done_run = tmp_path / "study", tmp_path / "done"
+    run at the same time, each on a coordinator of its own; the finished study is the session's
+    tiny grid run (every point of its space tried), which host 1 only reads."""
+    run = tmp_path / "study"
     cli("run", GANG, "--run-dir", run, "--create-only")
-    url, done_url = f"sqlite:///{run}/study.db", f"sqlite:///{done_run}/study.db"
+    url = f"sqlite:///{run}/study.db"
 
-    def host(index: int, storage: str, folder: str, *extra):
+    def host(index: int, storage: str, folder: str):
         return cli("worker", "--storage", storage, "--run-dir", tmp_path / folder,
                    "--coordinator", f"127.0.0.1:{free_port()}", "--num-hosts", "2", "--host-index", str(index),
-                   "--join-timeout", "3", "--no-progress", *extra, check=False, timeout=400)
+                   "--join-timeout", "3", "--no-progress", check=False, timeout=400)
 
-    with ThreadPoolExecutor(3) as pool:
-        lonely = [pool.submit(host, i, url, f"h{i}") for i in (0, 1)]
-        used_up = pool.submit(cli, "run", GANG, "--run-dir", done_run, "--trials", "1", "--no-progress")
-        alone0, alone1 = (f.result() for f in lonely)
-        used_up.result()
+    with ThreadPoolExecutor(2) as pool:
+        alone0, alone1 = pool.map(lambda i: host(i, url, f"h{i}"), (0, 1))
     assert alone0.returncode == 2, alone0.stdout + alone0.stderr
     line = alone0.stderr.strip().splitlines()[-1]
     assert "the slice gang at 127.0.0.1:" in line and "did not form" in line and "--num-hosts 2" in line
@@ -148,9 +145,13 @@ def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path):
     line = alone1.stderr.strip().splitlines()[-1]
     assert "host 1 could not join the slice gang at 127.0.0.1:" in line and "within 3 s" in line
 
-    done = host(1, done_url, "h1-done", "--trials", "1")  # budget used up: host 0 has nothing to hand out
+    finished, _ = tiny_grid_run
+    before = optuna.load_study(study_name="tiny_space", storage=f"sqlite:///{finished}/study.db").get_trials()
+    done = host(1, f"sqlite:///{finished}/study.db", "h1-done")  # host 0 would have nothing to hand out
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the study has no trial left to run" in done.stdout
+    after = optuna.load_study(study_name="tiny_space", storage=f"sqlite:///{finished}/study.db").get_trials()
+    assert after == before  # the shared study is left as it was
 
 
 def _gang_of_two(tmp_path, url: str) -> list[str]:
