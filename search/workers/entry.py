@@ -89,11 +89,23 @@ def _output_to(path: str | None):
             os.close(f)
 
 
+def _join(dist: dict | None) -> None:
+    """Join the trial's processes (jax.distributed) with JAX alone imported, before the trainer
+    (TensorFlow through seqio, ~8 CPU-s): a gang that does not form fails in seconds, and the
+    join window is not spent importing. execute.initialize does not join again."""
+    if dist:
+        from ...trainer import distributed
+        from ...trainer.config import DistributedConfig
+
+        distributed.maybe_initialize(DistributedConfig(**dist))
+
+
 def main() -> int:
     channel = Channel(os.dup(1))
     os.dup2(2, 1)  # library prints must not corrupt the protocol
     _watch_parent()
     settings = json.loads(os.environ.get("PAXSEARCH_WORKER", "{}"))
+    _join(settings.get("distributed"))
     from ..trial import execute as trial_exec  # imports JAX and the trainer: the slow part, once per worker
 
     trial_exec.initialize(settings.get("distributed"), settings.get("cache_dir"))

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import optuna
 import pytest
@@ -52,6 +53,11 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
     ports = [free_port(), free_port()]
     hosts = {(g, i): _host(tmp_path, pg_url, g, i, ports[g]) for g in (0, 1) for i in (0, 1)}
     storage = driver_url(pg_url)
+    # the same config in one process (8 devices), compared below, runs meanwhile: it shares nothing with the gangs
+    single = tmp_path / "single"
+    reference = ThreadPoolExecutor(1)
+    alone_run = reference.submit(cli, "run", GANG, "--run-dir", single, "--set", "ici_mesh=2x4x1", "--trials", "1",
+                                 "--no-progress")
     try:
         # gang 1 loses its host 1 while that host runs its first trial
         _wait(lambda: "running" in _read(hosts[(1, 1)][1]), 400, "gang 1's first trial")
@@ -75,6 +81,8 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
         for proc, _ in hosts.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
+        reference.shutdown(wait=True)
+    alone_run.result()
 
     study = optuna.load_study(study_name="gang_space", storage=storage)
     trials = study.get_trials()
@@ -100,8 +108,6 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
     assert "joined the slice gang" in _read(hosts[(1, 1)][1])  # the restarted host re-formed the gang
 
     # the same config in one process (8 devices) trains to the same losses
-    single = tmp_path / "single"
-    cli("run", GANG, "--run-dir", single, "--set", "ici_mesh=2x4x1", "--trials", "1", "--no-progress")
     alone = optuna.load_study(study_name="gang_space", storage=f"sqlite:///{single}/study.db").get_trials()[0]
     (ganged,) = [t for t in counted if t.params["ici_mesh"] == "2x4x1"]
     assert alone.user_attrs["env"]["process_count"] == 1
@@ -113,34 +119,39 @@ def test_two_slice_gangs_share_one_study_and_survive_a_lost_host(tmp_path, pg_ur
 
 
 @pytest.mark.slow
-def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path):
+def test_a_gang_that_cannot_form_stops_each_host_with_one_line(tmp_path, tiny_grid_run):
     """Host 0 alone, and host 1 alone, each stop after --join-timeout naming the coordinator;
-    host 1 of a study with nothing left to run leaves at once, exit 0."""
+    host 1 of a study with nothing left to run leaves at once, exit 0. The two lonely hosts
+    run at the same time, each on a coordinator of its own; the finished study is the session's
+    tiny grid run (every point of its space tried), which host 1 only reads."""
     run = tmp_path / "study"
     cli("run", GANG, "--run-dir", run, "--create-only")
     url = f"sqlite:///{run}/study.db"
 
-    def host(index: int, *extra):
-        return cli("worker", "--storage", url, "--run-dir", tmp_path / f"h{index}", "--coordinator",
-                   f"127.0.0.1:{free_port()}", "--num-hosts", "2", "--host-index", str(index), "--join-timeout",
-                   "15", "--no-progress", *extra, check=False, timeout=400)
+    def host(index: int, storage: str, folder: str):
+        return cli("worker", "--storage", storage, "--run-dir", tmp_path / folder,
+                   "--coordinator", f"127.0.0.1:{free_port()}", "--num-hosts", "2", "--host-index", str(index),
+                   "--join-timeout", "3", "--no-progress", check=False, timeout=400)
 
-    alone0 = host(0)
+    with ThreadPoolExecutor(2) as pool:
+        alone0, alone1 = pool.map(lambda i: host(i, url, f"h{i}"), (0, 1))
     assert alone0.returncode == 2, alone0.stdout + alone0.stderr
     line = alone0.stderr.strip().splitlines()[-1]
     assert "the slice gang at 127.0.0.1:" in line and "did not form" in line and "--num-hosts 2" in line
     study = optuna.load_study(study_name="gang_space", storage=url)
     assert study.get_trials() == []  # no trial was asked for a gang that never formed
 
-    alone1 = host(1)
     assert alone1.returncode == 2, alone1.stdout + alone1.stderr
     line = alone1.stderr.strip().splitlines()[-1]
-    assert "host 1 could not join the slice gang at 127.0.0.1:" in line and "within 15 s" in line
+    assert "host 1 could not join the slice gang at 127.0.0.1:" in line and "within 3 s" in line
 
-    cli("run", GANG, "--run-dir", run, "--trials", "1", "--no-progress")
-    done = host(1, "--trials", "1")  # budget used up: host 0 has nothing to hand out
+    finished, _ = tiny_grid_run
+    before = optuna.load_study(study_name="tiny_space", storage=f"sqlite:///{finished}/study.db").get_trials()
+    done = host(1, f"sqlite:///{finished}/study.db", "h1-done")  # host 0 would have nothing to hand out
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the study has no trial left to run" in done.stdout
+    after = optuna.load_study(study_name="tiny_space", storage=f"sqlite:///{finished}/study.db").get_trials()
+    assert after == before  # the shared study is left as it was
 
 
 def _gang_of_two(tmp_path, url: str) -> list[str]:
@@ -172,6 +183,9 @@ def test_a_trial_with_another_flag_set_restarts_the_whole_gang_with_it(tmp_path)
     run = tmp_path / "study"
     cli("run", space, "--run-dir", run, "--create-only")
     url = f"sqlite:///{run}/study.db"
+    queued = optuna.load_study(study_name="gang_flags_space", storage=url)
+    for flags in ("default", "cpu_eigen_dots"):  # one change of set, not two as a shuffled grid may have it
+        queued.enqueue_trial({"flags": flags})
     logs = _gang_of_two(tmp_path, url)
     trials = optuna.load_study(study_name="gang_flags_space", storage=url).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
@@ -190,16 +204,17 @@ def test_the_median_pruner_stops_every_host_of_the_gang_at_the_same_step(tmp_pat
     pruned trial ends on both hosts (the gang would hang in its collectives otherwise)."""
     prune = os.path.join(HERE, "spaces", "prune_space.py")
     run = tmp_path / "study"
-    cli("run", prune, "--run-dir", run, "--create-only")
+    cli("run", prune, "--run-dir", run, "--create-only", "--trials", "3")
     url = f"sqlite:///{run}/study.db"
     queued = optuna.load_study(study_name="prune_space", storage=url)
-    for lr in (1e-2, 2e-2, 3e-2, 1e-9):  # the one that does not learn last, after the pruner has its median
+    # the pruner's 2 startup trials first, then the one that does not learn, once it has its median
+    for lr in (1e-2, 2e-2, 1e-9):
         queued.enqueue_trial({"lr": lr})
     logs = _gang_of_two(tmp_path, url)
     trials = {t.params["lr"]: t for t in optuna.load_study(study_name="prune_space", storage=url).get_trials()}
-    assert len(trials) == 4, logs
+    assert len(trials) == 3, logs
     bad = trials[1e-9]
     assert bad.state == TrialState.PRUNED, (bad.state, bad.user_attrs.get("failure_message"), logs)
     assert max(bad.intermediate_values) < 8 and bad.user_attrs["env"]["process_count"] == 2
-    assert all(trials[lr].state == TrialState.COMPLETE for lr in (1e-2, 2e-2, 3e-2))
+    assert all(trials[lr].state == TrialState.COMPLETE for lr in (1e-2, 2e-2))
     assert f"trial {bad.number} done" in logs[1]  # host 1 left the pruned trial too, without failing

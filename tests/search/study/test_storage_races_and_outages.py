@@ -13,7 +13,9 @@ import sys, time
 import optuna
 from paxsearch.search.study.storage import open_storage
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-start = float(sys.argv[2])
+print("ready", flush=True)
+start = float(sys.stdin.readline())  # the same instant for every process of the round
+time.sleep(max(0.0, start - time.time() - 0.02))
 while time.time() < start:
     pass
 storage = open_storage(sys.argv[1])
@@ -23,17 +25,24 @@ optuna.create_study(study_name="s", storage=storage, load_if_exists=True)
 
 def test_drivers_started_at_once_on_a_fresh_run_folder_share_the_schema(tmp_path):
     """Defect 8: several processes creating the schema of one fresh SQLite file at the same
-    instant all succeed (rounds of 4 processes released by the clock)."""
+    instant all succeed (5 fresh files, 4 processes on each, all 20 released by the clock once
+    every one has imported)."""
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, f"sqlite:///{tmp_path / f'r{round_}' / 'study.db'}"],
+                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for round_ in range(5) for _ in range(4)]
+    ready = [p.stdout.readline().strip() for p in procs]
+    start = time.time() + 0.2
+    for p in procs:
+        try:
+            p.stdin.write(f"{start!r}\n")
+            p.stdin.flush()
+        except BrokenPipeError:  # it failed before it was ready: its error is read below
+            pass
     failures = []
-    for round_ in range(5):
-        url = f"sqlite:///{tmp_path / f'r{round_}' / 'study.db'}"
-        start = time.time() + 4.0
-        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, url, str(start)], cwd=REPO,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
-        for p in procs:
-            _, err = p.communicate(timeout=120)
-            if p.returncode != 0:
-                failures.append(err.strip().splitlines()[-1])
+    for p, line in zip(procs, ready, strict=True):
+        _, err = p.communicate(timeout=120)
+        if p.returncode != 0 or line != "ready":
+            failures.append((err.strip().splitlines() or [line])[-1])
     assert not failures, failures
 
 
@@ -102,8 +111,9 @@ def test_a_long_postgresql_outage_stops_the_driver_and_leaves_the_trial_to_reque
     from ...search_util import TINY
 
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "paxsearch.search.cli", "run", TINY, "--storage", pg_url,
-                             "--run-dir", str(run), "--trials", "1", "--no-progress"],
+    retries = 3  # the driver gives up after 1 + 2 + 4 s of retries, not the product's minute (fault_driver.py)
+    proc = subprocess.Popen([sys.executable, "-m", "paxsearch.tests.fault_driver", f"storage_retries:{retries}", "run",
+                             TINY, "--storage", pg_url, "--run-dir", str(run), "--trials", "1", "--no-progress"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     config = run / "trials" / "0" / "config.json"
     deadline = time.time() + 300
@@ -112,7 +122,7 @@ def test_a_long_postgresql_outage_stops_the_driver_and_leaves_the_trial_to_reque
         time.sleep(0.1)
     log = run / "trials" / "0" / "log.txt"
     _outage(pg_url.rsplit("/", 1)[1], lambda: log.exists() and log.read_text().count("== trial 0") == 2,
-            sum(storage_lib.RETRY_DELAYS_S) + 10.0)
+            sum(storage_lib.RETRY_DELAYS_S[:retries]) + 10.0)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, out[-2000:] + err[-3000:]
     lines = [line for line in err.strip().splitlines() if line.startswith("paxsearch")]

@@ -117,20 +117,25 @@ def test_skips_count_towards_the_budget_only_past_one_per_trained_trial():
     assert steer.counted([T(False)] * 3 + [T(True)] * 5) == 5
 
 
-def _seed_with_wide_first(space, n):
-    """A grid seed whose shuffled order starts with n wide-model points (computed, not guessed)."""
-    for seed in range(200):
-        if all(p["width"] == "wide" for p in GridProposer(space, seed).order[:n]):
+WIDE_THEN_NARROW = ["wide"] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
+
+
+def _seed_with_order(space, widths):
+    """A grid seed whose shuffled order starts with points of these widths (computed, not
+    guessed): MIN_MEASURED + 1 wide points measured first, then a narrow one to skip, then a
+    wide one to train, so that a budget of MIN_MEASURED + 2 trains that many and skips one."""
+    for seed in range(5000):
+        if [p["width"] for p in GridProposer(space, seed).order[:len(widths)]] == widths:
             return seed
-    raise AssertionError("no seed puts the wide points first")
+    raise AssertionError(f"no seed puts the points in the order {widths}")
 
 
-@pytest.mark.slow  # a study of 8+ trained trials
+@pytest.mark.slow  # a study of 5 trained trials and a skipped one
 def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
     space = load_space(STEER_SPACE)
-    seed = _seed_with_wide_first(space, steer.MIN_MEASURED + 1)
+    seed, budget = _seed_with_order(space, WIDE_THEN_NARROW), len(WIDE_THEN_NARROW) - 1
     run = tmp_path / "steer"
-    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", 8, "--no-progress")
+    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--no-progress")
     study = load(run, "steer_space")
     trials = study.get_trials()
     skipped = [t for t in trials if t.user_attrs.get("steered")]
@@ -151,8 +156,8 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
     before = [t for t in trained if t.number < first.number and t.state == TrialState.COMPLETE]
     assert first.user_attrs["steered"]["ratio"] == pytest.approx(
         _bound([t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"] for t in before]))
-    # skips do not use the budget (8 trained, or every point seen)
-    assert len(trained) == 8 or len(trials) == space.size()
+    # skips do not use the budget (all of it trained, or every point seen)
+    assert len(trained) == budget or len(trials) == space.size()
     assert f"{len(skipped)} skipped" in out.stdout
     # the report reads a study with skipped trials and says how many were skipped
     cli("report", run)
@@ -176,9 +181,9 @@ def test_processes_of_a_trial_skip_together(tmp_path):
     """Two processes per trial: process 0's verdict is every process's (a process that trained
     alone would wait in a collective until the timeout)."""
     space = load_space(STEER_SPACE)
-    seed = _seed_with_wide_first(space, steer.MIN_MEASURED + 1)
+    seed, budget = _seed_with_order(space, WIDE_THEN_NARROW), len(WIDE_THEN_NARROW) - 1
     run = tmp_path / "steer2"
-    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", 5, "--processes", 2,
+    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--processes", 2,
               "--timeout", 180, "--no-progress")
     trials = load(run, "steer_space").get_trials()
     assert not [t.user_attrs.get("failure_message") for t in trials if t.user_attrs.get("failure_kind")]
