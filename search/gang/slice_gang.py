@@ -121,6 +121,9 @@ def follow(ctx, membership: Membership, join_timeout: float = JOIN_TIMEOUT_S, sa
     """Hosts 1..N-1: keep this host's worker in the gang until host 0 ends the study."""
     from ..driver.loop import DriverError, first_flag_set, study_finished
 
+    if study_finished(ctx):  # nothing for host 0 to hand out: no worker to start, no gang to wait for
+        say(f"host {membership.host_index}: the study has no trial left to run; leaving", flush=True)
+        return 0
     flags = first_flag_set(ctx)
     trying_since = time.monotonic()
     while True:  # one try to join lasts at most JOIN_TRY_S, so that a finished study is noticed
