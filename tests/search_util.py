@@ -5,6 +5,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import optuna
 import pytest
@@ -54,11 +55,21 @@ def decision_keys(trials) -> list:
     return [tuple(sorted(t.params.items())) for t in trials]
 
 
-def refused(capsys, *args, words=()) -> str:
-    """`paxsearch ARGS` in this process: exit 2 and one line `paxsearch: error: ...` holding `words`."""
+def in_process(*args) -> int:
+    """`paxsearch ARGS` in this process (its exit status), where the process itself is not what a
+    test checks: no second interpreter paying ~10 CPU-s of imports (seqio pulls TensorFlow).
+    What the command sets in os.environ (train: XLA_FLAGS, the flag set's name) is undone after,
+    so the next test and its subprocesses see the session's environment. This process's JAX
+    started with the session's 8 CPU devices: a check of another --cpu-devices needs cli()."""
     from paxsearch.search import cli as cli_package
 
-    code = cli_package.main([str(a) for a in args])
+    with mock.patch.dict(os.environ):
+        return cli_package.main([str(a) for a in args])
+
+
+def refused(capsys, *args, words=()) -> str:
+    """`paxsearch ARGS` in this process: exit 2 and one line `paxsearch: error: ...` holding `words`."""
+    code = in_process(*args)
     out, err = capsys.readouterr()
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("paxsearch: error: "), (code, out, err)

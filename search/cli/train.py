@@ -179,13 +179,15 @@ def main(args) -> int:
         check_resume(cfg, run_dir, ckpt_dir)
     check_shell_xla_flags()
     from ...trainer import distributed
-    from ...trainer.train import build_program, check_vocab, train
+    from ...trainer.plan import build_program  # JAX only: a refused mesh pays no seqio/TensorFlow import
 
     # Every refusal before the first write: the mesh against this machine's devices (e.g. a
     # --resume with another --cpu-devices), remat, memory, the data vocabulary. A refused run
     # leaves the run folder as it was (config.json, env.json, checkpoints untouched).
     distributed.maybe_initialize(cfg.distributed)
     program = build_program(cfg)  # ConfigError: one line (cli.main)
+    from ...trainer.train import check_vocab, train
+
     check_vocab(cfg)
     from ..trial.execute import environment
 

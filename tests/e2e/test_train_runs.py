@@ -15,6 +15,8 @@ from paxsearch.tests.trainer_util import tiny
 from paxsearch.trainer.config import CheckpointConfig
 from paxsearch.trainer.train import train
 
+from ..search_util import in_process, refused
+
 CONFIG_FILE = '''
 import dataclasses
 from paxsearch.tests.trainer_util import tiny
@@ -107,21 +109,19 @@ def test_tensorboard_scalars_readable_and_metrics_complete(tmp_path):
     assert acc.Scalars("eval/loss")[-1].value == pytest.approx(result.eval_loss, rel=1e-6)
 
 
-def test_cli_train_with_overrides_and_errors(tmp_path):
+def test_cli_train_with_overrides_and_errors(tmp_path, capsys):
+    """`paxsearch train` in this process (the command, not its process, is under test)."""
     cfg_file = tmp_path / "cfg.py"
     cfg_file.write_text(CONFIG_FILE.format(steps=3))
-    cli = [sys.executable, "-m", "paxsearch.search.cli", "train", str(cfg_file), "--run-dir", str(tmp_path / "r")]
-    ok = subprocess.run(cli + ["--set", "model.d_model=32", "--steps", "2"], env=_env(), capture_output=True, text=True)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "steps 0->2" in ok.stdout and "MFU" in ok.stdout
+    args = ["train", cfg_file, "--run-dir", tmp_path / "r"]
+    capsys.readouterr()
+    code = in_process(*args, "--set", "model.d_model=32", "--steps", "2")
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    assert "steps 0->2" in out and "MFU" in out
     saved = json.loads((tmp_path / "r" / "config.json").read_text())
     assert "32" in json.dumps(saved)
-    again = subprocess.run(cli, env=_env(), capture_output=True, text=True)
-    assert again.returncode == 2 and "--resume" in again.stderr.strip().splitlines()[-1]
-    bad = subprocess.run(cli[:-2] + ["--run-dir", str(tmp_path / "r2"), "--set", "model.widht=3"],
-                         env=_env(), capture_output=True, text=True)
-    assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1].startswith("paxsearch: error: override 'model.widht': unknown field")
-    mesh = subprocess.run(cli[:-2] + ["--run-dir", str(tmp_path / "r3"), "--set", "mesh.ici=(2,2,1)"],
-                          env=_env(), capture_output=True, text=True)
-    assert mesh.returncode == 2 and "4 devices but 8 are available" in mesh.stderr.strip().splitlines()[-1]
+    refused(capsys, *args, words=("--resume",))
+    assert refused(capsys, *args[:-1], tmp_path / "r2", "--set", "model.widht=3").startswith(
+        "paxsearch: error: override 'model.widht': unknown field")
+    refused(capsys, *args[:-1], tmp_path / "r3", "--set", "mesh.ici=(2,2,1)", words=("4 devices but 8 are available",))

@@ -22,7 +22,7 @@ from paxsearch.store import urls
 from paxsearch.store.paths import UnsafeFolderName, folder_name, sanitized_folder_name
 
 from ...analysis.study_builder import grid_specs, make_run
-from ...search_util import TINY, cli
+from ...search_util import TINY, cli, in_process
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -287,7 +287,9 @@ def test_a_refused_train_resume_leaves_the_run_folder_as_it_was(tmp_path):
     path = tmp_path / "tiny.py"
     path.write_text(TRAIN_CONFIG)
     run = tmp_path / "run"
-    cli("train", path, "--run-dir", run, "--steps", "2", "--checkpoint-every", "1", timeout=900)
+    # the first train in this process (its process is not the point); the refused resume in its
+    # own, as --cpu-devices 4 must start JAX with 4 devices
+    assert in_process("train", path, "--run-dir", run, "--steps", "2", "--checkpoint-every", "1") == 0
     before = files_under(run)
     env_text = (run / "env.json").read_text()
     proc = cli("train", path, "--run-dir", run, "--resume", "--steps", "3", "--cpu-devices", "4", check=False,
