@@ -1,6 +1,6 @@
 """Communication overlap read from the compiled schedule (trainer/roofline/schedule.py): small
-hand-written scheduled HLO modules whose exposed communication is computed by hand, and one
-step compiled for a TPU topology with libtpu."""
+hand-written scheduled HLO modules whose exposed communication is computed by hand. The step
+compiled for a TPU topology with libtpu is read in tests/search/planning/test_tpu_targets.py."""
 import os
 
 from paxsearch.trainer.flagsets import DEVICE_COUNT_FLAG, with_device_count  # noqa: E402  (imports no JAX)
@@ -9,13 +9,9 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 
-import math
-
 import pytest
 
 from paxsearch.trainer import roofline as R
-
-from ..search_util import needs_libtpu
 
 US = 1e-6
 # Round figures: a dot f32[100,500] x f32[500,100] is 2 x 100 x 100 x 500 = 1e7 FLOPs = 10 us
@@ -247,35 +243,9 @@ def test_latency_per_hop_is_a_hardware_field():
     assert _hops("all-reduce", 4) == 6 and _hops("all-gather", 4) == 3 and _hops("collective-permute", 4) == 1
 
 
-# ----------------------------------------------------------------------------- compiled for a TPU
-
-@pytest.mark.slow  # a train step compiled for v5e-16
-@needs_libtpu
-def test_a_step_compiled_for_v5e_16_is_read_from_its_schedule():
-    from paxsearch.search.planning import targets as T
-    from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
-
-    small = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=16, head_dim=16, d_ff=1024, seq_len=256,
-                        dtype="bfloat16", param_dtype="float32")
-    target = T.parse_target("tpu:v5e-16")
-    cfg = TrainConfig(model=small, mesh=MeshConfig(ici=(1, 16, 1)), per_device_batch=None, global_batch=64,
-                      remat="full")
-    program, plan = T.compile_for_target(cfg, target, T.target_devices(target))
-    module = R.parse_module(program.plan.hlo_text)
-    assert module.is_scheduled
-    pairs = opened = 0
-    for comp in module.computations.values():
-        evs = R.events(module, comp).values()
-        opened += sum(len(keys) for what, keys in evs if what == "open")
-        pairs += sum(len(keys) for what, keys in evs if what == "close")
-    assert pairs > 0 and pairs == opened  # every async transfer that starts is done in its computation
-    roof = plan["roofline"]
-    assert roof["overlap"] == "schedule"
-    assert all(math.isfinite(roof[k]) for k in ("step_time_s", "exposed_comm_s", "comm_s", "roofline_s"))
-    assert roof["compute_s"] <= roof["roofline_s"] <= roof["step_time_s"]
-    # the fsdp all-gathers and the collective matmuls' permutes are async: some is hidden
-    assert 0 < roof["exposed_comm_s"] < roof["comm_s"]
-    assert roof["step_time_s"] == pytest.approx(roof["roofline_s"] + roof["exposed_comm_s"])
+# The step compiled for v5e-16 and read from its schedule: tests/search/planning/test_tpu_targets.py
+# (test_a_step_compiled_for_v5e_16_is_read_from_its_schedule), which shares that compile with
+# the MFU test there.
 
 
 def test_ring_steps_follow_the_torus_dimensions():

@@ -13,7 +13,11 @@ from ..search_util import HAS_LIBTPU
 MODEL = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=4, head_dim=64, d_ff=1024, seq_len=256,
                     dtype="bfloat16", param_dtype="float32", mlp="gated", activation="silu", position="rope")
 BIG_VOCAB = dataclasses.replace(MODEL, vocab_size=8192, seq_len=512)
-BASE = TrainConfig(model=MODEL, mesh=MeshConfig(ici=(4, 1, 1)), per_device_batch=4, remat="full")
+# 2 rows per chip where the batch is not the point (ZeRO-1, offloads and gradient accumulation
+# move argument bytes or halve the rows held at once: a TPU compile of 2 rows costs ~2/3 of 4);
+# the logits that vocab tiling removes and the activations that custom remat saves need 4 rows
+BASE = TrainConfig(model=MODEL, mesh=MeshConfig(ici=(4, 1, 1)), per_device_batch=2, remat="full")
+BIG = dataclasses.replace(BASE, model=BIG_VOCAB, per_device_batch=4)
 QKV_INPUT = ("decoder_input", "query_proj", "key_proj", "value_proj")  # MaxText's Llama3.1-70B offloads
 VARIANTS = {
     "base": BASE,
@@ -22,14 +26,12 @@ VARIANTS = {
     "offload_params": dataclasses.replace(BASE, offload_params=True),
     # at vocabulary 4096 x seq 256 the TPU compiler fuses the loss into the unembedding and holds
     # no logits (benchmarks/RESULTS.md); at 8192 x 512 it holds them, and tiling removes them
-    "big_vocab": dataclasses.replace(BASE, model=BIG_VOCAB),
-    "vocab_tiles": dataclasses.replace(BASE, model=dataclasses.replace(BIG_VOCAB, vocab_tiles=4)),
+    "big_vocab": BIG,
+    "vocab_tiles": dataclasses.replace(BIG, model=dataclasses.replace(BIG_VOCAB, vocab_tiles=4)),
     "grad_accum": dataclasses.replace(BASE, grad_accum_steps=2),
     # on the larger model too: at seq 256 the saved activations are too small to move the temp bytes
-    "custom_device": dataclasses.replace(BASE, model=BIG_VOCAB,
-                                         remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
-    "custom_offload": dataclasses.replace(BASE, model=BIG_VOCAB,
-                                          remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
+    "custom_device": dataclasses.replace(BIG, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
+    "custom_offload": dataclasses.replace(BIG, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
 }
 _plans: dict = {}
 
@@ -49,7 +51,7 @@ def _param_bytes():
     return 4 * memory("base").param_count
 
 
-# ten TPU compiles, ~20 s each on an idle 2-core machine (the figures: benchmarks/bench_memory_knobs.py)
+# nine TPU compiles, ~10-20 s each on an idle 2-core machine (the figures: benchmarks/bench_memory_knobs.py)
 pytestmark = [pytest.mark.slow, pytest.mark.tpu,
               pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")]
 
@@ -65,13 +67,13 @@ def test_zero1_shards_the_moments_over_data():
 def test_offloaded_moments_leave_the_device_between_steps():
     base, off = memory("base"), memory("offload_state")
     assert base.memory.argument_bytes - off.memory.argument_bytes > 0.95 * 2 * _param_bytes()
-    assert off.peak_bytes < base.peak_bytes
+    assert off.peak_bytes < base.peak_bytes  # measured: -1.1% (the update brings the moments in)
 
 
 def test_offloaded_params_leave_the_arguments_between_steps():
     base, off = memory("base"), memory("offload_params")
     assert base.memory.argument_bytes - off.memory.argument_bytes > 0.95 * _param_bytes()
-    # the step brings them back to compute: the peak within the step stays (measured: +0.3%)
+    # the step brings them back to compute: the peak within the step stays (measured: -3.0%)
     assert off.peak_bytes < 1.01 * base.peak_bytes
 
 

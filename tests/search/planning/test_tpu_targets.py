@@ -13,6 +13,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 
+import math
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import pytest
 from paxsearch.search.planning import targets as T
 from paxsearch.search.trial.execute import plan_outcome
 from paxsearch.store import Kind
+from paxsearch.trainer import roofline as R
 from paxsearch.trainer import topology as topo
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
@@ -211,18 +213,20 @@ def test_two_slice_target_compiles_with_dcn_data_2():
 
 
 @pytest.fixture(scope="module")
-def small_plans():
-    """Plans of one small model (d_model=256, 16 heads) on v5e-16 at global batch 64, with all
-    16 devices on the fsdp axis or on the tensor axis."""
+def small_programs():
+    """(program, plan) of one small model (d_model=256, 16 heads) on v5e-16 at global batch 64,
+    with all 16 devices on the fsdp axis or on the tensor axis: two compiles that the MFU test
+    and the schedule test (moved here from tests/roofline/test_overlap.py to share them) read."""
     target = T.parse_target("tpu:v5e-16")
     devices = T.target_devices(target)
-    return {axis: T.compile_for_target(cfg(SMALL, ici, global_batch=64), target, devices)[1]
+    return {axis: T.compile_for_target(cfg(SMALL, ici, global_batch=64), target, devices)
             for axis, ici in (("fsdp", (1, 16, 1)), ("tensor", (1, 1, 16)))}
 
 
 @pytest.mark.slow  # its fixture compiles for v5e-16 twice
 @needs_libtpu
-def test_predicted_mfu_is_in_range_and_orders_tensor_16_below_fsdp_16(small_plans):
+def test_predicted_mfu_is_in_range_and_orders_tensor_16_below_fsdp_16(small_programs):
+    small_plans = {axis: plan for axis, (_, plan) in small_programs.items()}
     for axis, p in small_plans.items():
         assert 0 < p["predicted_mfu"] <= 1, axis
         assert p["predicted_step_time"] > 0 and p["roofline"]["predicted"]
@@ -232,3 +236,26 @@ def test_predicted_mfu_is_in_range_and_orders_tensor_16_below_fsdp_16(small_plan
     # each moves data over its own axis only
     assert {tuple(c["axes"]) for c in tensor["roofline"]["collectives"]} == {("tensor",)}
     assert {tuple(c["axes"]) for c in fsdp["roofline"]["collectives"]} == {("fsdp",)}
+
+
+@pytest.mark.slow  # reads the fsdp compile of small_programs
+@needs_libtpu
+def test_a_step_compiled_for_v5e_16_is_read_from_its_schedule(small_programs):
+    """The roofline's overlap model (trainer/roofline, tests/roofline/test_overlap.py) on a
+    train step compiled for v5e-16: the async collectives are read from the step's schedule."""
+    program, plan = small_programs["fsdp"]
+    module = R.parse_module(program.plan.hlo_text)
+    assert module.is_scheduled
+    pairs = opened = 0
+    for comp in module.computations.values():
+        evs = R.events(module, comp).values()
+        opened += sum(len(keys) for what, keys in evs if what == "open")
+        pairs += sum(len(keys) for what, keys in evs if what == "close")
+    assert pairs > 0 and pairs == opened  # every async transfer that starts is done in its computation
+    roof = plan["roofline"]
+    assert roof["overlap"] == "schedule"
+    assert all(math.isfinite(roof[k]) for k in ("step_time_s", "exposed_comm_s", "comm_s", "roofline_s"))
+    assert roof["compute_s"] <= roof["roofline_s"] <= roof["step_time_s"]
+    # the fsdp all-gathers and the collective matmuls' permutes are async: some is hidden
+    assert 0 < roof["exposed_comm_s"] < roof["comm_s"]
+    assert roof["step_time_s"] == pytest.approx(roof["roofline_s"] + roof["exposed_comm_s"])
