@@ -10,6 +10,8 @@ import time
 import pytest
 from optuna.trial import TrialState
 
+from paxsearch.search.trial.record import PLAN_PHASES
+
 from ..search_util import REPO, TINY, active, cli, decision_keys, load
 
 TRIAL_ATTRS = {"decisions", "config", "config_dict", "plan", "measured", "memory_bytes", "timings", "env",
@@ -34,7 +36,9 @@ def test_grid_runs_each_point_once_and_stores_everything(tiny_grid_run):
         group = t.user_attrs.get("loss_group")
         assert math.isclose(t.values[0], group["loss"] if group else own)
         assert t.user_attrs["measured"]["steps"] == 4 and t.user_attrs["counters"]["train_calls"] == 1
-        assert set(t.user_attrs["timings"]) == {"plan_s", "train_s", "total_s", "overhead_s"}
+        timings = t.user_attrs["timings"]  # where the plan's seconds went, too (trial/record.py PLAN_PHASES)
+        assert set(timings) == {"plan_s", "train_s", "total_s", "overhead_s", *PLAN_PHASES}
+        assert timings["lower_s"] + timings["compile_s"] + timings["hlo_text_s"] <= timings["plan_s"] + 1e-3
         env = t.user_attrs["env"]
         assert env["num_devices"] == 8 and env["platform"] == "cpu" and env["peak_flops_per_device"] > 0
         assert "xla_force_host_platform_device_count=8" in env["xla_flags"]

@@ -7,7 +7,8 @@ should have 1 operands but sees 3" (jax/jaxlib 0.10.2, libtpu 0.0.52): printing 
 module from its proto, and the proto of the loss's gather, offloaded to the SparseCores as an
 async start/update/done, does not rebuild. The executable's hlo_modules() fails the same way.
 The plan keeps memory_analysis() of the compile and takes the optimized module that XLA
-itself dumps (a second compile with --xla_dump_to into a temporary folder).
+itself dumps: a plan on compile-only devices compiles with --xla_dump_to into a temporary
+folder, so this costs no second compile (tests/trainer/test_plan_phases.py counts the compiles).
 """
 import dataclasses
 

@@ -46,8 +46,8 @@ def test_a_cpu_plan_times_each_phase_and_the_probes_are_the_extra_compiles():
     assert len(one) == 1 and len(three) == 3  # the step; the step and its 1- and 2-layer FLOP probes
     for plan in (plain, probed):
         assert set(plan.phases) == set(BUILD_PHASES) and all(v >= 0 for v in plan.phases.values())
-        assert plan.phases["lower_s"] + plan.phases["compile_s"] == pytest.approx(plan.compile_seconds, abs=2e-3)
-    assert plain.phases["flop_probes_s"] < 0.05 < probed.phases["flop_probes_s"]
+        assert plan.phases["lower_s"] + plan.phases["compile_s"] == pytest.approx(plan.compile_seconds, abs=0.05)
+    assert plain.phases["flop_probes_s"] == 0.0 < probed.phases["flop_probes_s"]  # two probes traced and compiled
     assert plain.hlo_source == "as_text" and plain.hlo_text
 
 
