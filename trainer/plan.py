@@ -157,7 +157,7 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
         lowered = step_fn.lower(abstract_state, batch)
         t1 = time.perf_counter()
         phases["lower_s"] = t1 - t0
-        compiled = lowered.compile(compiler_options=compiler_options) if compiler_options else lowered.compile()
+        compiled = lowered.compile(compiler_options=compiler_options)
         phases["compile_s"] = time.perf_counter() - t1
     return model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled
 
@@ -180,11 +180,9 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     # so the text never costs a second compile (no persistent cache entry is lost: such a compile's
     # entry cannot be loaded without a client anyway).
     with _hlo_dump_folder(keep_hlo and _compile_only(devices)) as dump_folder:
-        options = {"xla_dump_to": dump_folder, "xla_dump_hlo_as_text": True} if dump_folder else None
-        t0 = time.perf_counter()
         model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
-            cfg, mesh, global_batch, rules, platform, phases=phases, compiler_options=options)
-        compile_seconds = time.perf_counter() - t0
+            cfg, mesh, global_batch, rules, platform, phases=phases, compiler_options=_dump_options(dump_folder))
+        compile_seconds = phases["lower_s"] + phases["compile_s"]
         xla_flops, xla_bytes = _cost(compiled)
         stages = dict(mesh.shape).get("stage", 1)
         t1 = time.perf_counter()
@@ -228,7 +226,7 @@ def optimized_hlo(compiled, lowered, dump_folder: str | None = None) -> tuple[st
     operands but sees 3" for a SparseCore gather offload), and so does the executable's
     hlo_modules(). Then the module XLA itself printed: the *.after_optimizations.txt in
     `dump_folder`, where `compiled` was compiled with an XLA dump to it (build_program does so
-    off the CPU), else `lowered` compiled again with a dump into a temporary folder. Sources:
+    for compile-only devices), else `lowered` compiled again with a dump into a temporary folder. Sources:
     "as_text", "hlo_modules", "xla_dump"; (None, None, reasons) when none gives a module. The
     memory figure never depends on this: it is memory_analysis() of the first compile."""
     errors = []
@@ -263,8 +261,13 @@ def _dumped_hlo(lowered) -> str:
     The dump flags are part of jax's cache key (compiler_options), so this compiles for real
     and is not written to the persistent compilation cache (a throw-away entry)."""
     with _hlo_dump_folder(True) as folder:
-        lowered.compile(compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_text": True})
+        lowered.compile(compiler_options=_dump_options(folder))
         return _read_dump(folder)
+
+
+def _dump_options(folder: str | None) -> dict | None:
+    """Compiler options that make XLA print the optimized module as text into `folder` (None: none)."""
+    return {"xla_dump_to": folder, "xla_dump_hlo_as_text": True} if folder else None
 
 
 def _read_dump(folder: str) -> str:
