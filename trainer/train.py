@@ -41,10 +41,19 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     writer = ScalarWriter(os.path.join(run_dir, "tb") if run_dir and cfg.log.tensorboard and pidx == 0 else None)
     ckpt = Checkpointer(cfg.checkpoint, run_dir) if cfg.checkpoint.enabled else None
     start = 0
-    if ckpt and resume and ckpt.latest_step() is not None:
-        state, start = ckpt.restore_latest(program.abstract_state)  # the newest readable step
-    else:
-        state = program.init_state(jax.random.key(cfg.seed))
+    try:
+        if ckpt and resume and ckpt.latest_step() is not None:
+            state, start = ckpt.restore_latest(program.abstract_state)  # the newest readable step
+        else:
+            state = program.init_state(jax.random.key(cfg.seed))
+    except BaseException:
+        # Close Orbax's manager (its asyncio threads) and the event file before the error leaves:
+        # left open, they print "Event loop is closed" tracebacks at interpreter exit under the
+        # one-line error a refused resume gives.
+        if ckpt:
+            ckpt.close()
+        writer.close()
+        raise
 
     local_devices = jax.local_device_count()
     peak, _ = flops_lib.peak_flops_per_device(plan.device_kind, plan.platform, local_devices, cfg.model.dtype)
