@@ -1,8 +1,12 @@
 """Orbax checkpoints of the train state: save every N steps and at the end, keep K, resume."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
+import threading
+import time
 
 import orbax.checkpoint as ocp
 
@@ -18,6 +22,39 @@ def checkpoint_dir(ckpt: CheckpointConfig, run_dir: str | None) -> str | None:
     if ckpt.directory:
         return os.path.abspath(ckpt.directory)
     return os.path.abspath(os.path.join(run_dir, "checkpoints")) if run_dir else None
+
+
+@contextlib.contextmanager
+def _without_abandoned_reads(settle_s: float = 0.5, wait_s: float = 10.0):
+    """Hold this process's stderr (file descriptor 2) while a restore is tried. When it fails
+    (the caller sets the yielded event), the other reads Orbax had started go on finishing for a
+    while, and each prints an 'Event loop is closed' traceback from TensorStore's own threads
+    (Orbax closes the restore's event loop without waiting for them), several at once and
+    interleaved even inside a line. Then wait until stderr has been quiet for `settle_s` (at most
+    `wait_s`) and drop what the failed attempt printed: its exception, which the caller reports,
+    says what went wrong. A restore that succeeds passes on everything it printed."""
+    failed = threading.Event()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield failed
+        finally:
+            if failed.is_set():
+                size, start = -1, time.monotonic()
+                quiet_since = start
+                while time.monotonic() - start < wait_s and time.monotonic() - quiet_since < settle_s:
+                    time.sleep(0.05)
+                    now = os.fstat(held.fileno()).st_size
+                    if now != size:
+                        size, quiet_since = now, time.monotonic()
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed.is_set():
+                held.seek(0)
+                os.write(2, held.read())
 
 
 class Checkpointer:
@@ -38,10 +75,15 @@ class Checkpointer:
         truncated or garbled, a save cut short) is moved aside as `<step>.unreadable` (so a
         later save of that step is not skipped) and the next older one is tried; the fallback
         is said on stderr. CheckpointError (one line) when none restores."""
-        bad = []
+        bad: list[tuple[int, str]] = []
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                state = self.restore(abstract_state, step)
+                with _without_abandoned_reads() as failed:
+                    try:
+                        state = self.restore(abstract_state, step)
+                    except BaseException:
+                        failed.set()
+                        raise
             except Exception as e:  # noqa: BLE001 - Orbax/TensorStore raise many types for a bad file
                 bad.append((step, f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"))
                 continue

@@ -152,6 +152,7 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_good_step(tmp_path
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "could not be read" in proc.stderr and "resuming from step 1" in proc.stderr, proc.stderr[-3000:]
     assert "steps 1->3" in proc.stdout
+    assert "Event loop is closed" not in proc.stderr, proc.stderr[-3000:]  # the abandoned reads of step 2
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["1", "2.unreadable", "3"]
 
     copy = tmp_path / "copy"
@@ -162,4 +163,5 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_good_step(tmp_path
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = error_lines(proc)
     assert len(lines) == 1 and "no checkpoint in" in lines[0] and "can be read" in lines[0], proc.stderr[-3000:]
+    assert proc.stderr.strip() == lines[0]  # only that line: no tracebacks of the reads a failed restore left
     assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == ["1", "2"]  # nothing moved when none is good
