@@ -26,8 +26,21 @@ def _read_int(path: str) -> int | None:
         return None
 
 
-def memory_cgroup(pid: int) -> tuple[str, str] | None:
-    """(oom_kill counter file, limit file) of the memory cgroup of `pid` (v2 or v1), if readable."""
+def _mounted(mount: str, path: str) -> str | None:
+    """The folder of cgroup `path` (as /proc/PID/cgroup names it) under `mount`. In a container
+    the mount shows the container's own cgroup as its root, while /proc names the host's path
+    (memory:/process_api/<id>): the longest tail of the path that exists there."""
+    parts = [p for p in path.split("/") if p]
+    for i in range(len(parts) + 1):
+        folder = os.path.join(mount, *parts[i:])
+        if os.path.isdir(folder):
+            return folder
+    return None
+
+
+def memory_cgroup(pid: int) -> tuple[str, str, str] | None:
+    """(folder, oom_kill counter file name, limit file name) of the memory cgroup of `pid`
+    (v1 or v2), if readable."""
     try:
         with open(f"/proc/{pid}/cgroup") as f:
             lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
@@ -35,13 +48,28 @@ def memory_cgroup(pid: int) -> tuple[str, str] | None:
         return None
     for _hid, controllers, path in lines:
         if "memory" in controllers.split(","):  # cgroup v1 memory controller
-            base = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
-            return os.path.join(base, "memory.oom_control"), os.path.join(base, "memory.limit_in_bytes")
+            folder = _mounted("/sys/fs/cgroup/memory", path)
+            return (folder, "memory.oom_control", "memory.limit_in_bytes") if folder else None
     for hid, controllers, path in lines:
         if hid == "0" and controllers == "":  # cgroup v2
-            base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
-            return os.path.join(base, "memory.events"), os.path.join(base, "memory.max")
+            folder = _mounted("/sys/fs/cgroup", path)
+            return (folder, "memory.events", "memory.max") if folder else None
     return None
+
+
+def _kills(folder: str, counter: str) -> int | None:
+    """OOM kills in cgroup `folder` and every cgroup under it. v2's memory.events counts its
+    subtree already; v1's memory.oom_control counts only its own cgroup, so the subtree is
+    summed (a worker moved into a child cgroup and killed there before a sample saw it)."""
+    if counter == "memory.events":
+        return _read_counter(os.path.join(folder, counter), "oom_kill")
+    total = None
+    for here, _dirs, files in os.walk(folder):
+        if counter in files:
+            value = _read_counter(os.path.join(here, counter), "oom_kill")
+            if value is not None:
+                total = (total or 0) + value
+    return total
 
 
 class MemoryWatch:
@@ -52,7 +80,8 @@ class MemoryWatch:
 
     def __init__(self, pids: list[int]):
         self.pids = list(pids)
-        self.counters: dict[str, int] = {}  # counter file -> value when first seen
+        self.counters: dict[str, int] = {}  # cgroup folder -> its subtree's OOM kills when first seen
+        self.kinds: dict[str, str] = {}  # cgroup folder -> its counter file's name
         self.limits: dict[str, int | None] = {}
         self.hwm = 0
         self.vmstat = _read_counter("/proc/vmstat", "oom_kill")
@@ -62,10 +91,12 @@ class MemoryWatch:
         for pid in self.pids:
             found = memory_cgroup(pid)
             if found and found[0] not in self.counters:
-                value = _read_counter(found[0], "oom_kill")
+                folder, counter, limit = found
+                value = _kills(folder, counter)
                 if value is not None:
-                    self.counters[found[0]] = value
-                    self.limits[found[0]] = _read_int(found[1])
+                    self.counters[folder] = value
+                    self.kinds[folder] = counter
+                    self.limits[folder] = _read_int(os.path.join(folder, limit))
             hwm = _read_counter(f"/proc/{pid}/status", "VmHWM:")
             if hwm is not None:
                 self.hwm = max(self.hwm, hwm * 1024)
@@ -73,15 +104,16 @@ class MemoryWatch:
     def oom_evidence(self) -> str | None:
         """A sentence naming the counter that rose since the trial began, or None."""
         hwm = f"worker peak RSS {self.hwm / 2**20:.0f} MiB"
-        for path, before in self.counters.items():
-            after = _read_counter(path, "oom_kill")
+        for folder, before in self.counters.items():
+            after = _kills(folder, self.kinds[folder])
             if after is not None and after > before:
-                limit = self.limits.get(path)
+                limit = self.limits.get(folder)
                 of = f" of the {limit / 2**20:.0f} MiB limit" if limit and limit < 2**60 else ""
-                return f"oom_kill in {path} rose from {before} to {after}; {hwm}{of}"
-        # No cgroup counter rose (none found, or the worker was moved to a cgroup it was killed
-        # in before a sample saw it): the whole machine's counter, said as such.
-        if self.vmstat is not None:
+                path = os.path.join(folder, self.kinds[folder])
+                return f"oom_kill in {path} (and the cgroups under it) rose from {before} to {after}; {hwm}{of}"
+        # No cgroup counter could be read: the whole machine's counter, said as such. Never
+        # when one could: the machine's counter also counts other containers' kills.
+        if not self.counters and self.vmstat is not None:
             after = _read_counter("/proc/vmstat", "oom_kill")
             if after is not None and after > self.vmstat:
                 return f"oom_kill in /proc/vmstat rose from {self.vmstat} to {after}; {hwm}"
