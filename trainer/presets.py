@@ -67,18 +67,19 @@ _PAXML_NOTE = (
     "{pos:,} parameters) and RMSNorm.")
 
 # Llama 3.1 (trainer/presets.py llama3.1-*): MaxText's model ymls and recipes, read
-_MAXTEXT_LLAMA31 = ("AI-Hypercomputer/maxtext MaxText/configs/models/llama3.1-{size}.yml@9f1820b472ef362e7b5c782fe1d6fda8"
-                    "a0943eff (tag tpu-recipes-v0.1.4)")
-_LLAMA31_SEQ = ("MaxText's Llama 3.1 recipes train at max_target_length 8192 (benchmarks/maxtext_trillium_model_configs.py"
-                "@92e59fdf547421f647590087f50fea5729da42d8 llama3_1-8b-8192, llama3_1-70b-8192, "
-                "llama3-1-405b-8192-fsdp-dcn), the pre-training length before Llama 3.1's long-context stage")
-_LLAMA31_NOTE = ("Architecture as published: RMSNorm pre-norm, SwiGLU, RoPE theta 500000, GQA with 8 K/V heads, untied "
-                 "embeddings, no biases; this preset's count equals the published one to the parameter. Gap: Llama 3.1's "
-                 "RoPE frequency scaling (rope_scaling rope_type llama3: factor 8, low_freq_factor 1, high_freq_factor 4, "
-                 "original_max_position_embeddings 8192; MaxText layers/embeddings.py LLaMARotaryEmbedding use_scale) is "
-                 "not in this model: plain RoPE theta 500000. It rescales the rotation frequencies only (no parameters, "
-                 "no matmul), so FLOPs, memory and the compiled step's shape are the same; positions beyond 8192 would "
-                 "rotate differently.")
+_MAXTEXT_LLAMA31 = ("AI-Hypercomputer/maxtext MaxText/configs/models/llama3.1-{size}.yml"
+                    "@9f1820b472ef362e7b5c782fe1d6fda8a0943eff (tag tpu-recipes-v0.1.4)")
+_LLAMA31_SEQ = ("MaxText's Llama 3.1 recipes train at max_target_length 8192 "
+                "(benchmarks/maxtext_trillium_model_configs.py@92e59fdf547421f647590087f50fea5729da42d8 "
+                "llama3_1-8b-8192, llama3_1-70b-8192, llama3-1-405b-8192-fsdp-dcn), the pre-training length "
+                "before Llama 3.1's long-context stage")
+_LLAMA31_NOTE = ("Architecture as published: RMSNorm pre-norm, SwiGLU, RoPE theta 500000, GQA with 8 K/V heads, "
+                 "untied embeddings, no biases; this preset's count equals the published one to the parameter. "
+                 "Gap: Llama 3.1's RoPE frequency scaling (rope_scaling rope_type llama3: factor 8, low_freq_factor 1, "
+                 "high_freq_factor 4, original_max_position_embeddings 8192; MaxText layers/embeddings.py "
+                 "LLaMARotaryEmbedding use_scale) is not in this model: plain RoPE theta 500000. It rescales the "
+                 "rotation frequencies only (no parameters, no matmul), so FLOPs, memory and the compiled step's "
+                 "shape are the same; positions beyond 8192 would rotate differently.")
 
 
 @dataclass(frozen=True)
