@@ -37,6 +37,16 @@ with its one-line reason (`--dry-run` lists a sample): microbatches not a multip
 stages, layers (80) not divisible by stages x repeats, a per-device batch that does not divide
 into the accumulation and pipeline microbatches, ...
 
+Planned on 2026-12-02 (2-core development machine shared with other jobs, load 7-10; jax 0.10.2),
+each a real compile for v5p-256 (`--trials 1`, the other decisions fixed with --set: dcn=none,
+vocab_tiles=1, grad_accum_steps=1, zero1=False):
+    mesh=1x128x1x1 remat=offload_input_qkv: fits, 24.9 GiB a chip, predicted step 23.79 s, predicted
+        MFU 67.4% (roofline: compute 21.88 s, memory 1.60 s, exposed communication 1.41 s);
+        compile 422 s, 467 s wall
+    mesh=4x32x1x1 (4 stages, GPipe, 8 microbatches) remat=full: refused by the TPU compiler,
+        95.95 GiB a chip > 95.73 usable, 28 s
+    TPE's first point (mesh=2x16x4x1 dcn=stage microbatches=16 remat=minimal): refused, 289.7 GiB, 24 s
+
 Run:  paxsearch run spaces/llama70b_plan.py --dry-run   (size, and what the static checks remove)
       paxsearch run spaces/llama70b_plan.py --trials 1  (one compiled point)
       paxsearch run spaces/llama70b_plan.py             (TPE, 16 trials, one compile per two cores)
