@@ -71,7 +71,10 @@ FORMULAS = {
                  "6 N S + 12 H L Dh S^2 / 2 per row (causal half)",
 }
 
-PEAK_TFLOPS = {"v4": 275.0, "v5e": 197.0, "v5p": 459.0}  # bf16 dense per chip, as MaxText divides
+# bf16 dense per chip, as MaxText divides. v6e (Trillium): 918 TFLOP/s bf16 per chip, Google Cloud's
+# TPU v6e page (https://cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16 per chip), the figure and source
+# trainer/hardware.py holds; MaxText's own logs agree: 417.397 TFLOP/s is 45.47% of it (RECIPES).
+PEAK_TFLOPS = {"v4": 275.0, "v5e": 197.0, "v5p": 459.0, "v6e": 918.0}
 
 
 @dataclass(frozen=True)
@@ -242,4 +245,280 @@ def table() -> str:
             f"| {r.global_batch} | {r.remat} ({REMAT[r.remat]}) | {r.attention} ({ATTENTION[r.attention]}) "
             f"| {r.tflops:g}, {r.mfu:.2%} | {r.formula} | {conversion(r):.4f} | {converted_mfu(r):.2%} "
             f"| {published_step_time(r):.2f} |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------
+# MaxText's 2025 recipes (Llama on v6e / v5p), one slice each: the runs issue 19 names as today's
+# records. Published in MaxText's docs/reference/models/tiering.md ("Optimized models tiering": MFU and
+# approximate tokens/s per device) with a link to each recipe; the run logs quoted in tpu-recipes'
+# READMEs give TFLOP/s and tokens/s per device. Each knob of the recipe is traced to our config field
+# or named as a gap. `recipe_config` builds the nearest config paxsearch can express (the same model,
+# mesh, global batch, remat policy, attention kind and the nearest compiler flag set).
+
+MX = "AI-Hypercomputer/maxtext"  # google/maxtext moved here; the same repository and history
+TPU_RECIPES = "AI-Hypercomputer/tpu-recipes"
+C_TIERING = "66266787a6ca847790a3b36f90d8e5338af656f5"  # 2026-06-15, docs/reference/models/tiering.md
+C_RECIPES = "92e59fdf547421f647590087f50fea5729da42d8"  # 2025-09-26, the commit tiering.md links
+C_TAG_V012 = "14b5876ea857c09cc3d8645385f984689376a331"  # tag tpu-recipes-v0.1.2, 2025-04-16
+C_TAG_V014 = "9f1820b472ef362e7b5c782fe1d6fda8a0943eff"  # tag tpu-recipes-v0.1.4, 2025-07-10
+C_CAUSAL = "a4c01726ee1ba2ab4b5971cb655fcc82aa2fa4d5"  # 2025-07-22 "correct mask flops" (PR #1988)
+TRILLIUM = "benchmarks/maxtext_trillium_model_configs.py"
+TIERING = f"{MX} docs/reference/models/tiering.md@{C_TIERING}"
+
+RECIPE_FORMULAS = {
+    "matmul+attn": f"{MX} MaxText/maxtext_utils.py calculate_tflops_training_per_device@{C_TAG_V014} (and "
+                   f"@{C_TAG_V012}): 3 x (2 x tokens x every matmul weight: q/k/v, out, the MLP's 3, the "
+                   "unembedding) + 12 H L Dh S^2 per row ('megatron tflops calculation does not account for "
+                   "causality in attention'): attention in full",
+    "matmul+causal": f"the same, MaxText/maxtext_utils.py@{C_CAUSAL} (2025-07-22, PR #1988) on: attention "
+                     "halved 'due to causal mask' (tiering.md footnote 2): our convention exactly",
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One published MaxText recipe run and the nearest config paxsearch expresses."""
+
+    name: str
+    preset: str  # trainer/presets.py name of the exact dims
+    target: str  # paxsearch target: one slice, named as Google Cloud names it
+    chips: int
+    maxtext_per_device_batch: int  # rows per chip over all chips (global = this x chips)
+    mfu: float  # published MFU (fraction), MaxText's formula
+    tokens_per_s: float  # published tokens/s per chip
+    formula: str  # key of RECIPE_FORMULAS the published MFU used (checked against tokens/s)
+    published_in: str  # repository, file and commit of the figure
+    config: str  # repository, file, commit and entry of the recipe
+    # every knob of the recipe: (MaxText knob, its value, our field = value, or "gap: ...")
+    knobs: tuple[tuple[str, str, str], ...]
+    ici: tuple[int, int, int]  # ours: (data, fsdp, tensor)
+    remat: str  # ours: a trainer/remat.py policy
+    attention: str = "flash"  # ours
+    flags: str = "default"  # ours: the nearest trainer/flagsets.py set
+    tflops: float | None = None  # TFLOP/s per chip of a quoted log line, where one is published
+    ran: bool = True
+    note: str = ""
+
+    @property
+    def chip(self) -> str:
+        return self.target.split(":")[1].split("-")[0]
+
+    @property
+    def global_batch(self) -> int:
+        return self.maxtext_per_device_batch * self.chips
+
+    @property
+    def gaps(self) -> list[str]:
+        return [f"{k}={v}: {ours[len('gap: '):]}" for k, v, ours in self.knobs if ours.startswith("gap: ")]
+
+
+_SPLASH_GAP = ("gap: our splash kernel's blocks are fixed (trainer/attention.py SPLASH_BLOCK 512, the largest of "
+               "512/256/128 dividing seq_len); MaxText's default is 512 too")
+_COMMON_KNOBS = (
+    ("attention", "flash", "model.attention=flash (the Pallas splash kernel on TPU)"),
+    ("use_iota_embed", "True", "gap: the embedding is a gather (nn.Embed), not an iota one-hot; not a model FLOP "
+                               "either way (our convention leaves the lookup out, MaxText's formula too)"),
+    ("dataset_type / reuse_example_batch / enable_checkpointing / profiler", "synthetic / - / False / xplane",
+     "no effect on the compiled step (plan mode reads no data; checkpoints off by default)"),
+    ("dtype / weight_dtype (base.yml)", "bfloat16 / float32", "the presets' dtype=bfloat16, param_dtype=float32"),
+    ("opt_type (base.yml)", "adamw", "optimizer: AdamW (OptimizerConfig)"),
+)
+_FLAG_GAPS = {
+    "DENSE_VMEM_LIMIT_FLAG": "gap: --xla_tpu_scoped_vmem_limit_kib=98304 is in no flag set of ours",
+    "LAYOUT_FOR_ALL_REDUCE_SCATTER": "gap: reduce-scatter layout flags (--xla_tpu_assign_all_reduce_scatter_layout "
+                                     "...) are in no flag set of ours",
+    "ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE": "gap: all-reduce offloaded to the SparseCores (v6e): no flag set "
+                                                   "of ours",
+    "HOST_OFFLOAD_FLAGS": "gap: the scheduler flags for host transfers (--xla_tpu_host_transfer_overlap_limit=24 "
+                          "...) are in no flag set of ours; our offload compiles with the scheduler's defaults",
+}
+
+
+def _offload_custom(*tensors: str) -> str:
+    from paxsearch.trainer import remat
+    return remat.custom(**dict.fromkeys(tensors, "offload"))
+
+
+RECIPES = (
+    Recipe(
+        name="v6e-256 Llama3.1-8B", preset="llama3.1-8b", target="tpu:v6e-256", chips=256,
+        maxtext_per_device_batch=4, mfu=0.4546, tokens_per_s=7207.336, tflops=417.397, formula="matmul+attn",
+        published_in=f"{TIERING} (Trillium Gold: 256 chips, SL=8192, 45.46%, ~7,207 tokens/s/device); the log line "
+                     f"in {TPU_RECIPES} training/trillium/Llama3.1-8B-MaxText/v6e-256/README.md@a9e09290174425595a0ef6"
+                     "ec5f765d5f04360423 ('TFLOP/s/device: 417.397, Tokens/s/device: 7207.336', MaxText tag "
+                     "tpu-recipes-v0.1.4, JAX 0.6.1)",
+        config=f"{MX} {TRILLIUM}@{C_TAG_V014} llama3_1_8b_8192 (model llama3.1-8b; the same entry @{C_RECIPES})",
+        knobs=(
+            ("per_device_batch_size", "4", "global_batch=1024 (4 x 256 chips)"),
+            ("ici_fsdp_parallelism", "-1", "mesh.ici=(1, 256, 1): fsdp over the slice"),
+            ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"),
+            ("decoder_layer_input, out_proj, query_proj, key_proj, value_proj", "offload",
+             "custom decoder_input/out_proj/query_proj/key_proj/value_proj=offload; the rest recomputed, as MaxText's "
+             "save_and_offload_only_these_names"),
+            ("max_target_length", "8192", "model.seq_len=8192 (the preset)"),
+            ("sa_block_q, sa_block_kv, sa_block_kv_compute, *_dkv, *_dq", "2048", _SPLASH_GAP),
+            ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
+                                                "dkv kernels)"),
+            *_COMMON_KNOBS,
+            ("xla_flags", "CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP", "flags=collective_fusion (exactly those 7)"),
+            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG", _FLAG_GAPS["DENSE_VMEM_LIMIT_FLAG"]),
+            ("xla_flags", "LAYOUT_FOR_ALL_REDUCE_SCATTER", _FLAG_GAPS["LAYOUT_FOR_ALL_REDUCE_SCATTER"]),
+            ("xla_flags", "ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE",
+             _FLAG_GAPS["ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE"]),
+            ("xla_flags", "HOST_OFFLOAD_FLAGS", _FLAG_GAPS["HOST_OFFLOAD_FLAGS"]),
+        ),
+        ici=(1, 256, 1), remat=_offload_custom("decoder_input", "query_proj", "key_proj", "value_proj", "out_proj"),
+        flags="collective_fusion",
+        note="The model is Llama 3.1's (rope scaling aside: trainer/presets.py llama3.1-8b)."),
+    Recipe(
+        name="v6e-256 Llama3.1-70B", preset="llama3.1-70b", target="tpu:v6e-256", chips=256,
+        maxtext_per_device_batch=5, mfu=0.5033, tokens_per_s=960, formula="matmul+attn",
+        published_in=f"{TIERING} (Trillium Gold: 256 chips, SL=8192, 50.33%, ~960 tokens/s/device; its link "
+                     f"{TRILLIUM}@{C_RECIPES}#L959)",
+        config=f"{MX} {TRILLIUM}@{C_RECIPES} llama3_1_70b_8192 (model llama3.1-70b)",
+        knobs=(
+            ("per_device_batch_size", "5", "global_batch=1280 (5 x 256 chips)"),
+            ("ici_fsdp_parallelism", "-1", "mesh.ici=(1, 256, 1): fsdp over the slice"),
+            ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"),
+            ("decoder_layer_input, query_proj, key_proj, value_proj", "offload",
+             "custom decoder_input/query_proj/key_proj/value_proj=offload; the rest recomputed"),
+            ("max_target_length", "8192", "model.seq_len=8192 (the preset)"),
+            ("sa_block_q, sa_block_kv, sa_block_kv_compute, *_dkv, *_dq", "2048", _SPLASH_GAP),
+            ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
+                                                "dkv kernels)"),
+            *_COMMON_KNOBS,
+            ("xla_flags", "CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP", "flags=collective_fusion (exactly those 7)"),
+            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG", _FLAG_GAPS["DENSE_VMEM_LIMIT_FLAG"]),
+            ("xla_flags", "LAYOUT_FOR_ALL_REDUCE_SCATTER", _FLAG_GAPS["LAYOUT_FOR_ALL_REDUCE_SCATTER"]),
+            ("xla_flags", "HOST_OFFLOAD_FLAGS", _FLAG_GAPS["HOST_OFFLOAD_FLAGS"]),
+        ),
+        ici=(1, 256, 1), remat=_offload_custom("decoder_input", "query_proj", "key_proj", "value_proj"),
+        flags="collective_fusion",
+        note="tokens/s is tiering.md's 'approx' figure: 960 x MaxText's full-attention FLOPs per token / 918 TFLOP/s "
+             "= 50.34%, so the figure was counted before the causal halving although the link is to a later commit."),
+    Recipe(
+        name="v6e-256 Llama2-70B", preset="llama2-70b", target="tpu:v6e-256", chips=256,
+        maxtext_per_device_batch=3, mfu=0.438, tokens_per_s=905.021, tflops=402.274, formula="matmul+attn",
+        published_in=f"{TIERING} (Trillium Gold: 256 chips, SL=4096, 43.8%, ~900 tokens/s/device); the log line in "
+                     f"{TPU_RECIPES} training/trillium/Llama2-70B-MaxText/README.md@9e458c71883a862cb3ba0cd466a223b8a9"
+                     "cba426 ('TFLOP/s/device: 402.274, Tokens/s/device: 905.021', MaxText tag tpu-recipes-v0.1.2, "
+                     "JAX 0.5.2)",
+        config=f"{MX} {TRILLIUM}@{C_TAG_V012} llama2_70b_4096_sc (model llama2-70b; the same entry @{C_RECIPES})",
+        knobs=(
+            ("per_device_batch_size", "3", "global_batch=768 (3 x 256 chips)"),
+            ("ici_fsdp_parallelism, ici_fsdp_transpose_parallelism, ici_tensor_parallelism", "1, -1, 1",
+             "gap: no fsdp_transpose axis (MaxText shards the weights' other dim, e.g. the MLP dim, over it); "
+             "nearest: mesh.ici=(1, 256, 1), fsdp over the slice: the same per-chip parameter bytes, other "
+             "collectives"),
+            ("remat_policy", "qkv_proj_offloaded",
+             "custom query_proj/key_proj/value_proj=offload, the rest recomputed (MaxText: "
+             "save_and_offload_only_these_names, nothing saved, q/k/v offloaded)"),
+            ("max_target_length", "4096", "model.seq_len=4096 (the preset)"),
+            ("sa_block_q, sa_block_q_dkv, sa_block_q_dq", "1024, 2048, 2048", _SPLASH_GAP),
+            *_COMMON_KNOBS,
+            ("xla_flags", "CF_FOR_ALL_GATHER", "flags=collective_fusion: those 5 flags, plus DATA_PARALLEL_OVERLAP's "
+                                               "2 that the recipe does not set"),
+            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG", _FLAG_GAPS["DENSE_VMEM_LIMIT_FLAG"]),
+            ("xla_flags", "ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE",
+             _FLAG_GAPS["ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE"]),
+        ),
+        ici=(1, 256, 1), remat=_offload_custom("query_proj", "key_proj", "value_proj"), flags="collective_fusion"),
+    Recipe(
+        name="v5p-1024 Llama2-70B", preset="llama2-70b", target="tpu:v5p-1024", chips=512,
+        maxtext_per_device_batch=4, mfu=0.654, tokens_per_s=692, formula="matmul+causal",
+        published_in=f"{TIERING} (v5p Gold: '512 Chips, BF16, SL=4096', 65.4%, ~692 tokens/s/device; its link "
+                     f"benchmarks/maxtext_v5p_model_configs.py@{C_RECIPES}#L156)",
+        config=f"{MX} benchmarks/maxtext_v5p_model_configs.py@{C_RECIPES} llama2_70b_v5p_128 (model llama2-70b)",
+        knobs=(
+            ("per_device_batch_size", "4", "global_batch=2048 (4 x 512 chips)"),
+            ("ici_fsdp_parallelism", "-1", "mesh.ici=(1, 512, 1): fsdp over the slice"),
+            ("remat_policy", "save_dot_except_mlpwi",
+             "custom query_proj/key_proj/value_proj/out_proj/mlp2=device, the rest recomputed (MaxText: "
+             "save_only_these_names q/k/v, qkv_proj, out_proj, mlpwo; qkv_proj is a fused name Llama does not use)"),
+            ("max_target_length", "4096", "model.seq_len=4096 (the preset)"),
+            ("attention (base.yml)", "autoselected", "model.attention=flash: MaxText autoselects flash on TPU at "
+                                                     "this length"),
+            ("use_iota_embed", "True", _COMMON_KNOBS[1][2]),
+            *_COMMON_KNOBS[2:],
+            ("xla_flags", "CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP",
+             "gap: the v5p compiler of our libtpu refused collective_fusion's fuse_all_gather flag (module "
+             "docstring); nearest: flags=v5p_collectives, which drops it and adds "
+             "megacore_fusion_allow_ags=false, async collective-permute and all-gather backward pipelining"),
+        ),
+        ici=(1, 512, 1), remat="custom:query_proj=device,key_proj=device,value_proj=device,out_proj=device,mlp2=device",
+        flags="v5p_collectives",
+        note="The chip count is tiering.md's '512 Chips': a v5p-1024 in Google Cloud's naming (v5p-N counts "
+             "TensorCores, N/2 chips); the entry's own name says v5p_128 (ici_fsdp_parallelism=-1 fits any size), "
+             "and issue 19 calls it v5p-512 (256 chips). The formula is uncertain: the approximate 692 tokens/s "
+             "gives 64.6% with the causal halving and 67.0% without; 65.4% is nearer the first."),
+)
+
+RECIPES_BY_NAME = {r.name: r for r in RECIPES}
+
+
+def recipe_model(r: Recipe):
+    from paxsearch.trainer import presets
+    return presets.get(r.preset)
+
+
+def recipe_our_flops_per_token(r: Recipe) -> float:
+    """Training FLOPs per token in paxsearch's convention (trainer/flops.py)."""
+    from paxsearch.trainer import flops
+    m = recipe_model(r)
+    return float(flops.model_flops_per_step(m, 1)) / m.seq_len
+
+
+def recipe_maxtext_flops_per_token(r: Recipe) -> float:
+    """Training FLOPs per token as MaxText's formula for the figure counts them (RECIPE_FORMULAS)."""
+    m = recipe_model(r)
+    kv = m.n_kv_heads or m.n_heads
+    matmul = m.n_layers * (m.d_model * (m.n_heads + 2 * kv) * m.head_dim + m.d_model * m.n_heads * m.head_dim
+                           + 3 * m.d_model * m.d_ff) + m.d_model * m.vocab_size
+    attention_full = 12 * m.n_heads * m.head_dim * m.n_layers * m.seq_len
+    return 6 * matmul + {"matmul+attn": attention_full, "matmul+causal": attention_full / 2}[r.formula]
+
+
+def recipe_implied_flops_per_token(r: Recipe) -> float:
+    """FLOPs per token the published MFU and tokens/s imply together: MFU x peak / tokens/s."""
+    return r.mfu * PEAK_TFLOPS[r.chip] * 1e12 / r.tokens_per_s
+
+
+def recipe_conversion(r: Recipe) -> float:
+    """ours / MaxText's FLOPs for the same step: multiply a published figure by it."""
+    return recipe_our_flops_per_token(r) / recipe_maxtext_flops_per_token(r)
+
+
+def recipe_converted_mfu(r: Recipe) -> float:
+    return r.mfu * recipe_conversion(r)
+
+
+def recipe_step_time(r: Recipe) -> float:
+    """Seconds per step implied by the published tokens/s per chip."""
+    return r.maxtext_per_device_batch * recipe_model(r).seq_len / r.tokens_per_s
+
+
+def recipe_config(r: Recipe):
+    """The nearest TrainConfig paxsearch expresses for the recipe (plan it with target r.target)."""
+    import dataclasses
+
+    from paxsearch.trainer.config import EvalConfig, MeshConfig, TrainConfig
+
+    model = dataclasses.replace(recipe_model(r), attention=r.attention)
+    return TrainConfig(model=model, mesh=MeshConfig(ici=r.ici, rules="default"), per_device_batch=None,
+                       global_batch=r.global_batch, remat=r.remat, flags=r.flags, steps=1000,
+                       eval=EvalConfig(enabled=False))
+
+
+def recipes_table() -> str:
+    """The recipes, their published and converted MFU, our nearest config and the gaps, as Markdown."""
+    lines = ["| recipe | preset | mesh (d,f,t) | global batch | remat (ours) | flags (ours) | published MFU, "
+             "tokens/s/chip | formula | ours / MaxText FLOPs | MFU, our convention | step s (implied) | gaps |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in RECIPES:
+        lines.append(
+            f"| {r.name} | {r.preset} | {'x'.join(map(str, r.ici))} | {r.global_batch} | {r.remat} | {r.flags} "
+            f"| {r.mfu:.2%}, {r.tokens_per_s:g} | {r.formula} | {recipe_conversion(r):.4f} "
+            f"| {recipe_converted_mfu(r):.2%} | {recipe_step_time(r):.2f} | {len(r.gaps)}: "
+            f"{'; '.join(g.split(':')[0] for g in r.gaps)} |")
     return "\n".join(lines)

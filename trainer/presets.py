@@ -66,6 +66,21 @@ _PAXML_NOTE = (
     "LayerNorm with biases and FFN biases; this preset uses learned absolute positions (+seq_len x d_model = "
     "{pos:,} parameters) and RMSNorm.")
 
+# Llama 3.1 (trainer/presets.py llama3.1-*): MaxText's model ymls and recipes, read
+_MAXTEXT_LLAMA31 = ("AI-Hypercomputer/maxtext MaxText/configs/models/llama3.1-{size}.yml"
+                    "@9f1820b472ef362e7b5c782fe1d6fda8a0943eff (tag tpu-recipes-v0.1.4)")
+_LLAMA31_SEQ = ("MaxText's Llama 3.1 recipes train at max_target_length 8192 "
+                "(benchmarks/maxtext_trillium_model_configs.py@92e59fdf547421f647590087f50fea5729da42d8 "
+                "llama3_1-8b-8192, llama3_1-70b-8192, llama3-1-405b-8192-fsdp-dcn), the pre-training length "
+                "before Llama 3.1's long-context stage")
+_LLAMA31_NOTE = ("Architecture as published: RMSNorm pre-norm, SwiGLU, RoPE theta 500000, GQA with 8 K/V heads, "
+                 "untied embeddings, no biases; this preset's count equals the published one to the parameter. "
+                 "Gap: Llama 3.1's RoPE frequency scaling (rope_scaling rope_type llama3: factor 8, low_freq_factor 1, "
+                 "high_freq_factor 4, original_max_position_embeddings 8192; MaxText layers/embeddings.py "
+                 "LLaMARotaryEmbedding use_scale) is not in this model: plain RoPE theta 500000. It rescales the "
+                 "rotation frequencies only (no parameters, no matmul), so FLOPs, memory and the compiled step's "
+                 "shape are the same; positions beyond 8192 would rotate differently.")
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -124,6 +139,45 @@ _PRESETS = (
         exact=True,
         note="Architecture as published: GQA with 8 K/V heads, SwiGLU, RoPE, untied embeddings. The Llama 2 "
              "paper's label is '70B' (-1.5% for the exact count)."),
+    Preset(
+        name="llama3.1-8b",
+        model=_llama(vocab_size=128256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                     d_ff=14336, seq_len=8192, rope_theta=500_000.0),
+        source="https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json (hidden_size 4096, "
+               "num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8, intermediate_size 14336, "
+               "vocab_size 128256, rope_theta 500000, max_position_embeddings 131072, rope_scaling llama3 factor 8); "
+               "the same dims in " + _MAXTEXT_LLAMA31.format(size="8b") + "; seq_len 8192: " + _LLAMA31_SEQ,
+        published_params=8_030_261_248,
+        published_source="keras-team/keras-hub keras_hub/src/models/llama3/llama3_presets.py@d7a5c31f7d8306228a11865"
+                         "82e169efd2bd3ceef: llama3.1_8b 'params': 8030261248",
+        exact=True,
+        note="Same dims as llama3-8b. " + _LLAMA31_NOTE),
+    Preset(
+        name="llama3.1-70b",
+        model=_llama(vocab_size=128256, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128,
+                     d_ff=28672, seq_len=8192, rope_theta=500_000.0),
+        source="https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json (hidden_size 8192, "
+               "num_hidden_layers 80, num_attention_heads 64, num_key_value_heads 8, intermediate_size 28672, "
+               "vocab_size 128256, rope_theta 500000, max_position_embeddings 131072, rope_scaling llama3 factor 8); "
+               "the same dims in " + _MAXTEXT_LLAMA31.format(size="70b") + "; seq_len 8192: " + _LLAMA31_SEQ,
+        published_params=70_553_706_496,
+        published_source="https://huggingface.co/api/models/meta-llama/Llama-3.1-70B safetensors.total "
+                         "70,553,706,496 (revision 349b2ddb53ce8f2849a6c168a81980ab25258dac)",
+        exact=True,
+        note="Llama 2 70B's body (GQA 8 K/V heads, d_ff 28672) with the 128256-token vocabulary. " + _LLAMA31_NOTE),
+    Preset(
+        name="llama3.1-405b",
+        model=_llama(vocab_size=128256, d_model=16384, n_layers=126, n_heads=128, n_kv_heads=8, head_dim=128,
+                     d_ff=53248, seq_len=8192, rope_theta=500_000.0),
+        source="https://huggingface.co/meta-llama/Llama-3.1-405B/blob/main/config.json (hidden_size 16384, "
+               "num_hidden_layers 126, num_attention_heads 128, num_key_value_heads 8, intermediate_size 53248, "
+               "vocab_size 128256, rope_theta 500000, max_position_embeddings 131072, rope_scaling llama3 factor 8); "
+               "the same dims in " + _MAXTEXT_LLAMA31.format(size="405b") + "; seq_len 8192: " + _LLAMA31_SEQ,
+        published_params=405_853_388_800,
+        published_source="https://huggingface.co/api/models/meta-llama/Llama-3.1-405B safetensors.total "
+                         "405,853,388,800 (revision b906e4dc842aa489c962f9db26554dcfdde901fe)",
+        exact=True,
+        note="126 layers: not divisible by 4 or 8 pipeline stages (by 2, 3, 6, 7, 9, 14, ...). " + _LLAMA31_NOTE),
     Preset(
         name="gpt3-xl",
         model=ModelConfig(vocab_size=50257, d_model=2048, n_layers=24, n_heads=16, head_dim=128, d_ff=8192,

@@ -109,8 +109,10 @@ def dry_run(space: Space, settings: StudySettings, target: Target, emit: Callabl
         emit(f"{ok + bad} point(s): {ok} pass the static checks, {bad} invalid")
         return
     low, high = _interval(ok, ok + bad)
+    removed = round(size * bad / (ok + bad)), round(size * (1 - high)), round(size * (1 - low))
     emit(f"{ok + bad:,} sampled point(s): {ok} pass the static checks, {bad} invalid; so {100 * low:.0f}-"
-         f"{100 * high:.0f}% of the {size:,} points pass (95% interval). Every trial is checked again when proposed")
+         f"{100 * high:.0f}% of the {size:,} points pass (95% interval): the static checks remove about "
+         f"{removed[0]:,} of them ({removed[1]:,}-{removed[2]:,}). Every trial is checked again when proposed")
 
 
 def _sample(space: Space, n: int, rng: random.Random) -> Iterator[dict]:

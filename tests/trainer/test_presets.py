@@ -214,3 +214,36 @@ def test_llama_plan_compiles_one_point_for_the_tpu_slice(tmp_path):
     assert trial.user_attrs.get("failure_kind") is None, trial.user_attrs.get("failure_message")
     assert plan["plan_only"] and plan["fits"] and plan["param_count"] == presets.source("llama3-8b").published_params
     assert 0 < plan["peak_bytes"] <= plan["hbm_bytes"]
+
+
+# MaxText's configs/models/llama3.1-*.yml @ tpu-recipes-v0.1.4 (the model keys, as data)
+LLAMA31_MAXTEXT_YML = {
+    "llama3.1-8b": dict(base_emb_dim=4096, base_num_query_heads=32, base_num_kv_heads=8, base_num_decoder_layers=32,
+                        base_mlp_dim=14336),
+    "llama3.1-70b": dict(base_emb_dim=8192, base_num_query_heads=64, base_num_kv_heads=8, base_num_decoder_layers=80,
+                         base_mlp_dim=28672),
+    "llama3.1-405b": dict(base_emb_dim=16384, base_num_query_heads=128, base_num_kv_heads=8,
+                          base_num_decoder_layers=126, base_mlp_dim=53248),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LLAMA31_MAXTEXT_YML))
+def test_llama31_presets_are_exact_and_match_maxtexts_model_yml(name):
+    """The count of the real model equals the published one to the parameter; the dims are those of
+    MaxText's own yml for the model, read through trainer/maxtext_yml.py; the RoPE-scaling gap is named."""
+    from paxsearch.trainer import maxtext_yml
+
+    p = presets.source(name)
+    assert model_param_count(p.model) == p.published_params
+    doc = dict(LLAMA31_MAXTEXT_YML[name], head_dim=128, mlp_activations=["silu", "linear"], vocab_size=128256,
+               enable_dropout=False, logits_via_embedding=False, normalization_layer_epsilon=1.0e-5,
+               rope_max_timescale=500_000, decoder_block="llama2", max_target_length=8192)
+    assert maxtext_yml.from_dict(doc) == p.model
+    assert p.model.seq_len == 8192 and p.model.rope_theta == 500_000.0 and not p.model.tie_embeddings
+    assert "rope_scaling" in p.note and "factor 8" in p.note and "FLOPs" in p.note
+    assert "max_target_length 8192" in p.source
+
+
+def test_llama31_8b_is_llama3_8b_with_the_same_count():
+    assert presets.get("llama3.1-8b") == presets.get("llama3-8b")
+    assert presets.source("llama3.1-8b").published_params == presets.source("llama3-8b").published_params
