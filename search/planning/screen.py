@@ -78,7 +78,9 @@ def from_cache(cfg, target: Target, budget: int | None) -> TrialOutcome | None:
     record = plan_cache.load(where, plan_cache.cache_key(cfg, target)) if where is not None else None
     if record is None:
         return None
-    plan = {**record["plan"], "screen": "plan cache", "plan_method": "cache"}
+    # the target is this trial's (the key holds it), whatever the file says
+    plan = {**record["plan"], "target": target.name, "num_slices": target.num_slices, "screen": "plan cache",
+            "plan_method": "cache"}
     outcome = compiled.outcome_of(record["kind"], plan, record["message"], target, budget)
     if record["env"]:  # the stored env, as the driver makes it of a worker's (with_env keeps working after)
         outcome = outcome.replace(env=outcome.with_env(record["env"]).env)

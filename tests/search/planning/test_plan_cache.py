@@ -15,6 +15,8 @@ from paxsearch.store import Kind
 from paxsearch.trainer import flagsets, remat
 from paxsearch.trainer.config import MeshConfig, ModelConfig, OptimizerConfig, TrainConfig
 
+from ...search_util import needs_libtpu
+
 TARGET = T.parse_target("tpu:v5e-16")
 SMALL = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=16, head_dim=16, d_ff=1024, seq_len=256,
                     dtype="bfloat16", param_dtype="float32")
@@ -183,3 +185,24 @@ def test_the_screen_takes_the_study_before_the_cache(tmp_path, monkeypatch):
     study.tell(trial, 0.0)
     settled = screen.screen(BASE, TARGET, keys, study.get_trials(), None)
     assert settled.plan["plan_method"] == "study" and settled.plan["screen"] == "duplicate of trial 0"
+
+
+@needs_libtpu
+def test_a_step_the_compiler_refuses_is_cached_with_its_message(tmp_path, monkeypatch):
+    """The TPU compiler's own refusal (RESOURCE_EXHAUSTED, a few seconds) is a record too:
+    read back, it is the same predicted_oom, with the bytes the compiler named."""
+    from paxsearch.search.trial.execute import plan_outcome
+
+    model_8b = ModelConfig(vocab_size=131072, d_model=4096, n_layers=32, n_heads=32, head_dim=128, d_ff=16384,
+                           seq_len=2048, dtype="bfloat16", param_dtype="float32")
+    c = dataclasses.replace(BASE, model=model_8b)
+    compiled = plan_outcome(c, TARGET, cache=tmp_path)
+    assert compiled.kind is Kind.PREDICTED_OOM and compiled.plan["plan_method"] == "compiled"
+    record = C.load(tmp_path, C.cache_key(c, TARGET))
+    assert record["kind"] == "refused" and record["message"] == compiled.message
+    assert record["env"]["jax"] and record["env"]["libtpu"]
+    monkeypatch.setenv("PAXSEARCH_PLAN_CACHE", str(tmp_path))
+    cached = screen.from_cache(c, TARGET, None)
+    assert cached.kind is Kind.PREDICTED_OOM and cached.message == compiled.message
+    assert cached.plan["peak_bytes"] == compiled.plan["peak_bytes"] > TARGET.hbm_bytes_per_device
+    assert cached.plan["plan_method"] == "cache"
