@@ -43,6 +43,9 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_SESSION_CACHE)
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# No plan cache shared between tests (search/planning/plan_cache.py): a test that plans compiles
+# what it checks; one that tests the cache names its own folder (--plan-cache DIR).
+os.environ["PAXSEARCH_PLAN_CACHE"] = "off"
 
 from . import pg_util, search_util, space_factory  # noqa: E402
 

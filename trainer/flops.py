@@ -80,9 +80,13 @@ def peak_flops_per_device(device_kind: str, platform_name: str, local_device_cou
     raise hardware.unknown_kind(device_kind)
 
 
+def cache_root() -> Path:
+    """paxsearch's cache folder: $PAXSEARCH_CACHE, else ~/.cache/paxsearch."""
+    return Path(os.environ.get("PAXSEARCH_CACHE", os.path.join(Path.home(), ".cache", "paxsearch")))
+
+
 def _cache_file() -> Path:
-    root = os.environ.get("PAXSEARCH_CACHE", os.path.join(Path.home(), ".cache", "paxsearch"))
-    return Path(root) / "cpu_peak.json"
+    return cache_root() / "cpu_peak.json"
 
 
 def measured_cpu_peak(dtype: str = "float32") -> float:

@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
     p.add_argument("--create-only", action="store_true",
                    help="create (or update) the study in --storage and stop, running no trial: the hosts of a "
                         "slice then run `paxsearch worker` on it")
+    p.add_argument("--plan-cache", default=None, metavar="on|off|DIR",
+                   help="plan-only targets: reuse plans compiled by any study (on, the default: "
+                        "$PAXSEARCH_CACHE/plans), compile every plan (off), or keep the plans in DIR")
     add_study_options(p, for_new=True)
     p.set_defaults(func=main)
 
@@ -33,7 +36,7 @@ def main(args) -> int:
 
     with user_errors():
         space = load_space(args.space_file)
-        settings = with_cli(space.settings, **cli_settings(args, for_new=True))
+        settings = with_cli(space.settings, **cli_settings(args, for_new=True), plan_cache=args.plan_cache)
         space.apply_sets(args.sets)
         target = check_settings(settings, space)
         gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written

@@ -6,9 +6,12 @@ driver asks, in this order:
      HBM (targets.prescreen) -> predicted_oom, nothing compiled;
   2. duplicate: a finished trial has the same plan key (same compiled step: model, mesh,
      global batch, remat) -> its plan and outcome, nothing compiled;
-  3. dominated: a finished trial with the same shape key and a global batch no larger was
+  3. plan cache: another study (or an earlier run) compiled the same step with the same
+     versions, flags and code (plan_cache.py) -> its plan, held against this study's budget;
+  4. dominated: a finished trial with the same shape key and a global batch no larger was
      predicted_oom -> predicted_oom (a larger batch needs at least as much memory).
-Each settled result names where its answer came from ("screen" in the plan dict).
+Each settled result names where its answer came from ("screen" in the plan dict) and its
+`plan_method`: "analytic", "study" (2 and 4) or "cache"; a compiled plan's is "compiled".
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
 from ..study.storage import is_superseded
+from . import compiled, plan_cache
 from .targets import Target, plan_keys, plan_result_fields, prescreen
 
 
@@ -40,20 +44,24 @@ def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> Trial
              "num_slices": target.num_slices}
     oom = prescreen(cfg, target, budget)
     if oom is not None:
-        plan = {"peak_bytes": oom.required_bytes, **where, "screen": "analytic",
+        plan = {"peak_bytes": oom.required_bytes, **where, "screen": "analytic", "plan_method": "analytic",
                 "peak_bytes_source": "lower bound: parameters, gradients, AdamW moments"}
         return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
     done = _finished(trials)
     for t in done:
         if t.user_attrs["plan_key"] == keys["plan_key"] and t.user_attrs.get("plan"):
             stored = TrialOutcome.from_user_attrs(t.user_attrs)
-            plan = {**t.user_attrs["plan"], "screen": f"duplicate of trial {t.number}"}
+            plan = {**t.user_attrs["plan"], "screen": f"duplicate of trial {t.number}", "plan_method": "study"}
             return TrialOutcome(kind=stored.kind, message=stored.message, plan=plan, **fields)
+    cached = from_cache(cfg, target, budget)
+    if cached is not None:
+        return cached
     for t in done:
         a = t.user_attrs
         if (a["shape_key"] == keys["shape_key"] and Kind.stored(a.get("failure_kind")) is Kind.PREDICTED_OOM
                 and int(a.get("global_batch") or 0) <= keys["global_batch"] and a.get("memory_bytes")):
             plan = {"peak_bytes": a["memory_bytes"], **where, "screen": f"dominated by trial {t.number}",
+                    "plan_method": "study",
                     "peak_bytes_source": f"lower bound: trial {t.number}'s peak at a smaller batch"}
             return TrialOutcome.failure(
                 Kind.PREDICTED_OOM, f"predicted OOM (not compiled): trial {t.number} with global batch "
@@ -61,3 +69,19 @@ def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> Trial
                                     f"and remat did not fit ({a.get('failure_message', '')[:160]})",
                 plan=plan, **fields)
     return None
+
+
+def from_cache(cfg, target: Target, budget: int | None) -> TrialOutcome | None:
+    """The outcome of `cfg`'s plan from the persistent plan cache, held against `budget`, with
+    the environment it was compiled in; None when the cache is off or has no valid entry."""
+    where = plan_cache.folder()
+    record = plan_cache.load(where, plan_cache.cache_key(cfg, target)) if where is not None else None
+    if record is None:
+        return None
+    # the target is this trial's (the key holds it), whatever the file says
+    plan = {**record["plan"], "target": target.name, "num_slices": target.num_slices, "screen": "plan cache",
+            "plan_method": "cache"}
+    outcome = compiled.outcome_of(record["kind"], plan, record["message"], target, budget)
+    if record["env"]:  # the stored env, as the driver makes it of a worker's (with_env keeps working after)
+        outcome = outcome.replace(env=outcome.with_env(record["env"]).env)
+    return outcome

@@ -259,6 +259,7 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, pha
         "fits": bool(hbm is None or plan.peak_bytes <= hbm),
         **_mesh_shapes(cfg, target),
         **prediction,
+        "plan_method": "compiled",  # screen.py: "study", "cache" or "analytic" when not compiled here
     }
     return program, d
 
@@ -327,8 +328,10 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
 
 def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     """(plan key, shape key, global batch). Points with the same plan key compile to the same
-    step: model, resolved mesh, global batch, remat, flag set and pipeline on the same target
-    (optimizer numbers, steps, data and logging do not change the compiled program's memory or FLOPs). Points
+    step: model, resolved mesh, sharding rules, global batch, remat, flag set, memory knobs and
+    pipeline on the same target (optimizer numbers, steps, seeds, data and logging do not change
+    the compiled program's memory or FLOPs: the batch always carries segment ids and positions,
+    and AdamW with clipping is the one optimizer). Points
     with the same shape key differ at most in their global batch, and a step's memory does
     not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
     from ...trainer import mesh as mesh_lib
@@ -343,6 +346,8 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     # stored, so a resumed study still finds their plans
     key = {"target": target.name, "model": model, "ici": list(compact_shape(ici)), "dcn": list(compact_shape(dcn)),
            "remat": cfg.remat}
+    if cfg.mesh.rules != "default":  # activation sharding changes the compiled step; keyed only when set
+        key["rules"] = cfg.mesh.rules
     if cfg.flags != "default":  # a compiler flag set changes the compiled step
         key["flags"] = cfg.flags
     # the memory knobs change the compiled step; keyed only when set, like flags

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -37,6 +38,9 @@ class StudySettings:
     steer: "predicted" skips a measured trial, after compiling and before training, when the
     roofline's prediction says a finished trial dominates it (search/tuning/steer.py); "none" trains
     every proposal.
+    plan_cache: where plan-only trials keep compiled plans for every study and run folder
+    (search/planning/plan_cache.py): "on" ($PAXSEARCH_PLAN_CACHE, else $PAXSEARCH_CACHE/plans),
+    "off" (every plan compiled, nothing stored) or a folder.
     imports: module names (dotted identifiers) the driver and every worker import before a
     trial's config is built, e.g. one registering a seqio task; `replace(imports=...)` adds
     to those already set (the command line's --import adds to STUDY's and the study's).
@@ -55,6 +59,7 @@ class StudySettings:
     count_flops: bool = True
     tokens: int | None = None
     steer: str = "none"
+    plan_cache: str = "on"
     imports: tuple[str, ...] = ()  # user modules every process imports (search/study/user_imports.py)
     extra: dict = field(default_factory=dict)  # kept empty, so that studies stored with it still load
 
@@ -103,7 +108,9 @@ class StudySettings:
             raise SettingsError(f"seed must be in [0, 2**32), got {self.seed}")
         budget = None if self.memory_budget in (None, "", "device") else parse_bytes(self.memory_budget)
         tokens = None if self.tokens is None else parse_count(self.tokens, "tokens")
+        plan_cache = _plan_cache(self.plan_cache)
         return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
+                                   plan_cache=plan_cache,
                                    processes=int(self.processes), workers=int(self.workers),
                                    timeout=float(self.timeout), memory_budget=budget, seed=int(self.seed),
                                    count_flops=bool(self.count_flops), extra=dict(self.extra or {}),
@@ -145,6 +152,16 @@ def _check_types(s: StudySettings) -> None:
             raise bad(name, value, "a list of names")
     if not isinstance(s.extra, dict):
         raise bad("extra", s.extra, "empty")
+
+
+def _plan_cache(value) -> str:
+    """A plan_cache setting as stored: "on", "off", or an absolute folder path."""
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"setting plan_cache={value!r} must be on, off or a folder")
+    text = value.strip()
+    if text.lower() in ("on", "off"):
+        return text.lower()
+    return os.path.abspath(os.path.expanduser(text))
 
 
 def _import_names(names) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import jax
 
-from ...store.outcome import Counters, Kind, Measured, TrialOutcome, finite_or_none
+from ...store.outcome import Counters, Measured, TrialOutcome, finite_or_none
 from ...trainer import distributed, flagsets, topology
 from ...trainer import flops as flops_lib
 from ...trainer.config import DistributedConfig, TrainConfig
@@ -23,7 +23,7 @@ from ...trainer.errors import ConfigError, NonFiniteLoss
 from ...trainer.plan import build_program
 from ...trainer.predict import hardware_for, predict
 from ...trainer.train import train
-from ..planning import targets
+from ..planning import compiled, plan_cache, targets
 from ..study import configio
 from ..tuning import steer
 from .classify import Phase, classify, describe
@@ -79,7 +79,7 @@ def run_plan(job: dict) -> TrialOutcome:
         target = target.for_config(cfg)  # slices=auto: prod(mesh.dcn) slices for this trial
         if target.name not in _PLAN_DEVICES:  # loading the topology is once per worker
             _PLAN_DEVICES[target.name] = targets.target_devices(target)
-        outcome = plan_outcome(cfg, target, _PLAN_DEVICES[target.name], budget, phases)
+        outcome = plan_outcome(cfg, target, _PLAN_DEVICES[target.name], budget, phases, plan_cache.folder())
     except Exception as e:  # a config that cannot run there, libtpu failing to load, an unknown topology
         outcome = TrialOutcome.failure(*classify(e, Phase.PLAN), predicted=True,
                                        **targets.plan_result_fields(target, budget))
@@ -90,27 +90,18 @@ def run_plan(job: dict) -> TrialOutcome:
 
 
 def plan_outcome(cfg, target, devices=None, budget_bytes: int | None = None,
-                 phases: dict | None = None) -> TrialOutcome:
+                 phases: dict | None = None, cache=None) -> TrialOutcome:
     """Plan one point of a plan-only target: its plan dict, held against `budget_bytes` when
     given (below the HBM), else against the HBM. A step the compiler refuses for memory
     is predicted_oom with the bytes it named standing for the peak. `phases` gets the seconds
-    of each phase of the plan (targets.compile_for_target)."""
-    fields = {"predicted": True, **targets.plan_result_fields(target, budget_bytes)}
+    of each phase of the plan (targets.compile_for_target). `cache`: the plan cache folder
+    the compile is stored in (search/planning/plan_cache.py), or None."""
     try:
-        plan = targets.compile_for_target(cfg, target, devices, phases)[1]
-    except topology.PredictedOOM as oom:
-        plan = {"peak_bytes": oom.required_bytes or oom.available_bytes, "predicted": True,
-                "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.source})", "hbm_bytes": target.hbm_bytes_per_device}
-        return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
+        kind, plan, message = compiled.compile_plan(cfg, target, devices, phases)
     except Exception as e:
-        return TrialOutcome.failure(*classify(e, Phase.PLAN), **fields)
-    limit, what = targets.memory_limit(plan["hbm_bytes"], budget_bytes)
-    try:
-        if limit is not None:
-            topology.check_fits(plan["peak_bytes"], limit, what)
-    except topology.PredictedOOM as oom:
-        return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
-    return TrialOutcome(plan=plan, **fields)
+        return TrialOutcome.failure(*classify(e, Phase.PLAN), **compiled.result_fields(target, budget_bytes))
+    plan_cache.remember(cache, cfg, target, kind, plan, message, environment() if cache is not None else None)
+    return compiled.outcome_of(kind, plan, message, target, budget_bytes)
 
 
 def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
@@ -140,7 +131,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
             budget, budget_source = default_memory_budget()
         tq = time.perf_counter()
         plan_figures = {**plan.figures(), "predicted_step_time": None, "predicted_mfu": None,
-                        **predicted_figures(program)}
+                        **predicted_figures(program), "plan_method": "compiled"}
         timings["predict_s"] = round(time.perf_counter() - tq, 3)
         outcome = outcome.replace(plan=plan_figures,
                                   memory_budget={"bytes": int(budget), "source": budget_source},
