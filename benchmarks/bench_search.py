@@ -56,7 +56,7 @@ def _naive_one(config_path: str) -> None:
 
 def naive(sets: list[str]) -> dict:
     """Every config once, in a fresh process, trained for its token budget's steps."""
-    from paxsearch.search.driver.loop import token_budget
+    from paxsearch.search.driver.prepare import token_budget
     from paxsearch.search.study import configio
     from paxsearch.search.study.space import load_space
 

@@ -18,7 +18,7 @@ class Terminated(KeyboardInterrupt):
 
 
 class ShutDown(KeyboardInterrupt):
-    """A driver's bounded stop after Ctrl-C or SIGTERM (search/driver/loop.py): `line` says what
+    """A driver's bounded stop after Ctrl-C or SIGTERM (search/driver/shutdown.py): `line` says what
     was queued again and what was left RUNNING for `resume`; `status` is the exit status (130
     for Ctrl-C, 143 for SIGTERM); `maybe_empty` is False when the driver created a trial (so
     the study it may have created is not empty)."""

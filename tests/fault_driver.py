@@ -8,13 +8,14 @@ another host whose heartbeat is older is taken over), "heartbeat:S" (the beat's 
 "storage_retries:N" (an unreachable storage is tried again after the first N delays of
 storage.RETRY_DELAYS_S only, so that a test sees the driver give up without waiting a minute).
 
-This entry point is the only way to reach search.driver.FAULTS: production commands read no
-fault setting from the environment or the study.
+This entry point is the only way to reach search.driver.loop.FAULTS and the driver settings
+(search/driver/takeover.py): production commands read no fault setting from the environment or
+the study.
 """
 import sys
 
 from paxsearch.search import cli
-from paxsearch.search.driver import loop as driver
+from paxsearch.search.driver import loop, takeover
 from paxsearch.search.study import storage
 
 SETTINGS = {"host": ("HOST", str), "stale_after": ("STALE_AFTER_S", float), "heartbeat": ("HEARTBEAT_S", float)}
@@ -29,12 +30,12 @@ def parse_faults(text: str) -> dict[int, str]:
             continue
         if n in SETTINGS:
             name, type_ = SETTINGS[n]
-            setattr(driver, name, type_(kind))
+            setattr(takeover, name, type_(kind))
             continue
         out[int(n)] = kind.strip()
     return out
 
 
 if __name__ == "__main__":
-    driver.FAULTS.update(parse_faults(sys.argv[1]))
+    loop.FAULTS.update(parse_faults(sys.argv[1]))
     sys.exit(cli.main(sys.argv[2:]))

@@ -1,45 +1,34 @@
 """The study loop shared by `run`, `worker` and `resume`: propose under the study lock, run the
 trial in a worker gang, store everything, repeat until the budget (or the space) is used up.
 
-Only the driver talks to storage; workers get a job and give back a result. A trial left
-RUNNING by a driver that died is found (its owner process is gone, or its heartbeat is
-stale), marked FAIL (failure_kind "crash", "driver died") and its config queued again. A
-driver whose trial was taken over that way while it was stopped or cut off drops its result
-with one line when it wakes (the taking over and the recording are done under the study
-lock: exactly one of them happens).
+A trial's life in the driver (Driver): _next asks the tuner for it and claims it (owner,
+heartbeat); _run prepares it (config and static checks: prepare.py) and hands it to a worker
+gang while its heartbeat beats (takeover.heartbeat); _record stores its outcome, unless another
+driver took it over meanwhile. Only the driver talks to storage; workers get a job and give back
+a result.
 
-Ctrl-C and SIGTERM are bounded (SHUTDOWN_S): the worker process groups are killed, the
-trials in flight are queued again through a storage whose waits are bounded, and whatever
-could not be marked in time stays RUNNING for `resume`, with a mark in its folder that
-makes `resume` type it `interrupted` (cli/common.run_driver bounds the process's exit too).
+Around the loop: trials a dead driver left RUNNING are taken over at the start (takeover.py);
+Ctrl-C and SIGTERM stop the driver within a bound, queueing its trials in flight again
+(shutdown.py); budget.py says whether work is left.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import socket
 import threading
 import time
 from typing import Callable
 
 import optuna
-import psutil
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
-from ...trainer import flagsets
 from ..errors import ShutDown, Terminated, UserError
-from ..planning import screen as plan_screen
 from ..study import configio
 from ..study import storage as storage_lib
-from ..study.run_folder import write_whole
-from ..study.settings import SettingsError, steps_for_tokens
-from ..study.space import SpaceError, config_dict
 from ..study.storage import is_superseded
 from ..trial import record
-from ..trial.classify import Phase, classify
 from ..tuning import steer
 from ..tuning.tuners import (
     SpaceExhausted,
@@ -51,218 +40,23 @@ from ..tuning.tuners import (
     trial_decisions,
 )
 from ..workers import gpu_assign
-from ..workers.pool import WorkerGang, WorkerSlot, WorkerStartError
+from ..workers.pool import WorkerSlot, WorkerStartError
+from . import shutdown, takeover
+from .budget import budget_of, has_work
 from .context import StudyContext
+from .prepare import prepare, worker_flags
 from .progress import Progress
-
-STALE_AFTER_S = 120.0  # a RUNNING trial of another host whose heartbeat is older is abandoned
-HEARTBEAT_S = 15.0
-HOST = socket.gethostname()  # the owner's host; a trial of another host is judged by its heartbeat
-SHUTDOWN_S = 10.0  # Ctrl-C / SIGTERM: workers killed and trials in flight queued again within this
+from .takeover import copied, owner_info, recover_stale
 
 
 class DriverError(UserError, RuntimeError):
     """The study cannot go on (e.g. no worker process can start)."""
 
 
-def _plural(numbers: list[int]) -> str:
-    return f"trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
-
-
-def shutdown_line(why: str, requeued: list[int], left: list[int], problem: str, run_dir: str) -> str:
-    """The one line of a driver stopped by Ctrl-C or SIGTERM: what it queued again, and what it
-    left RUNNING for `resume` (and why)."""
-    parts = [why]
-    if requeued:
-        parts.append(f"{_plural(requeued)} queued again")
-    if left:
-        parts.append(f"{_plural(left)} left RUNNING ({problem or 'not marked in time'}); "
-                     f"`paxsearch resume {run_dir}` queues {'them' if len(left) > 1 else 'it'} again")
-    if not requeued and not left:
-        parts.append("no trial was running")
-    return "; ".join(parts)
-
-
-def _ignore_further_signals() -> None:
-    """During the bounded shutdown a second Ctrl-C or SIGTERM changes nothing (it would only
-    cut the requeueing short)."""
-    import signal
-
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    except ValueError:  # not the main thread: signals do not reach this code then
-        pass
-
-
-def owner_info() -> dict:
-    return {"host": HOST, "pid": os.getpid(), "started": psutil.Process().create_time()}
-
-
-def _owner_alive(owner: dict) -> bool:
-    try:
-        return abs(psutil.Process(int(owner["pid"])).create_time() - float(owner["started"])) < 1.0
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return False
-
-
-def is_stale(t: optuna.trial.FrozenTrial, now: float | None = None) -> bool:
-    owner = t.user_attrs.get("owner")
-    if owner is None:  # its driver died between ask() and claiming it (both happen under the lock)
-        return True
-    if owner.get("host") == HOST:
-        return not _owner_alive(owner)
-    beat = float(t.user_attrs.get("heartbeat") or 0.0)
-    return (now or time.time()) - beat > STALE_AFTER_S
-
-
-def abandon(ctx: StudyContext, number: int, message: str, kind: Kind = Kind.CRASH,
-            study: optuna.Study | None = None, storage: optuna.storages.BaseStorage | None = None) -> bool:
-    """Queue a RUNNING trial's config again, then mark it FAIL (`kind`, superseded); call it
-    under the study lock (the owner records its trial under it too: Driver._write_if_ours).
-    `study` and `storage` default to the context's (a driver shutting down passes bounded ones).
-
-    The copy comes first and only once (a trial with requeued_from == number): a kill between
-    the two steps leaves the trial RUNNING beside its copy, and the next recovery only fails it."""
-    study = study or ctx.study
-    storage = storage or ctx.storage
-    study_id = storage.get_study_id_from_name(ctx.name)
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
-    t = storage.get_trial(trial_id)
-    if t.state != TrialState.RUNNING:
-        return False
-    d = trial_decisions(ctx.space, t)
-    if d is not None and not _copied(study, number):
-        study.enqueue_trial(d, user_attrs={"requeued_from": number})
-    try:
-        storage.set_trial_user_attr(trial_id, "failure_kind", kind.value)
-        storage.set_trial_user_attr(trial_id, "failure_message", message)
-        storage.set_trial_user_attr(trial_id, "superseded", True)
-        study.tell(number, state=TrialState.FAIL)
-    except UpdateFinishedTrialError:
-        return False
-    return True
-
-
-def _copied(study: optuna.Study, number: int) -> bool:
-    """Whether trial `number`'s config was queued again (abandon's first step was taken)."""
-    return any(o.user_attrs.get("requeued_from") == number for o in study.get_trials(deepcopy=False))
-
-
-def recover_stale(ctx: StudyContext) -> list[int]:
-    """Abandon the RUNNING trials whose driver is gone; returns their numbers. A trial its
-    driver left RUNNING when Ctrl-C or SIGTERM gave it no time to mark it (a mark in the trial's
-    folder says so) is typed `interrupted`, any other `crash` ("driver died")."""
-    done = []
-    with ctx.lock.hold():
-        for t in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if not is_stale(t):
-                continue
-            why = left_by_interrupt(ctx.run_dir, t.number)
-            if why:
-                ok = abandon(ctx, t.number, f"driver {why} before it could mark the trial; queued again",
-                             Kind.INTERRUPTED)
-            else:
-                ok = abandon(ctx, t.number, _gone_why(t))
-            if ok:
-                done.append(t.number)
-    return done
-
-
-def _gone_why(t: optuna.trial.FrozenTrial) -> str:
-    """The failure message of a trial whose driver is gone: "driver died" (its process is gone,
-    or it never claimed the trial), or how long a driver on another host has been silent."""
-    owner = t.user_attrs.get("owner") or {}
-    if not owner or owner.get("host") == HOST:
-        return "driver died"
-    host = str(owner.get("host"))[:100]
-    beat = t.user_attrs.get("heartbeat")
-    if not beat:
-        return f"driver on {host} gave no heartbeat; taken over"
-    return f"driver on {host} silent for {time.time() - float(beat):.0f} s (stale heartbeat); taken over"
-
-
-INTERRUPTED_MARK = "interrupted.txt"  # in a trial's folder: its driver stopped (Ctrl-C, SIGTERM) unmarked
-_STOPS = ("interrupted (Ctrl-C)", "terminated (SIGTERM)")
-
-
-def mark_left(run_dir: str, numbers: list[int], why: str) -> None:
-    """Best effort: a mark in each trial's folder that its driver left it RUNNING on `why`."""
-    for number in numbers:
-        try:
-            write_whole(os.path.join(run_dir, "trials", str(number), INTERRUPTED_MARK), why + "\n")
-        except OSError:
-            pass
-
-
-def left_by_interrupt(run_dir: str, number: int) -> str | None:
-    """How the trial's driver was stopped when it left a mark (mark_left), else None."""
-    try:
-        with open(os.path.join(run_dir, "trials", str(number), INTERRUPTED_MARK)) as f:
-            text = f.read(100).strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text if text in _STOPS else None
-
-
 # Trial number -> fault the worker injects (hang, nan, segfault, oom_kill). Only tests set it,
 # in the driver's own process (tests/fault_driver.py): no environment variable, nothing stored
 # in the study, so no stale setting can sabotage a real study.
 FAULTS: dict[int, str] = {}
-
-
-def token_budget(cfg, tokens: int, num_devices: int) -> dict:
-    """The steps that give `cfg` a budget of `tokens` training tokens on `num_devices`
-    (settings.steps_for_tokens), with the figures stored on the trial. Loss is then scored on
-    held-out data, so a config that does not evaluate cannot be scored (ConfigError)."""
-    from ...trainer import mesh as mesh_lib
-    from ...trainer.errors import ConfigError
-
-    if not cfg.eval.enabled:
-        raise ConfigError("STUDY tokens= scores loss as the held-out eval loss, and this config has "
-                          "eval.enabled=False; enable eval in space() (eval=EvalConfig(enabled=True))")
-    batch = mesh_lib.global_batch_size(cfg, num_devices)
-    steps = steps_for_tokens(tokens, batch, cfg.model.seq_len)
-    per_step = batch * cfg.model.seq_len
-    return {"tokens": int(tokens), "global_batch": int(batch), "seq_len": int(cfg.model.seq_len),
-            "tokens_per_step": int(per_step), "steps": int(steps), "tokens_trained": int(steps * per_step)}
-
-
-def budget_of(ctx: StudyContext) -> tuple[int, int | None]:
-    """(trials the study runs, size of its space or None when infinite)."""
-    size = ctx.space.size() if ctx.space.finite else None
-    return (ctx.settings.trials if size is None else min(ctx.settings.trials, size)), size
-
-
-def has_work(ctx: StudyContext) -> bool:
-    """Whether a driver would find a trial to run now: a queued config, or budget and space left."""
-    budget, size = budget_of(ctx)
-    with ctx.lock.hold():
-        active = [t for t in ctx.study.get_trials(deepcopy=False) if not is_superseded(t)]
-        if any(t.state == TrialState.WAITING for t in active):
-            return True
-        if steer.counted(active) >= budget:
-            return False
-        if size is not None and len(seen_keys(ctx.space, active)) >= size:
-            return False
-    return True
-
-
-def study_finished(ctx: StudyContext) -> bool:
-    """No work left and no trial running anywhere (a running one may still be queued again)."""
-    running = storage_lib.retry(ctx.study.get_trials, deepcopy=False, states=(TrialState.RUNNING,))
-    return not running and not has_work(ctx)
-
-
-def worker_flags(cfg) -> str:
-    """The compiler flag set a config's worker runs with: its own when known, else "default"
-    (an unknown name fails the trial in the driver, before any worker)."""
-    return cfg.flags if cfg.flags in flagsets.FLAG_SETS else "default"
-
-
-def first_flag_set(ctx: StudyContext) -> str:
-    """The compiler flag set the study's workers start with: the first config's."""
-    return worker_flags(configio.build(ctx.space.first_config()))
 
 
 class Driver:
@@ -328,85 +122,23 @@ class Driver:
                     g.close()
             self.progress.close()
         if self._error is not None:
-            raise self._stopped_on(self._error)
+            raise shutdown.stopped_on(ctx, self._error, sorted(self._inflight))
         self._check_none_left_running()
         return {"elapsed_s": time.perf_counter() - t0, "finished": self.finished}
 
     def _shut_down(self, slots: list[WorkerSlot], threads: list[threading.Thread], why: str,
                    status: int) -> ShutDown:
-        """Ctrl-C / SIGTERM, within SHUTDOWN_S whatever blocks (a worker that does not die, a
-        storage that is locked or away, a thread stuck in either): kill the worker process
-        groups, give the loop threads a moment, then queue the trials in flight again through
-        a storage whose waits are bounded, under the study lock (bounded too). A trial not
-        marked in time stays RUNNING; `resume` (or `run`) fails it and queues it again once
-        this driver is gone. Returns the exception whose line says which is which."""
-        _ignore_further_signals()
-        deadline = time.monotonic() + SHUTDOWN_S
+        """Ctrl-C / SIGTERM, within shutdown.SHUTDOWN_S whatever blocks: kill the worker process
+        groups, give the loop threads a moment, then queue the trials in flight again; a trial
+        not marked in time stays RUNNING for `resume` (shutdown.py). Returns the exception whose
+        line says which is which."""
+        shutdown.ignore_further_signals()
+        deadline = time.monotonic() + shutdown.SHUTDOWN_S
         self._interrupted.set()
         self._stop.set()
-        for slot in slots:
-            slot.shut_down("interrupt")
-        settle = min(deadline, time.monotonic() + 3.0)  # the loop threads see their workers die
-        for th in threads:
-            if th.is_alive():
-                th.join(timeout=max(0.0, settle - time.monotonic()))
-        for slot in slots:
-            slot.reap(settle)
-        numbers = sorted(self._inflight)
-        requeued, handled, problem = self._requeue_bounded(numbers, why, deadline)
-        left = [n for n in numbers if n not in handled]
-        mark_left(self.ctx.run_dir, left, why)
-        return ShutDown(shutdown_line(why, requeued, left, problem, self.ctx.run_dir), status,
-                        maybe_empty=not self._asked_any)
-
-    def _stopped_on(self, error: BaseException) -> BaseException:
-        """The error the driver stops on (a SQLite file that cannot be written: one line, at
-        once). Its trials in flight are queued again first (within SHUTDOWN_S), unless the
-        storage is what failed: then they stay RUNNING for `resume`, as the line says."""
-        lasting = storage_lib.lasting_error(error)
-        if lasting is not None:
-            return lasting
-        if self._inflight and not isinstance(error, storage_lib.StorageError):
-            why = f"stopped ({storage_lib.scrub(storage_lib.first_line(error), self.ctx.url)[:200]})"
-            self._requeue_bounded(sorted(self._inflight), why, time.monotonic() + SHUTDOWN_S)
-        return error
-
-    def _requeue_bounded(self, numbers: list[int], why: str, deadline: float) -> tuple[list[int], set[int], str]:
-        """abandon() each trial in flight, in a thread given until `deadline`: (the numbers queued
-        again, the numbers settled either way, the problem that stopped it or "")."""
-        requeued: list[int] = []
-        handled: set[int] = set()
-        problem: list[str] = []
-        if not numbers:
-            return requeued, handled, ""
-        ctx = self.ctx
-
-        def work() -> None:
-            storage = None
-            try:
-                storage = storage_lib.open_bounded(ctx.url, max(0.5, deadline - time.monotonic() - 0.5))
-                study = optuna.load_study(study_name=ctx.name, storage=storage,
-                                          sampler=optuna.samplers.RandomSampler())
-                with ctx.lock.hold(timeout=max(0.0, deadline - time.monotonic() - 0.5)):
-                    for number in numbers:
-                        if abandon(ctx, number, f"driver {why}; queued again", Kind.INTERRUPTED, study, storage):
-                            requeued.append(number)
-                        handled.add(number)
-            except storage_lib.LockTimeout as e:
-                problem.append(str(e))
-            except Exception as e:  # noqa: BLE001 - the line says what stopped it
-                cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) else None
-                problem.append(storage_lib.scrub(storage_lib.first_line(cause or e), ctx.url))
-            finally:
-                if storage is not None:
-                    storage.engine.dispose()
-
-        th = threading.Thread(target=work, daemon=True, name="requeue")
-        th.start()
-        th.join(timeout=max(0.0, deadline - time.monotonic()))
-        if th.is_alive():
-            problem.append(f"the storage did not answer within {SHUTDOWN_S:.0f} s")
-        return list(requeued), set(handled), problem[0] if problem else ""
+        shutdown.stop_workers(slots, threads, deadline)
+        return shutdown.requeue_in_flight(self.ctx, sorted(self._inflight), why, status, deadline,
+                                          maybe_empty=not self._asked_any)
 
     def _local_slots(self) -> Callable[[int], WorkerSlot]:
         """Worker slot i: its processes on this machine; on a GPU target, slot i's processes see
@@ -488,7 +220,7 @@ class Driver:
         trial_dir = os.path.abspath(os.path.join(ctx.run_dir, "trials", str(number)))
         os.makedirs(trial_dir, exist_ok=True)
         trial.set_user_attr("trial_dir", trial_dir)
-        outcome, config_json, flags = self._prepare(trial, decisions, trial_dir)
+        outcome, config_json, flags = prepare(ctx, trial, decisions, trial_dir)
         gang = slot.gangs.get(flags) or slot.last  # settled in the driver: no worker is started for it
         if outcome is None:
             gang = slot.gang(flags)  # started with the trial's compiler flag set
@@ -498,7 +230,7 @@ class Driver:
                    "fault": FAULTS.get(number),
                    "plan_target": ctx.target.text if ctx.target.plan_only else None,
                    "steer": self._steer(trial)}
-            with self._heartbeat(trial, gang):
+            with takeover.heartbeat(trial, gang):
                 try:
                     outcome = gang.run(job, ctx.settings.timeout, self._on_report(trial) if self.relay else None)
                 except WorkerStartError as e:
@@ -507,53 +239,6 @@ class Driver:
             return
         self._record(trial, decisions, outcome, time.perf_counter() - t0, gang.env)
         self._inflight.pop(number, None)
-
-    def _prepare(self, trial: optuna.Trial, decisions: dict,
-                 trial_dir: str) -> tuple[TrialOutcome | None, str | None, str]:
-        """Config and static checks in the driver: (the outcome when the trial ends here, config
-        JSON, compiler flag set). With STUDY tokens=, the config's steps are the token budget's."""
-        from ...trainer import validate
-        from ...trainer.errors import ConfigError
-
-        ctx = self.ctx
-        try:
-            cfg = ctx.space.config(decisions)
-            built = configio.build(cfg)
-        except (SpaceError, configio.ConfigFileError, TypeError, ValueError) as e:
-            return TrialOutcome.failure(*classify(e, Phase.SETUP)), None, "default"
-        flags = worker_flags(built)
-        budget = None
-        if ctx.settings.tokens and not ctx.target.plan_only:
-            try:
-                budget = token_budget(built, ctx.settings.tokens, ctx.target.num_devices)
-            except (ConfigError, SettingsError) as e:
-                return TrialOutcome.failure(*classify(e, Phase.SETUP)), None, flags
-            cfg.steps = budget["steps"]
-            built = configio.build(cfg)
-            trial.set_user_attr("token_budget", budget)
-        config_json = configio.dumps(cfg)
-        trial.set_user_attr("config", config_json)
-        trial.set_user_attr("config_dict", config_dict(cfg))
-        write_whole(os.path.join(trial_dir, "config.json"), config_json)
-        try:
-            target = ctx.target.for_config(built)  # slices=auto: prod(mesh.dcn) slices for this trial
-            validate.check(built, target.num_devices, target.platform, ctx.settings.processes)
-            if built.flags != "default":  # XLA aborts on a flag it does not know: one probe per set
-                flagsets.validate(built.flags, target.platform,
-                                  tpu_slice=target.slice_name if target.plan_only else None)
-        except ConfigError as e:
-            return TrialOutcome.failure(*classify(e, Phase.CHECK)), config_json, flags
-        if not target.plan_only:  # steering and the math group's loss (_inherit_group_loss) read it
-            trial.set_user_attr("math_key", steer.math_key(built, target.num_devices))
-        if target.plan_only:  # settled here when the study already knows the answer
-            trial.set_user_attr("plan_target", target.name)  # the trial's concrete target
-            keys = plan_screen.keys_attrs(built, target)
-            for key, value in keys.items():
-                trial.set_user_attr(key, value)
-            trials = ctx.study.get_trials(deepcopy=False)
-            return (plan_screen.screen(built, target, keys, trials, ctx.settings.memory_budget), config_json,
-                    flags)
-        return None, config_json, flags
 
     def _requeue_lost(self, trial: optuna.Trial) -> None:
         """A trial that a lost host failed (slice gangs) is superseded and its config queued
@@ -579,31 +264,6 @@ class Driver:
                 return True
 
         return on_report
-
-    @contextlib.contextmanager
-    def _heartbeat(self, trial: optuna.Trial, gang: WorkerGang):
-        """Beats every HEARTBEAT_S while the trial runs. A beat refused because the trial is
-        finished means another driver took it over (this one was stopped or cut off past
-        STALE_AFTER_S): the worker is killed, and _record drops the trial with one line."""
-        stop = threading.Event()
-
-        def beat():
-            while not stop.wait(HEARTBEAT_S):
-                try:
-                    trial.set_user_attr("heartbeat", time.time())
-                except UpdateFinishedTrialError:
-                    gang.signal_kill("taken over")
-                    return
-                except Exception:  # storage hiccup: the next beat tries again
-                    pass
-
-        th = threading.Thread(target=beat, daemon=True)
-        th.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            th.join(timeout=5)
 
     def _record(self, trial: optuna.Trial, decisions: dict, outcome: TrialOutcome, total_s: float,
                 env: dict | None) -> None:
@@ -632,7 +292,7 @@ class Driver:
         unless another driver took it over (its config was queued again): False then. True
         also when an earlier try of this call was stored before its connection dropped."""
         with self.ctx.lock.hold():
-            if _copied(self.ctx.study, trial.number):
+            if copied(self.ctx.study, trial.number):
                 return False
             if self.ctx.storage.get_trial(trial._trial_id).state.is_finished():
                 return True
@@ -648,8 +308,8 @@ class Driver:
         if self._interrupted.is_set():  # our own Ctrl-C queued it again: its line says so
             return
         self.progress.note(f"trial {number}: taken over by another driver while this one was stopped or cut off "
-                           f"(no heartbeat for over {STALE_AFTER_S:.0f} s); its result here is dropped, the copy "
-                           "queued by the other driver counts")
+                           f"(no heartbeat for over {takeover.STALE_AFTER_S:.0f} s); its result here is dropped, "
+                           "the copy queued by the other driver counts")
 
     def _inherit_group_loss(self, trial: optuna.Trial, values: list[float], attrs: dict) -> tuple[list, dict]:
         """A layout-only variant scores its math group's loss (measured once, by the group's first

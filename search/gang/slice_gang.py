@@ -119,7 +119,9 @@ class SliceSlot(WorkerSlot):
 
 def follow(ctx, membership: Membership, join_timeout: float = JOIN_TIMEOUT_S, say=print) -> int:
     """Hosts 1..N-1: keep this host's worker in the gang until host 0 ends the study."""
-    from ..driver.loop import DriverError, first_flag_set, study_finished
+    from ..driver.budget import study_finished
+    from ..driver.loop import DriverError
+    from ..driver.prepare import first_flag_set
 
     if study_finished(ctx):  # nothing for host 0 to hand out: no worker to start, no gang to wait for
         say(f"host {membership.host_index}: the study has no trial left to run; leaving", flush=True)

@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM are bounded (issue 22, defect 8): whatever blocks (a worker that ignores
 signals and leaves a child holding its pipes, a study database locked by another process),
 the driver kills its workers, queues again what it can, says what it left for `resume`, and
-exits 130 within loop.SHUTDOWN_S (+ a few seconds of process exit). A trial it could not mark
+exits 130 within shutdown.SHUTDOWN_S (+ a few seconds of process exit). A trial it could not mark
 stays RUNNING and `resume` types it `interrupted`.
 
 And a driver whose trial another driver took over (after a stale heartbeat) drops it with one
@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from ...search_util import REPO, TINY, load
 
-BOUND_S = 10.0 + 8.0  # loop.SHUTDOWN_S, plus the process's own start and end of its exit (on a busy machine)
+BOUND_S = 10.0 + 8.0  # shutdown.SHUTDOWN_S, plus the process's own start and end of its exit (on a busy machine)
 
 LOCKER = '''
 import fcntl, sqlite3, sys, time
@@ -121,7 +121,7 @@ def test_ctrl_c_while_another_process_locks_the_study(tmp_path, mode):
     that trial 0 is left RUNNING for `resume`; once the lock is gone, resume's recovery types
     it `interrupted` and queues it again, once."""
     from paxsearch.search.driver.context import reopen
-    from paxsearch.search.driver.loop import recover_stale
+    from paxsearch.search.driver.takeover import recover_stale
 
     run = tmp_path / "run"
     proc = _driver("0:hang", run, "--trials", 2)
@@ -192,7 +192,8 @@ def test_recording_a_trial_and_taking_it_over_exclude_each_other(tmp_path):
     its trial (a later recovery finds nothing to take over, and queues no copy); a trial taken
     over first is not recorded by its owner (its result is dropped), whichever order."""
     from paxsearch.search.driver.context import create_or_continue
-    from paxsearch.search.driver.loop import Driver, abandon
+    from paxsearch.search.driver.loop import Driver
+    from paxsearch.search.driver.takeover import abandon
     from paxsearch.search.study.space import load_space
 
     space = load_space(TINY)

@@ -105,7 +105,7 @@ def test_a_long_postgresql_outage_stops_the_driver_and_leaves_the_trial_to_reque
     import optuna
     from optuna.trial import TrialState
 
-    from paxsearch.search.driver.loop import is_stale
+    from paxsearch.search.driver.takeover import is_stale
     from paxsearch.search.study import storage as storage_lib
 
     from ...search_util import TINY

@@ -147,7 +147,7 @@ def test_recovery_requeues_once_after_a_kill_between_its_steps(tmp_path):
     """Defect 9: a recovery killed after it queued the copy, before it failed the original,
     leaves a RUNNING trial and its WAITING copy; the next recovery must not queue a second."""
     from paxsearch.search.driver.context import create_or_continue
-    from paxsearch.search.driver.loop import abandon, recover_stale
+    from paxsearch.search.driver.takeover import abandon, recover_stale
     from paxsearch.search.study.space import load_space
 
     space = load_space(TINY)
