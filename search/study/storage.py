@@ -78,7 +78,8 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
 
 def _create_schema_once(url: str, path: str | None, kwargs: dict) -> optuna.storages.RDBStorage:
     """RDBStorage creates the schema of a fresh database (tables, alembic version row). Drivers
-    started at once would race on it (IntegrityError on alembic_version): beside a SQLite file
+    started at once would race on it (IntegrityError on alembic_version, or SQLite's "table ...
+    already exists"): beside a SQLite file
     they take turns under the file lock. A creator outside paxsearch (a reader such as
     optuna.load_study or optuna-dashboard opening the file first, or another driver on a server)
     takes no lock: the loser of that race tries again, when the schema is there."""
@@ -98,8 +99,11 @@ def _rdb_storage(url: str, kwargs: dict) -> optuna.storages.RDBStorage:
     for attempt in range(4):
         try:
             return optuna.storages.RDBStorage(driver_url(url), engine_kwargs=kwargs)
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            if attempt == 3:
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
+            # SQLite says the race as OperationalError "table ... already exists"; any other
+            # OperationalError (a locked file, a refused connection) is not this race
+            lost_race = not isinstance(e, sqlalchemy.exc.OperationalError) or "already exists" in str(e)
+            if attempt == 3 or not lost_race:
                 raise
             time.sleep(0.5 * (attempt + 1))  # the winner is creating the schema: it is there next time
     raise AssertionError("unreachable")
