@@ -277,6 +277,10 @@ def reopen(url: str, study_name: str | None, run_dir: str | None, overrides: dic
     try:
         stored = dict(attrs["settings"])
         stored["objectives"] = tuple(stored["objectives"])
+        if stored.get("plan_cache", "on") not in ("on", "off"):
+            # a folder in storage never chooses where this machine writes plans: its own default
+            # ($PAXSEARCH_PLAN_CACHE, else the cache root) holds them; off stays off
+            stored["plan_cache"] = "on"
         settings = StudySettings.from_dict(stored).replace(**overrides)
         for name, value in attrs.get("fixed", {}).items():
             space.fix(name, value)

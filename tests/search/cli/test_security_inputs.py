@@ -297,3 +297,17 @@ def test_a_refused_train_resume_leaves_the_run_folder_as_it_was(tmp_path):
     one_line_error(proc, "8 devices", "4", jax_started=True)
     assert (run / "env.json").read_text() == env_text
     assert files_under(run) == before
+
+
+def test_a_plan_cache_folder_from_storage_never_chooses_where_a_worker_writes(tmp_path):
+    from paxsearch.search.driver.context import reopen
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    _study_named(url, "shared", tmp_path)
+    study = optuna.load_study(study_name="shared", storage=url)
+    study.set_user_attr("space_source", Path(TINY).read_text())
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "plan_cache": str(tmp_path / "victim")})
+    ctx = reopen(url, "shared", str(tmp_path / "run"), {}, trust_stored_space=True)
+    assert ctx.settings.plan_cache == "on"  # this machine's own folder, never the stored one
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "plan_cache": "off"})
+    assert reopen(url, "shared", str(tmp_path / "run"), {}, trust_stored_space=True).settings.plan_cache == "off"
