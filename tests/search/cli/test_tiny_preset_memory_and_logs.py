@@ -89,14 +89,11 @@ def _gib(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"([\d.]+) GiB", text)]
 
 
-def test_parameters_and_moments_above_a_device_are_refused_before_compiling(capsys, tmp_path):
-    """llama2-70b: ~130 GiB of state per device over 8 shards. Refused analytically, in one line,
-    with nothing written."""
-    from paxsearch.search.cli.train import device_memory
-
-    if device_memory().bytes > 100 * 2**30:
-        pytest.skip("this machine gives each CPU device more than 100 GiB")
-    line = refused(capsys, "train", "--set", "model=llama2-70b", "--set", "model.seq_len=256", "--run-dir",
+def test_parameters_and_moments_above_a_device_are_refused_before_compiling(capsys, tmp_path, tiny_config_file):
+    """llama2-70b on the tiny config's data-parallel mesh: ~1 TiB of state per device. Refused
+    analytically, in one line, with nothing written."""
+    line = refused(capsys, "train", tiny_config_file, "--set", "model=llama2-70b", "--set", "model.seq_len=256",
+                   "--run-dir",
                    tmp_path / "x", words=("does not fit a device here", "analytic, not compiled",
                                           "68,976,648,192 parameters", "host RAM"))
     need, limit = _gib(line)[:2]
@@ -104,13 +101,14 @@ def test_parameters_and_moments_above_a_device_are_refused_before_compiling(caps
     assert not (tmp_path / "x").exists()
 
 
-def test_a_compiled_step_above_a_device_is_refused_before_anything_is_allocated(capsys, tmp_path):
+def test_a_compiled_step_above_a_device_is_refused_before_anything_is_allocated(capsys, tmp_path,
+                                                                                  tiny_config_file):
     """Small parameters (the analytic check passes) and a huge activation: 16 rows of 8192 tokens
-    with the S x S attention scores in memory. XLA's memory analysis of the compiled step says
-    tens of GiB per device; refused in one line before any array is made or any file written."""
-    line = refused(capsys, "train", "--set", "model=llama-tiny", "--set", "model.n_layers=1", "--set",
-                   "model.seq_len=8192", "--set", "model.attention='dot_product'", "--set", "per_device_batch=16",
-                   "--run-dir", tmp_path / "x",
+    per device with the S x S attention scores in memory. XLA's memory analysis of the compiled
+    step says tens of GiB per device; refused in one line before any array is made or any file
+    written."""
+    line = refused(capsys, "train", tiny_config_file, "--set", "model.seq_len=8192", "--set",
+                   "model.attention='dot_product'", "--set", "per_device_batch=16", "--run-dir", tmp_path / "x",
                    words=("does not fit a device here", "compiled step needs", "XLA's memory analysis", "host RAM"))
     need, limit = _gib(line)[:2]
     assert need > limit
