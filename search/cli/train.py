@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Sequence
 
 from ...trainer.config import TrainConfig
 from ..errors import UserError
@@ -70,7 +71,7 @@ def resolve_config(args) -> tuple[object, int | None]:
     return configio.apply_overrides(cfg, args.overrides), number  # ConfigFileError: a UserError, one line
 
 
-def default_run_dir(config_arg: str | None, trial: int | None, overrides: list[str] = ()) -> str:
+def default_run_dir(config_arg: str | None, trial: int | None, overrides: Sequence[str] = ()) -> str:
     """runs/train-<config or run folder name>, and -trial<N> for a stored trial: two trials of one
     study train into two folders. Without a config: runs/train-<the model preset of --set model=>,
     or runs/train-default."""
