@@ -126,6 +126,21 @@ _PRESETS = (
         exact=True,
         note="Architecture as published: GQA with 8 K/V heads, SwiGLU, RoPE theta 500000, untied embeddings."),
     Preset(
+        name="llama-tiny",
+        model=_llama(vocab_size=512, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32,
+                     d_ff=512, seq_len=128, rope_theta=10_000.0),
+        source="paxsearch's own: Llama 2/3's architecture (RMSNorm pre-norm, SwiGLU, RoPE, GQA, untied "
+               "embeddings, no biases) at laptop size; d_ff = 8/3 d_model rounded up to a multiple of 256 as "
+               "Llama's FeedForward does (meta-llama/llama model.py multiple_of), vocab 512 >= the 259 ids of the "
+               "byte vocabulary of paxsearch's synthetic data",
+        published_params=1_115_264,
+        published_source="not a published model: the count is this preset's own (4 layers x 246,016 + "
+                         "2 x 512 x 128 embeddings + 128 final norm)",
+        exact=True,
+        note="Not a published model: a small Llama for trying paxsearch on a CPU (`paxsearch train --set "
+             "model=llama-tiny` trains it on 8 simulated CPU devices), and for tests. GQA with 2 K/V heads for "
+             "4 query heads, SwiGLU, RoPE theta 10000, untied embeddings."),
+    Preset(
         name="llama2-70b",
         model=_llama(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128,
                      d_ff=28672, seq_len=4096, rope_theta=10_000.0),

@@ -9,6 +9,7 @@ import signal
 import sys
 
 from ..errors import ShutDown, Terminated, UserError
+from .envsetup import configure_logs
 
 # subcommand name -> module of this package defining add_parser(sub) and main(args)
 COMMANDS = {
@@ -22,18 +23,24 @@ COMMANDS = {
     "export": "export",
 }
 
+VERBOSE_HELP = "show third-party log lines (TensorFlow, absl, Orbax, JAX); they are quiet by default"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paxsearch", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in dict.fromkeys(COMMANDS.values()):  # a module may define several subcommands
         importlib.import_module(f"{__package__}.{module}").add_parser(sub)
+    for command in sub.choices.values():  # `paxsearch train --verbose ...` too; SUPPRESS keeps the global one
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logs(args.verbose)
     from ...store.urls import StorageUrlError
     from ...trainer.errors import ConfigError, DataError, NonFiniteLoss  # imports nothing heavy
 

@@ -38,7 +38,7 @@ def main(args) -> int:
         space = load_space(args.space_file)
         settings = with_cli(space.settings, **cli_settings(args, for_new=True), plan_cache=args.plan_cache)
         space.apply_sets(args.sets)
-        target = check_settings(settings, space)
+        target = check_settings(settings, space, compiles=not args.dry_run)  # a dry run needs no libtpu
         gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written
         if args.dry_run:
             dryrun.dry_run(space, settings, target, emit=lambda line: print(line, flush=True))

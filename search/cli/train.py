@@ -5,7 +5,9 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Sequence
 
+from ...trainer.config import TrainConfig
 from ..errors import UserError
 from .envsetup import configure_jax_env
 
@@ -13,7 +15,9 @@ from .envsetup import configure_jax_env
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train one config (Fiddle JSON, Python file, or a trial of a run)",
                        description="Train one config for real, with checkpoints, TensorBoard and a progress bar.")
-    p.add_argument("config", help="Fiddle JSON file, Python file with `def config()`, or a run folder with --trial")
+    p.add_argument("config", nargs="?", default=None,
+                   help="Fiddle JSON file, Python file with `def config()`, or a run folder with --trial; without "
+                        "it, the trainer's default config (e.g. `paxsearch train --set model=llama-tiny`)")
     p.add_argument("--trial", default=None, help="with a run folder: trial number, or 'best'")
     p.add_argument("--function", default=None, help="function of a Python config file (default: config)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=VALUE",
@@ -21,7 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=None, help="number of training steps")
     p.add_argument("--run-dir", default=None,
                    help="folder for checkpoints and TensorBoard (default: runs/train-<name>, "
-                        "runs/train-<run>-trial<N> for a trial of a run)")
+                        "runs/train-<run>-trial<N> for a trial of a run, runs/train-<preset> without CONFIG)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run folder")
     p.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N steps")
     p.add_argument("--cpu-devices", type=int, default=8, help="simulated CPU devices when running on CPU (default 8)")
@@ -32,7 +36,7 @@ def add_parser(sub) -> None:
 
 def from_storage(args) -> bool:
     """The config is a trial's, read from a study (a run folder or a storage URL with --trial)."""
-    return args.trial is not None or os.path.isdir(args.config)
+    return args.trial is not None or args.config is not None and os.path.isdir(args.config)
 
 
 def without_stored_paths(cfg, args):
@@ -53,7 +57,12 @@ def resolve_config(args) -> tuple[object, int | None]:
     from ..study import configio
 
     number = None
-    if from_storage(args):
+    if args.config is None:
+        if args.trial is not None:
+            raise UserError("--trial needs the run folder (or storage URL) of the study: "
+                            "paxsearch train RUN --trial N")
+        cfg = configio.to_fiddle(TrainConfig())  # the trainer's defaults, then --set (model=<preset>)
+    elif from_storage(args):
         from ..study.trial_config import trial_config_json  # run folder or storage: the stored trial's config
         number, text = trial_config_json(args.config, args.trial or "best")
         cfg = configio.loads(text)
@@ -62,12 +71,17 @@ def resolve_config(args) -> tuple[object, int | None]:
     return configio.apply_overrides(cfg, args.overrides), number  # ConfigFileError: a UserError, one line
 
 
-def default_run_dir(config_arg: str, trial: int | None) -> str:
+def default_run_dir(config_arg: str | None, trial: int | None, overrides: Sequence[str] = ()) -> str:
     """runs/train-<config or run folder name>, and -trial<N> for a stored trial: two trials of one
-    study train into two folders."""
+    study train into two folders. Without a config: runs/train-<the model preset of --set model=>,
+    or runs/train-default."""
     from ...store.paths import sanitized_folder_name
 
-    name = os.path.splitext(os.path.basename(os.path.normpath(config_arg)))[0]
+    if config_arg is None:
+        presets = [v.strip() for k, _, v in (o.partition("=") for o in overrides) if k.strip() == "model"]
+        name = presets[-1] if presets else "default"
+    else:
+        name = os.path.splitext(os.path.basename(os.path.normpath(config_arg)))[0]
     suffix = f"-trial{trial}" if trial is not None else ""
     return os.path.join("runs", sanitized_folder_name(f"train-{name}{suffix}"))
 
@@ -162,7 +176,7 @@ def main(args) -> int:
 
     cfg = without_stored_paths(configio.build(fcfg), args)
     apply_flag_set(cfg.flags)  # before JAX starts
-    run_dir = args.run_dir or cfg.run_dir or default_run_dir(args.config, trial)
+    run_dir = args.run_dir or cfg.run_dir or default_run_dir(args.config, trial, args.overrides)
     ckpt = dataclasses.replace(cfg.checkpoint, enabled=True,
                                every_steps=args.checkpoint_every or cfg.checkpoint.every_steps or 0)
     cfg = dataclasses.replace(cfg, run_dir=run_dir, checkpoint=ckpt, steps=args.steps or cfg.steps,
@@ -185,7 +199,10 @@ def main(args) -> int:
     # --resume with another --cpu-devices), remat, memory, the data vocabulary. A refused run
     # leaves the run folder as it was (config.json, env.json, checkpoints untouched).
     distributed.maybe_initialize(cfg.distributed)
+    memory = device_memory()
+    check_state_fits(cfg, memory)  # parameters and optimizer state alone: no compile
     program = build_program(cfg)  # ConfigError: one line (cli.main)
+    check_compiled_fits(program.plan.peak_bytes, memory)
     from ...trainer.train import check_vocab, train
 
     check_vocab(cfg)
@@ -198,6 +215,64 @@ def main(args) -> int:
     result = train(cfg, program=program)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
     _summary(result, run_dir)
     return 0
+
+
+MEMORY_FIX = ("use a smaller model (e.g. --set model=llama-tiny), a smaller model.seq_len or per_device_batch, "
+              "a remat policy (--set remat=full) or more devices")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceMemory:
+    bytes: int  # per device
+    source: str  # what the figure is
+
+
+def device_memory() -> DeviceMemory:
+    """The bytes one local device may use: its bytes_limit where it reports one (GPU, TPU), else
+    (CPU) the host's RAM over the local devices, which share it. The same figure the search holds
+    a CPU trial against (search/trial/execute.py default_memory_budget)."""
+    import jax
+    import psutil
+
+    device = jax.local_devices()[0]
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # CPUs may not report
+        stats = {}
+    if stats.get("bytes_limit"):
+        return DeviceMemory(int(stats["bytes_limit"]), f"{device.device_kind} bytes_limit")
+    total, count = psutil.virtual_memory().total, jax.local_device_count()
+    return DeviceMemory(int(total // count), f"host RAM {total / 2**30:.2f} GiB shared by {count} local "
+                                             f"{device.platform.upper()} devices")
+
+
+def check_state_fits(cfg, memory: DeviceMemory) -> None:
+    """UserError (one line) when the parameters, gradients and AdamW moments alone exceed a device's
+    memory: a config far too large is refused in an instant, before it is compiled."""
+    import jax
+
+    from ...trainer import validate
+    from ...trainer.errors import ConfigError
+    from ..planning.targets import Target, prescreen
+
+    devices = jax.devices()
+    try:  # a config the static checks refuse is left to build_program, which says why
+        validate.check(cfg, len(devices), devices[0].platform, jax.process_count())
+    except ConfigError:
+        return
+    oom = prescreen(cfg, Target(f"{devices[0].platform}:{len(devices)}", devices[0].platform, len(devices)),
+                    memory.bytes)
+    if oom is not None:
+        raise UserError(f"the config does not fit a device here: {oom} ({memory.source}); {MEMORY_FIX}")
+
+
+def check_compiled_fits(peak_bytes: int, memory: DeviceMemory) -> None:
+    """UserError (one line) when the compiled step's per-device memory (XLA's memory analysis)
+    exceeds a device's memory: refused before any array is allocated."""
+    if peak_bytes > memory.bytes:
+        raise UserError(f"the config does not fit a device here: the compiled step needs {peak_bytes / 2**30:.2f} "
+                        f"GiB per device (XLA's memory analysis), above {memory.bytes / 2**30:.2f} GiB per device "
+                        f"({memory.source}); {MEMORY_FIX}")
 
 
 def _write_whole(path: str, text: str) -> None:

@@ -52,12 +52,14 @@ class StudyContext:
         return self.study.study_name
 
 
-def check_settings(settings: StudySettings, space: Space) -> Target:
-    """Settings that cannot work with this space: one clear line each."""
+def check_settings(settings: StudySettings, space: Space, compiles: bool = True) -> Target:
+    """Settings that cannot work with this space: one clear line each. `compiles=False` (a dry
+    run, which compiles nothing) does not need libtpu for a TPU target."""
     try:
         target = parse_target(settings.target)
         target.devices_per_process(settings.processes)
-        check_available(target)
+        if compiles:
+            check_available(target)
     except (TargetError, LibtpuMissing) as e:
         raise SetupError(str(e)) from None
     if target.plan_only:

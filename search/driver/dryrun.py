@@ -7,6 +7,7 @@ import random
 from typing import Callable, Iterable, Iterator
 
 from ...store.units import format_bytes
+from ...trainer.topology import libtpu_available
 from ..planning.targets import Target
 from ..study import configio
 from ..study.data_check import data_problem
@@ -73,6 +74,9 @@ def describe(space: Space, settings: StudySettings, target: Target, size: int | 
     if target.plan_only:
         lines.append(f"plan-only: {target.text} has no TPU here; trials are compiled for its topology, never run, "
                      "and scored by predicted MFU and compiled memory")
+    if target.platform == "tpu" and not libtpu_available():
+        lines.append(f"libtpu is not installed: this dry run compiles nothing, but a run for {target.text} needs it "
+                     "(pip install 'paxsearch[tpu]')")
     if target.slices_auto:
         lines.append(f"slices=auto: each trial is compiled for prod(mesh.dcn) slices of {target.slice_name} "
                      f"({target.num_devices} chips a slice)")

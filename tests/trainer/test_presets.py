@@ -13,7 +13,7 @@ import pytest
 from paxsearch.search.study import configio
 from paxsearch.search.study.space import SpaceError, load_space
 from paxsearch.trainer import presets
-from paxsearch.trainer.config import ModelConfig, TrainConfig
+from paxsearch.trainer.config import DataConfig, ModelConfig, TrainConfig
 from paxsearch.trainer.errors import ConfigError
 from paxsearch.trainer.step import init_state, make_model, make_optimizer
 
@@ -58,12 +58,30 @@ def test_preset_parameter_count_matches_its_published_figure(name):
 
 def test_llama_presets_are_exact_to_the_parameter():
     """Where the published count is exact and the architecture is the same, the count is too."""
-    for name in ("llama2-7b", "llama3-8b", "llama2-70b"):
+    for name in ("llama2-7b", "llama3-8b", "llama2-70b", "llama-tiny"):
         assert model_param_count(presets.get(name)) == presets.source(name).published_params, name
 
 
+def test_llama_tiny_is_a_small_llama_and_says_it_is_not_published():
+    """Llama's architecture (RMSNorm, SwiGLU, RoPE, GQA, untied embeddings) at a size a CPU trains;
+    its byte-level synthetic data fits its vocabulary."""
+    from paxsearch.trainer.data import data_vocab_size  # seqio: imported by the test that needs it
+
+    p = presets.source("llama-tiny")
+    m = p.model
+    assert (m.mlp, m.activation, m.position, m.block, m.tie_embeddings) == ("gated", "silu", "rope", "sequential",
+                                                                             False)
+    assert 1 < m.kv_heads < m.n_heads and m.n_heads % m.kv_heads == 0  # grouped-query attention
+    assert m.d_ff % 256 == 0 and m.d_ff >= 8 * m.d_model // 3  # Llama's SwiGLU width rule
+    assert m.vocab_size >= data_vocab_size(DataConfig())
+    assert p.published_params < 5_000_000 and p.exact
+    assert "Not a published model" in p.note and "not a published model" in p.published_source
+    names = presets.names()
+    assert names.index("llama-tiny") == names.index("llama3-8b") + 1
+
+
 def test_presets_have_sources_and_the_listed_names():
-    assert {"llama2-7b", "llama3-8b", "llama2-70b", "gpt3-xl", "paxml-c4-1b", "paxml-c4-16b",
+    assert {"llama2-7b", "llama3-8b", "llama-tiny", "llama2-70b", "gpt3-xl", "paxml-c4-1b", "paxml-c4-16b",
             "maxtext-v5e-16b", "maxtext-v5e-32b", "maxtext-v5e-64b", "maxtext-v5e-128b",
             "maxtext-v4-22b"} <= set(presets.names())
     table = presets.table()
