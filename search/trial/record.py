@@ -36,7 +36,7 @@ def full_run(outcome: TrialOutcome, train_tokens: int | None = None) -> dict | N
         return None
     tokens_per_sec = float(per_step) / float(step_time)
     source = ("train_tokens setting" if train_tokens else
-              f"{TOKENS_PER_PARAM} tokens per parameter (Chinchilla) x {int(params):,} parameters")
+              f"{TOKENS_PER_PARAM} tokens per parameter (Chinchilla) x {int(params or 0):,} parameters")
     return {"tokens": int(tokens), "tokens_source": source, "tokens_per_sec": tokens_per_sec,
             "seconds": tokens / tokens_per_sec, "step_time": "predicted" if outcome.predicted else "measured"}
 
@@ -121,7 +121,8 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
         mfu, step = plan.get("predicted_mfu"), plan.get("predicted_step_time")
         how = f" ({plan['screen']})" if plan.get("screen") else ""
         parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
-                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} (compiled)" + _full_run(outcome))
+                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} (compiled)"
+                     + _full_run(outcome))
     elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
         loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"
         parts.append(f"{loss}  mfu {100 * (m.mfu or 0):.2f}%  mem {mem}  step {1e3 * (m.step_time or 0):.0f} ms"
