@@ -1,6 +1,7 @@
 """The objective time_to_train (issue 21, section 1): how long the full run would take on the
 target, its tokens over the trial's throughput (tokens per step / step time)."""
 import math
+import os
 
 import optuna
 import pytest
@@ -10,7 +11,9 @@ from paxsearch.search.study.settings import OBJECTIVES, TOKENS_PER_PARAM, Settin
 from paxsearch.search.trial import record
 from paxsearch.store import Kind, Measured, TrialOutcome
 
-from ...search_util import cli
+from ...search_util import HERE, cli, needs_libtpu
+
+PLAN_SPACE = os.path.join(HERE, "spaces", "tpu_tiny_plan.py")
 
 # a plan as the trainer's PlanResult.figures() gives it (the fields time_to_train reads)
 PLAN = {"peak_bytes": 3 * 2**20, "param_count": 50_000, "global_batch": 16, "tokens_per_step": 16 * 32,
@@ -86,3 +89,18 @@ def test_a_study_scores_time_to_train(tmp_path, make_space):
         assert t.values[1] == pytest.approx(tokens / measured["tokens_per_sec"], rel=1e-9)
         assert t.user_attrs["full_run"]["seconds"] == t.values[1]
         assert t.user_attrs["full_run"]["tokens"] == tokens
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_plan_only_study_scores_time_to_train_from_the_predicted_step_time(tmp_path):
+    """A TPU target planned on this CPU: time_to_train from the roofline's predicted step time."""
+    run = tmp_path / "run"
+    cli("run", PLAN_SPACE, "--run-dir", run, "--objective", "time_to_train", "--trials", 1, "--set", "model_size=small",
+        "--set", "per_device_batch=1", "--set", "peak_lr=0.001", "--no-progress", env={"JAX_PLATFORMS": "cpu"})
+    (t,) = optuna.load_study(study_name="tpu_tiny_plan", storage=f"sqlite:///{run}/study.db").get_trials()
+    plan = t.user_attrs["plan"]
+    assert t.state == TrialState.COMPLETE and t.user_attrs["predicted"]
+    assert t.values == [pytest.approx(TOKENS_PER_PARAM * plan["param_count"] * plan["predicted_step_time"]
+                                      / plan["tokens_per_step"])]
+    assert t.user_attrs["full_run"]["step_time"] == "predicted"
