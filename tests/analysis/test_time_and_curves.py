@@ -83,3 +83,12 @@ def test_loss_curves_one_line_per_math_group(run, report):
     assert "model_size=small (2 trials)" in legend and ">2, 3<" in legend
     assert report["curves_png"].read_bytes().startswith(b"\x89PNG")
     assert "](report/loss_curves.png)" in report["markdown"].read_text()
+
+
+def test_best_picks_the_shortest_time_to_train(run, cli):
+    from paxsearch.analysis import best_trial
+
+    number, _ = best_trial(run, "time_to_train")
+    assert number == 0  # the tiny model on the faster mesh: 2.7 h
+    out = cli("best", run, "--objective", "time_to_train")
+    assert out.stdout.startswith("trial 0 (best time_to_train)") and "time to train 2.7 h" in out.stdout, out.stdout
