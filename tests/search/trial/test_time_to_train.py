@@ -104,3 +104,17 @@ def test_a_plan_only_study_scores_time_to_train_from_the_predicted_step_time(tmp
     assert t.values == [pytest.approx(TOKENS_PER_PARAM * plan["param_count"] * plan["predicted_step_time"]
                                       / plan["tokens_per_step"])]
     assert t.user_attrs["full_run"]["step_time"] == "predicted"
+
+
+def test_progress_bar_shows_the_best_time_to_train_in_its_unit():
+    import io
+
+    from paxsearch.search.driver.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(2, 0, ["time_to_train", "memory"], stream=stream)
+    progress.finished("#0", [5400.0, 2**20])
+    progress.finished("#1", [9000.0, 2**30])
+    assert progress.best == {"time_to_train": 5400.0, "memory": 2**20}
+    progress.bar.refresh()
+    assert "time_to_train 1.5 h" in stream.getvalue() and "memory 1.0 MiB" in stream.getvalue()
