@@ -6,6 +6,7 @@ import io
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from . import fmt, pareto, tables
 
@@ -185,6 +186,7 @@ def loss_curves_figure(groups: dict[str, tuple[list[int], pd.Series]]) -> Figure
     for label, (_, mean) in groups.items():
         axes.plot(mean.index.to_numpy(), mean.to_numpy(), marker="o", markersize=3, label=label)
     axes.set_xlabel("step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
     axes.set_ylabel("training loss (mean of the group's trials)")
     axes.set_title("Loss curves per math group (measured)")
     axes.grid(alpha=0.3)
