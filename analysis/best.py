@@ -9,9 +9,9 @@ import pandas as pd
 from . import fmt, pareto
 from .load import Source, decision_columns, objective_names, open_study, trials_frame
 
-SCORES = ("loss", "mfu", "memory_bytes", "eval_loss", "tokens_per_sec")
+SCORES = ("loss", "mfu", "memory_bytes", "time_to_train", "eval_loss", "tokens_per_sec")
 
-CHOICES = ("mfu", "loss", "memory", "knee")
+CHOICES = ("mfu", "loss", "memory", "time_to_train", "knee")
 
 
 def study_objectives(study_objective_names: list[str], frame: pd.DataFrame) -> list[str]:
@@ -24,7 +24,7 @@ def best_trial(source: Source, objective: str = "knee", study_name: str | None =
                rtol: float = 0.0) -> tuple[int, str]:
     """(trial number, Fiddle-serialized config JSON) of the chosen trial.
 
-    objective: "mfu" (highest), "loss" or "memory" (lowest), or "knee" (the Pareto point
+    objective: "mfu" (highest), "loss", "memory" or "time_to_train" (lowest), or "knee" (the Pareto point
     nearest the utopia point over the study's objectives, see pareto.knee).
     """
     chosen = choose(source, objective, study_name, rtol)

@@ -5,7 +5,7 @@ import math
 import os
 from typing import Any
 
-from ..store.units import format_bytes
+from ..store.units import format_bytes, format_duration
 
 GIB = 2.0 ** 30
 
@@ -17,6 +17,8 @@ _TITLES = {
     "mfu": "MFU",
     "hfu": "HFU",
     "memory_bytes": "memory/device",
+    "time_to_train": "time to train",
+    "full_run_tokens": "full-run tokens",
     "measured_peak_bytes": "measured peak/device",
     "tokens_per_sec": "tokens/s",
     "step_time": "step time",
@@ -35,7 +37,7 @@ _TITLES = {
 }
 # Scores that are predictions in a plan-only study.
 PREDICTABLE = {"loss", "eval_loss", "mfu", "hfu", "memory_bytes", "tokens_per_sec",
-               "step_time"}
+               "step_time", "time_to_train"}
 
 
 def title(column: str, predicted: bool = False) -> str:
@@ -61,7 +63,7 @@ def _is_missing(value: Any) -> bool:
 
 def value(column: str, raw: Any) -> str:
     """One cell as text: bytes in the unit their size reaches (KiB, MiB, GiB: as the terminal
-    prints them), utilisation in %, times in s."""
+    prints them), utilisation in %, times in s, time to train in the unit it reaches (min, h, d)."""
     if _is_missing(raw):
         return ""
     if isinstance(raw, bool):
@@ -70,6 +72,8 @@ def value(column: str, raw: Any) -> str:
         number = float(raw)
         if math.isinf(number):
             return "inf" if number > 0 else "-inf"
+        if column == "time_to_train":
+            return format_duration(number)
         if column.startswith("ratio"):
             return f"{number:.3f}"
         if column.endswith("bytes"):

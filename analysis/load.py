@@ -3,7 +3,9 @@
 One row per trial. Columns:
   number, state, predicted, trial_dir, datetime_start, datetime_complete
   d.<decision>             one per decision (lists/dicts as compact JSON text)
-  loss, mfu, memory_bytes  the objectives (trial.values where they are objectives)
+  loss, mfu, memory_bytes, time_to_train  the objectives (trial.values where they are objectives);
+                           time_to_train in seconds, the full run's (stored full_run) where not
+  full_run_tokens, full_run_source  the tokens time_to_train counts, and where the count came from
   eval_loss, hfu, tokens_per_sec, step_time, measured_peak_bytes, steps   measured figures
   measured_peak_source     what measured_peak_bytes is (device peak, or process RSS on CPU)
   plan.<key>               the ahead-of-time plan figures
@@ -34,14 +36,14 @@ from ..store.urls import ENV_PREFIX, driver_url, mask_url, scrub
 Source = Union[str, os.PathLike, optuna.Study]
 
 # Objective name in study.user_attrs["objectives"] -> DataFrame column.
-OBJECTIVE_COLUMNS = {"loss": "loss", "mfu": "mfu", "memory": "memory_bytes"}
+OBJECTIVE_COLUMNS = {"loss": "loss", "mfu": "mfu", "memory": "memory_bytes", "time_to_train": "time_to_train"}
 # Measured figure (store.outcome.Measured) -> DataFrame column: its own name, but the peak.
 MEASURED_COLUMNS = {key: "measured_peak_bytes" if key == "peak_bytes" else key for key in MEASURED_KEYS}
 # What measured_peak_bytes is: one device's peak where the platform reports it; on CPU the
 # worker process's peak RSS, which a reused worker carries over from its earlier trials.
 DEVICE_PEAK_SOURCE = "device peak (memory_stats)"
 CPU_PEAK_SOURCE = "process peak RSS of the worker (CPU; grows across the trials a worker runs)"
-SCORE_COLUMNS = ["loss", "mfu", "memory_bytes", "eval_loss", "hfu", "tokens_per_sec",
+SCORE_COLUMNS = ["loss", "mfu", "memory_bytes", "time_to_train", "eval_loss", "hfu", "tokens_per_sec",
                  "step_time", "measured_peak_bytes", "steps"]
 
 
@@ -153,6 +155,10 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
     memory_bytes = attrs.get("memory_bytes", outcome.memory_bytes)  # the stored objective, as stored
     if memory_bytes is not None:
         row["memory_bytes"] = _finite_or_nan(memory_bytes)
+    full_run = outcome.full_run or {}  # how long the full run would take (search/trial/record.py)
+    row["time_to_train"] = _finite_or_nan(full_run.get("seconds"))
+    row["full_run_tokens"] = _finite_or_nan(full_run.get("tokens"))
+    row["full_run_source"] = full_run.get("tokens_source")
     if trial.values is not None:  # the stored objective values are authoritative
         for name, value in zip(objective_names, trial.values, strict=False):  # names may differ from what was stored
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
@@ -203,6 +209,22 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
         frame = pd.DataFrame(columns=["number", "state", "predicted", *SCORE_COLUMNS,
                                       "failure_kind", "failure_message", "outcome"])
     return frame.sort_values("number", ignore_index=True)
+
+
+def loss_curves(study: optuna.Study) -> dict[int, list[tuple[int, float]]]:
+    """number -> the training loss at each logged step of its short run ([[step, loss], ...],
+    the stored `intermediate` values), for trials that trained and are not superseded; finite
+    losses only."""
+    curves = {}
+    for trial in study.get_trials(deepcopy=False):
+        attrs = trial.user_attrs
+        if attrs.get("superseded") or not attrs.get("intermediate"):
+            continue
+        points = [(int(step), float(loss)) for step, loss in attrs["intermediate"]
+                  if loss is not None and math.isfinite(float(loss))]
+        if points:
+            curves[trial.number] = points
+    return curves
 
 
 def load_trials(source: Source, study_name: str | None = None) -> pd.DataFrame:

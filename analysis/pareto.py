@@ -1,6 +1,7 @@
 """Pareto front, knee and best-per-objective over a trials DataFrame (pure functions).
 
-Objectives are named "loss" (lower is better), "mfu" (higher) and "memory" (lower); see
+Objectives are named "loss" (lower is better), "mfu" (higher), "memory" and "time_to_train"
+(lower); see
 OBJECTIVES for their columns. A trial is feasible for a set of objectives when its state is
 COMPLETE, it carries no failure_kind (a predicted_oom trial is stored COMPLETE so that the
 tuner learns the memory constraint) and its score is finite on each of them; everything else
@@ -19,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 # name -> (column, sign): sign * column is to be minimised.
-OBJECTIVES = {"loss": ("loss", 1.0), "mfu": ("mfu", -1.0), "memory": ("memory_bytes", 1.0)}
+OBJECTIVES = {"loss": ("loss", 1.0), "mfu": ("mfu", -1.0), "memory": ("memory_bytes", 1.0),
+              "time_to_train": ("time_to_train", 1.0)}
 DEFAULT_OBJECTIVES = ("loss", "mfu", "memory")
 
 

@@ -6,10 +6,12 @@ import io
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-from . import fmt, pareto
+from . import fmt, pareto, tables
 
-EFFECT_OBJECTIVES = ["loss", "mfu", "memory"]
+EFFECT_OBJECTIVES = ["loss", "time_to_train", "mfu", "memory"]
+TIME_UNITS = (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0), ("seconds", 1.0))
 MAX_GROUPS = 12  # numeric decisions with more distinct values are drawn as a scatter
 
 
@@ -19,16 +21,30 @@ def png_bytes(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _axis_label(objective: str, predicted: bool) -> str:
-    text = {"loss": "loss", "mfu": "MFU (%)", "memory": "memory per device (GiB)"}[objective]
+def _time_unit(frame: pd.DataFrame) -> tuple[str, float]:
+    """The unit of the time to train axis: the largest its median finite value reaches."""
+    values = pd.to_numeric(frame.get("time_to_train", pd.Series(dtype=float)), errors="coerce")
+    values = values[np.isfinite(values)]
+    middle = float(values.median()) if len(values) else 0.0
+    return next(((name, size) for name, size in TIME_UNITS if middle >= size), TIME_UNITS[-1])
+
+
+def _axis_label(objective: str, predicted: bool, frame: pd.DataFrame | None = None) -> str:
+    if objective == "time_to_train":
+        text = f"time to train ({_time_unit(frame if frame is not None else pd.DataFrame())[0]})"
+    else:
+        text = {"loss": "loss", "mfu": "MFU (%)", "memory": "memory per device (GiB)"}[objective]
     return f"{text}, predicted" if predicted else text
 
 
 def _plot_values(frame: pd.DataFrame, objective: str) -> np.ndarray:
-    """Objective values in plot units (MFU in %, memory in GiB)."""
+    """Objective values in plot units (MFU in %, memory in GiB, time to train in the unit its
+    median reaches)."""
     values = pd.to_numeric(frame[pareto.column(objective)], errors="coerce").to_numpy(float)
     if objective == "mfu":
         return 100 * values
+    if objective == "time_to_train":
+        return values / _time_unit(frame)[1]
     if objective == "memory":
         return values / fmt.GIB
     return values
@@ -134,7 +150,45 @@ def effect_figure(frame: pd.DataFrame, decision: str, objectives: list[str],
                                 color="black", linewidth=2)
             axes.set_xticks(range(len(groups)), labels, fontsize=7)
             axes.set_xlim(-0.6, len(groups) - 0.4)
-        axes.set_ylabel(_axis_label(objective, predicted))
+        axes.set_ylabel(_axis_label(objective, predicted, ok))
         axes.grid(alpha=0.3)
     figure.tight_layout()
+    return figure
+
+
+def curve_groups(frame: pd.DataFrame, curves: dict[int, list]) -> dict[str, tuple[list[int], pd.Series]]:
+    """label -> (trial numbers, mean training loss by step) of each math group with trained
+    trials: trials that ended ok and stored a loss curve, grouped by math_key, labelled by what
+    sets the groups apart (tables.math_group_labels); empty without math keys or curves."""
+    if "math_key" not in frame or not curves:
+        return {}
+    ok = frame[(frame["outcome"] == "ok") & frame["math_key"].notna() & frame["number"].isin(list(curves))]
+    labels = tables.math_group_labels(ok)
+    out = {}
+    for key, group in ok.groupby("math_key", sort=False):
+        numbers = [int(n) for n in group["number"]]
+        points = pd.DataFrame([point for n in numbers for point in curves[n]], columns=["step", "loss"])
+        out[labels[key]] = (numbers, points.groupby("step")["loss"].mean())
+    return out
+
+
+def curve_table(groups: dict[str, tuple[list[int], pd.Series]]) -> pd.DataFrame:
+    """The legend of the loss curves as a table: each group's trials and last mean loss."""
+    return pd.DataFrame([{"math group": label, "trials": ", ".join(map(str, numbers)),
+                          "last step": int(mean.index[-1]), "loss": float(mean.iloc[-1])}
+                         for label, (numbers, mean) in groups.items()])
+
+
+def loss_curves_figure(groups: dict[str, tuple[list[int], pd.Series]]) -> Figure:
+    """One line per math group: the mean training loss of its trials at each logged step."""
+    figure = Figure(figsize=(9, 5))
+    axes = figure.add_subplot()
+    for label, (_, mean) in groups.items():
+        axes.plot(mean.index.to_numpy(), mean.to_numpy(), marker="o", markersize=3, label=label)
+    axes.set_xlabel("step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
+    axes.set_ylabel("training loss (mean of the group's trials)")
+    axes.set_title("Loss curves per math group (measured)")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=max(1, min(2, len(groups))), fontsize=8)
     return figure

@@ -46,6 +46,22 @@ def _mfu_reason(frame: pd.DataFrame, chosen: pd.Series, feasible: pd.DataFrame) 
     return trade + "; pick it with `--objective mfu` where memory is no concern"
 
 
+def _time_reason(chosen: pd.Series, feasible: pd.DataFrame) -> str | None:
+    """The full run's time against the runner-up's (the fastest other trial)."""
+    others = feasible[feasible["number"] != chosen["number"]]
+    times = pd.to_numeric(others["time_to_train"], errors="coerce").dropna()
+    own = _number(chosen, "time_to_train")
+    if times.empty or not math.isfinite(own) or own <= 0:
+        return None
+    rival, theirs = int(others.loc[times.idxmin(), "number"]), float(times.min())
+    text = f"full run in {fmt.value('time_to_train', own)}"
+    if own <= theirs:
+        return (f"{text}: {theirs / own - 1:.1%} faster than the runner-up, trial {rival} "
+                f"({fmt.value('time_to_train', theirs)})")
+    return (f"{text}; trial {rival} would take {fmt.value('time_to_train', theirs)} ({1 - theirs / own:.1%} less), "
+            "pick it with `--objective time_to_train` where the other objectives matter less")
+
+
 def _memory_reason(chosen: pd.Series, predicted: bool) -> str | None:
     peak, budget = _number(chosen, "memory_bytes"), _number(chosen, "memory_budget_bytes")
     if not math.isfinite(peak):
@@ -78,7 +94,8 @@ def recommend(frame: pd.DataFrame, objectives: list[str], knee: int | None, run_
     decisions = {c[2:]: chosen[c] for c in decision_columns(frame) if pd.notna(chosen[c])}
     scores = {fmt.title(pareto.column(o), predicted): fmt.value(pareto.column(o), chosen[pareto.column(o)])
               for o in objectives}
-    reasons = [r for r in (_mfu_reason(frame, chosen, feasible) if "mfu" in objectives else None,
+    reasons = [r for r in (_time_reason(chosen, feasible) if "time_to_train" in objectives else None,
+                           _mfu_reason(frame, chosen, feasible) if "mfu" in objectives else None,
                            _memory_reason(chosen, predicted)) if r]
     if "loss" in objectives and len(feasible) > 1:
         losses = pd.to_numeric(feasible["loss"], errors="coerce")

@@ -11,7 +11,7 @@ import pyarrow as pa
 from . import pareto, plots, recommend, report_html, report_md, tables
 from .best import study_objectives
 from .fmt import header_items
-from .load import Source, decision_columns, objective_names, open_study, study_info, trials_frame
+from .load import Source, decision_columns, loss_curves, objective_names, open_study, study_info, trials_frame
 from .staging import staged_into
 
 
@@ -89,8 +89,17 @@ def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
         paths[f"effect_png:{decision[2:]}"] = figure_dir / f"{_file_stem(decision)}.png"
         paths[f"effect_png:{decision[2:]}"].write_bytes(png)
 
+    groups = plots.curve_groups(frame, loss_curves(opened.study))
+    curves_png = plots.png_bytes(plots.loss_curves_figure(groups)) if groups else None
+    curves = (curves_png, plots.curve_table(groups)) if groups else None
+    if curves_png:
+        paths["curves_png"] = figure_dir / "loss_curves.png"
+        paths["curves_png"].write_bytes(curves_png)
+
     header = header_items(info, objectives, rtol)
-    loss_line = opened.study.user_attrs.get("loss_objective")  # e.g. the token budget of the loss
+    notes = [line for line in (opened.study.user_attrs.get("loss_objective"),  # e.g. the token budget of the loss
+                               tables.time_to_train_line(frame, predicted)) if line]
+    loss_line = "\n".join(notes) or None
     best_rows = tables.best_table(frame, best, knee)
     front_rows = tables.pareto_table(frame, on_front)
     comparison = tables.predicted_vs_measured(frame)
@@ -101,13 +110,14 @@ def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
     paths["html"] = out / "report.html"
     paths["html"].write_text(report_html.render(
         header, predicted, pareto_png, effect_pngs, best_rows, front_rows, comparison,
-        tables.trial_table(frame, on_front), failures, loss_line, rec, roles), encoding="utf-8")
+        tables.trial_table(frame, on_front), failures, loss_line, rec, roles, curves), encoding="utf-8")
     relative = {name: os.path.relpath(paths[f"effect_png:{name}"], out)
                 for name in effect_pngs}
     paths["markdown"] = out / "report.md"
     paths["markdown"].write_text(report_md.render(
         header, predicted, os.path.relpath(paths["pareto_png"], out), relative, best_rows,
-        front_rows, comparison, failures, loss_line, rec, roles), encoding="utf-8")
+        front_rows, comparison, failures, loss_line, rec, roles,
+        (os.path.relpath(paths["curves_png"], out), curves[1]) if curves else None), encoding="utf-8")
 
     exported = frame.assign(on_front=on_front, is_knee=frame["number"] == knee)
     paths["csv"] = out / "trials.csv"

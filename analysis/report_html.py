@@ -8,6 +8,7 @@ import pandas as pd
 
 from . import fmt
 from .recommend import Recommendation
+from .tables import ROLES_NOTE
 
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -93,7 +94,10 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
            effect_pngs: dict[str, bytes], best: pd.DataFrame, front: pd.DataFrame,
            comparison: pd.DataFrame, trials: pd.DataFrame,
            failures: dict[str, pd.DataFrame], loss_line: str | None = None,
-           rec: Recommendation | None = None, roles: pd.DataFrame | None = None) -> str:
+           rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
+           curves: tuple[bytes, pd.DataFrame] | None = None) -> str:
+    """The page. loss_line: what the objectives loss and time to train are, one line each;
+    curves: the loss curves per math group (PNG) and their legend table."""
     title = dict(header)["study"]
     kind = "predicted" if predicted else "measured"
     front_numbers = set(front["number"].tolist()) if len(front) else set()
@@ -109,8 +113,8 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
     parts.append(recommendation(rec, predicted))
     parts.append('<dl class="header">' + "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in header) + "</dl>")
-    if loss_line:  # what the objective loss is: the study's token budget
-        parts.append(f'<p class="loss-objective">{html.escape(loss_line)}</p>')
+    for line in (loss_line or "").splitlines():  # what loss and time to train are: token counts
+        parts.append(f'<p class="loss-objective">{html.escape(line)}</p>')
     parts += [f"<h2>Pareto front ({kind})</h2>",
               _image(pareto_png, f"MFU against memory per device ({kind})", "pareto-plot"),
               f"<h3>Best per objective and knee ({kind})</h3>", table(best, predicted),
@@ -120,12 +124,18 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
                   "<p>Ratios are measured / predicted.</p>", table(comparison, False)]
     parts.append(f"<h2>Effect of each decision ({kind})</h2>")
     if roles is not None and not roles.empty:
-        parts += ['<p id="decision-roles">What each decision can move (from the stored math groups: '
-                  "trials of one model on the same batches score one loss):</p>", table(roles, False)]
+        parts += [f'<p id="decision-roles">{html.escape(ROLES_NOTE)}</p>', table(roles, False)]
     if not effect_pngs:
         parts.append("<p>No decision has scored trials.</p>")
     for name, png in effect_pngs.items():
         parts.append(f"<div>{_image(png, f'effect of {name} ({kind})')}</div>")
+    if curves:
+        parts += ["<h2>Loss curves per math group (measured)</h2>",
+                  "<p>One line per math group (trials that train the same model on the same batches; "
+                  "they differ only in layout), the mean training loss of its trials at each logged step, "
+                  "labelled by the decisions that set the groups apart.</p>",
+                  _image(curves[0], "training loss against step, one line per math group", "loss-curves"),
+                  table(curves[1], False, element_id="loss-groups")]
     parts += [f"<h2>All trials ({kind}; click a column to sort)</h2>",
               table(trials, predicted, sortable=True, element_id="trials",
                     front_numbers=front_numbers)]

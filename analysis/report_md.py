@@ -5,6 +5,7 @@ import pandas as pd
 
 from . import fmt
 from .recommend import Recommendation
+from .tables import ROLES_NOTE
 
 
 def _cell(text: str) -> str:
@@ -37,9 +38,11 @@ def recommendation(rec: Recommendation | None, predicted: bool) -> str:
 def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
            effect_pngs: dict[str, str], best: pd.DataFrame, front: pd.DataFrame,
            comparison: pd.DataFrame, failures: dict[str, pd.DataFrame], loss_line: str | None = None,
-           rec: Recommendation | None = None, roles: pd.DataFrame | None = None) -> str:
+           rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
+           curves: tuple[str, pd.DataFrame] | None = None) -> str:
     """Markdown text; figure arguments are paths relative to the Markdown file. loss_line:
-    what the objective loss is (the study's "loss_objective", e.g. its token budget)."""
+    what the objectives loss and time to train are, one line each (the study's "loss_objective",
+    e.g. its token budget; the full run's tokens)."""
     kind = "predicted" if predicted else "measured"
     parts = [f"# paxsearch report: {dict(header)['study']}\n"]
     if predicted:
@@ -47,8 +50,7 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
                      "below is a prediction.\n")
     parts.append(recommendation(rec, predicted))
     parts.append("\n".join(f"- **{label}**: {_cell(text)}" for label, text in header) + "\n")
-    if loss_line:
-        parts.append(f"{_cell(loss_line)}\n")
+    parts += [f"{_cell(line)}\n" for line in (loss_line or "").splitlines()]
     parts += [f"## Pareto front ({kind})\n", f"![Pareto front ({kind})]({pareto_png})\n",
               table(front, predicted),
               f"## Best per objective and knee ({kind})\n", table(best, predicted)]
@@ -62,7 +64,11 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
         parts += [f"### {failure_kind} ({len(group)})\n", table(group, predicted)]
     parts.append(f"## Effect of each decision ({kind})\n")
     if roles is not None and not roles.empty:
-        parts += ["What each decision can move (trials of one model on the same batches score one loss):\n",
-                  table(roles, False)]
+        parts += [f"{ROLES_NOTE}\n", table(roles, False)]
     parts += [f"![effect of {name}]({path})\n" for name, path in effect_pngs.items()]
+    if curves:
+        parts += ["## Loss curves per math group (measured)\n",
+                  "One line per math group (trials that train the same model on the same batches), the mean "
+                  "training loss of its trials at each logged step.\n",
+                  f"![loss curves per math group]({curves[0]})\n", table(curves[1], False)]
     return "\n".join(parts)

@@ -6,7 +6,7 @@ import pandas as pd
 
 from .load import decision_columns
 
-SCORES = ["loss", "mfu", "memory_bytes", "hfu", "tokens_per_sec", "step_time", "eval_loss"]
+SCORES = ["loss", "time_to_train", "mfu", "memory_bytes", "hfu", "tokens_per_sec", "step_time", "eval_loss"]
 
 
 def _present(frame: pd.DataFrame, columns: list[str]) -> list[str]:
@@ -126,12 +126,21 @@ def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
     return measured[has_pair][columns]
 
 
+# What a decision can move, by its role. time to train moves with both: the math sets the full
+# run's tokens and each step's FLOPs, the layout how fast a step runs.
+MATH_MOVES = "loss, time to train, MFU, memory: changes the math"
+LAYOUT_MOVES = "time to train, MFU, memory: layout only (the loss is its math group's)"
+ROLES_NOTE = ("What each decision can move (from the stored math groups: trials of one model on the same "
+              "batches score one loss; time to train moves with the math, which sets the full run's tokens "
+              "and each step's FLOPs, and with the layout, which sets how fast a step runs):")
+
+
 def decision_roles(frame: pd.DataFrame) -> pd.DataFrame:
     """Which objectives each decision can move, from the stored math keys: a decision whose
     values, all other decisions fixed, never change the math (the same model on the same
-    batches: mesh, remat, kernels, flags) moves only MFU and memory, the loss being its math
-    group's; one that changes it moves the loss too. Empty without math keys (plan-only or
-    older studies)."""
+    batches: mesh, remat, kernels, flags) moves time to train, MFU and memory, the loss being
+    its math group's (LAYOUT_MOVES); one that changes it moves the loss too (MATH_MOVES). Empty
+    without math keys (plan-only or older studies)."""
     if "math_key" not in frame or frame["math_key"].isna().all():
         return pd.DataFrame()
     done = frame[frame["math_key"].notna()]
@@ -145,9 +154,58 @@ def decision_roles(frame: pd.DataFrame) -> pd.DataFrame:
             if group[decision].astype(str).nunique() > 1:
                 varied = True
                 changes |= group["math_key"].nunique() > 1
-        role = ("loss, MFU, memory: changes the math" if changes else
-                "MFU, memory: layout only (the loss is its math group's)" if varied else
+        role = (MATH_MOVES if changes else LAYOUT_MOVES if varied else
                 "not varied with the other decisions fixed")
         rows.append({"decision": decision[2:], "moves": role})
     return pd.DataFrame(rows)
 
+
+
+def math_group_labels(frame: pd.DataFrame) -> dict[str, str]:
+    """math_key -> a label naming what sets that group apart: the decisions constant within
+    every group that differ between groups ("model_size=small, per_device_batch=2"), then the
+    global batch when those do not tell the groups apart (a per-device batch on two meshes), and
+    the group's first trial as a last resort; each with the group's trial count."""
+    done = frame[frame["math_key"].notna()] if "math_key" in frame else frame.iloc[0:0]
+    if done.empty:
+        return {}
+    groups = {key: group for key, group in done.groupby("math_key", sort=False)}
+    candidates = [*decision_columns(frame), "plan.global_batch"]
+    parts: dict[str, list[str]] = {key: [] for key in groups}
+
+    def distinct() -> bool:
+        labels = [", ".join(p) for p in parts.values()]
+        return len(set(labels)) == len(labels) and all(labels)
+
+    for column in candidates:
+        if distinct() or column not in done:
+            continue
+        values = {key: group[column].astype(str).unique() for key, group in groups.items()}
+        if all(len(v) == 1 for v in values.values()) and len({v[0] for v in values.values()}) > 1:
+            name = "global batch" if column == "plan.global_batch" else column[2:]
+            for key, v in values.items():
+                parts[key].append(f"{name}={v[0]}")
+    if len(groups) == 1:
+        parts = {key: ["one math group"] for key in groups}
+    elif not distinct():
+        for key, group in groups.items():
+            parts[key].append(f"group of trial {int(group['number'].min())}")
+    return {key: f"{', '.join(parts[key])} ({len(group)} trial{'s' if len(group) != 1 else ''})"
+            for key, group in groups.items()}
+
+
+def time_to_train_line(frame: pd.DataFrame, predicted: bool) -> str | None:
+    """What time to train is, with the full run's token count and where it came from; None when
+    no trial has the figure."""
+    if "full_run_source" not in frame or frame["full_run_source"].isna().all():
+        return None
+    rows = frame[frame["full_run_source"].notna()]
+    step = "predicted" if predicted else "measured"
+    if rows["full_run_source"].str.startswith("train_tokens").all():
+        tokens = ", ".join(f"{int(t):,}" for t in sorted(rows["full_run_tokens"].unique()))
+        count = f"{tokens} tokens (STUDY train_tokens)"
+    else:
+        count = ("20 tokens per parameter of each trial's model (Chinchilla, Hoffmann et al. 2022; "
+                 "set STUDY train_tokens= for another count)")
+    return (f"time to train = the full run's tokens / throughput (global batch x seq_len tokens per {step} "
+            f"step time), on the trial's target; full run = {count}")

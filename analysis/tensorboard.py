@@ -31,6 +31,7 @@ from .staging import staged_into
 # DataFrame column -> scalar tag of the final figure written for each trial.
 METRIC_TAGS = {
     "loss": "score/loss", "mfu": "score/mfu", "memory_bytes": "score/memory_bytes",
+    "time_to_train": "score/time_to_train",
     "eval_loss": "score/eval_loss", "hfu": "score/hfu", "tokens_per_sec": "score/tokens_per_sec",
     "step_time": "score/step_time", "measured_peak_bytes": "score/measured_peak_bytes",
     "plan.peak_bytes": "plan/peak_bytes", "plan.predicted_mfu": "plan/predicted_mfu",

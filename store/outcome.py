@@ -134,6 +134,7 @@ class TrialOutcome:
     steered: dict | None = None
     intermediate: list | None = None  # [[step, loss], ...] of the short training
     memory_budget: dict | None = None  # {"bytes": int | None, "source": str}
+    full_run: dict | None = None  # how long the full run would take (search/trial/record.py full_run)
     peak_flops: dict | None = None  # {"value": float | None, "source": str} (wire form only)
     device: dict | None = None  # a plan-only trial's target devices (wire form only)
     env: dict | None = None
@@ -196,7 +197,8 @@ class TrialOutcome:
         attrs: dict = {"plan": self.plan, "measured": measured.to_dict(), "memory_bytes": self.memory_bytes,
                        "timings": dict(self.timings), "counters": self.counters.to_dict(),
                        "predicted": self.predicted, "memory_budget": self.memory_budget or None,
-                       "steered": self.steered or None, "intermediate": self.intermediate or None, "env": self.env}
+                       "steered": self.steered or None, "intermediate": self.intermediate or None, "env": self.env,
+                       "full_run": self.full_run or None}
         if self.memory_budget and self.plan and self.memory_budget.get("bytes") is not None:
             attrs["constraint"] = [float(self.plan["peak_bytes"] - self.memory_budget["bytes"])]
         if self.pruned:
@@ -215,7 +217,7 @@ class TrialOutcome:
                    counters=Counters.from_dict(attrs.get("counters")), predicted=bool(attrs.get("predicted")),
                    pruned=bool(attrs.get("pruned")), steered=attrs.get("steered"),
                    intermediate=attrs.get("intermediate"), memory_budget=attrs.get("memory_budget"),
-                   env=attrs.get("env"))
+                   env=attrs.get("env"), full_run=attrs.get("full_run"))
 
 
 def kind_of(attrs: dict) -> Kind:

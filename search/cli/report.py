@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                        description="Pick a trial (best on one objective, or the knee of the Pareto front).")
     b.add_argument("run", help="run folder, or a storage URL with --study")
     b.add_argument("--study", default=None, help="study name (with a storage URL)")
-    b.add_argument("--objective", default="knee", choices=("mfu", "loss", "memory", "knee"))
+    b.add_argument("--objective", default="knee", choices=("mfu", "loss", "memory", "time_to_train", "knee"))
     b.add_argument("--export", default=None, metavar="FILE", help="write the trial's config (Fiddle JSON) here")
     b.set_defaults(func=best_main)
 

@@ -27,7 +27,7 @@ from ..study.space import Space, SpaceError, load_space
 from ..study.user_imports import ImportFailed, import_modules
 from ..tuning.tuners import TunerError, make_proposer
 
-PLAN_OBJECTIVES = ("mfu", "memory")  # what a plan-only trial scores: predicted MFU, compiled memory
+PLAN_OBJECTIVES = ("mfu", "memory", "time_to_train")  # a plan-only trial: predicted MFU and step time, compiled memory
 
 
 class SetupError(UserError, ValueError):

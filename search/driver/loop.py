@@ -267,7 +267,7 @@ class Driver:
 
     def _record(self, trial: optuna.Trial, decisions: dict, outcome: TrialOutcome, total_s: float,
                 env: dict | None) -> None:
-        state, values, outcome = record.settle(self.objectives, outcome)
+        state, values, outcome = record.settle(self.objectives, outcome, self.ctx.settings.train_tokens)
         outcome = outcome.replace(timings=record.driver_timings(outcome, total_s)).with_env(env)
         attrs = outcome.to_user_attrs()
         if state == TrialState.COMPLETE and values and not outcome.kind.failed and not outcome.predicted:

@@ -7,7 +7,7 @@ import threading
 
 from tqdm import tqdm
 
-from ...store.units import format_bytes
+from ...store.units import format_bytes, format_duration
 from ..study.settings import OBJECTIVES
 
 
@@ -16,6 +16,8 @@ def _fmt(name: str, v: float) -> str:
         return f"{100 * v:.2f}%"
     if name == "memory":
         return format_bytes(v)
+    if name == "time_to_train":
+        return format_duration(v)
     return f"{v:.3f}"
 
 

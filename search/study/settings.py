@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 
 from ..errors import UserError
 
-OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize"}
+OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize",
+              "time_to_train": "minimize"}  # seconds the full run would take (search/trial/record.py)
+TOKENS_PER_PARAM = 20  # the full run's default token count per parameter (Chinchilla, Hoffmann et al. 2022)
 TUNERS = ("tpe", "nsga2", "random", "grid", "evolution")
 PRUNERS = ("none", "median", "hyperband")
 STEERS = ("none", "predicted")  # search/tuning/steer.py
@@ -41,6 +43,10 @@ class StudySettings:
     plan_cache: where plan-only trials keep compiled plans for every study and run folder
     (search/planning/plan_cache.py): "on" ($PAXSEARCH_PLAN_CACHE, else $PAXSEARCH_CACHE/plans),
     "off" (every plan compiled, nothing stored) or a folder.
+    train_tokens: the tokens of the full run the objective time_to_train times ("300G", 2e11):
+    time_to_train = train_tokens / (global batch x seq_len / step time), the step time measured
+    (or predicted, for a plan-only trial). None: TOKENS_PER_PARAM tokens per parameter of each
+    trial's model (Chinchilla's compute-optimal count).
     imports: module names (dotted identifiers) the driver and every worker import before a
     trial's config is built, e.g. one registering a seqio task; `replace(imports=...)` adds
     to those already set (the command line's --import adds to STUDY's and the study's).
@@ -60,6 +66,7 @@ class StudySettings:
     tokens: int | None = None
     steer: str = "none"
     plan_cache: str = "on"
+    train_tokens: int | None = None  # the full run's tokens (time_to_train); None: 20 per parameter
     imports: tuple[str, ...] = ()  # user modules every process imports (search/study/user_imports.py)
     extra: dict = field(default_factory=dict)  # kept empty, so that studies stored with it still load
 
@@ -106,11 +113,13 @@ class StudySettings:
             raise SettingsError(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
         if not 0 <= int(self.seed) < 2**32:
             raise SettingsError(f"seed must be in [0, 2**32), got {self.seed}")
+        _check_time_to_train(self, objectives)
         budget = None if self.memory_budget in (None, "", "device") else parse_bytes(self.memory_budget)
         tokens = None if self.tokens is None else parse_count(self.tokens, "tokens")
         plan_cache = _plan_cache(self.plan_cache)
+        train_tokens = None if self.train_tokens is None else parse_count(self.train_tokens, "train_tokens")
         return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
-                                   plan_cache=plan_cache,
+                                   plan_cache=plan_cache, train_tokens=train_tokens,
                                    processes=int(self.processes), workers=int(self.workers),
                                    timeout=float(self.timeout), memory_budget=budget, seed=int(self.seed),
                                    count_flops=bool(self.count_flops), extra=dict(self.extra or {}),
@@ -122,6 +131,19 @@ class StudySettings:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"objectives": list(self.objectives), "imports": list(self.imports)}
+
+
+def _check_time_to_train(s: StudySettings, objectives: tuple[str, ...]) -> None:
+    """time_to_train has no intermediate values to prune on, and steering predicts MFU and
+    memory only: either with it would act on something else, so each is refused in one line."""
+    if "time_to_train" not in objectives:
+        return
+    if s.pruner != "none":
+        raise SettingsError(f"pruner {s.pruner} prunes on intermediate values, and time_to_train has none "
+                            "(it is known when a trial ends); use --pruner none")
+    if s.steer != "none":
+        raise SettingsError("steer predicted does not predict time_to_train (only MFU and memory); "
+                            "use --steer none, or objectives without time_to_train")
 
 
 _INTS = ("trials", "processes", "workers", "seed")

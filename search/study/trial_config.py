@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .configio import ConfigFileError
 
-OBJECTIVE_WORDS = ("best", "knee", "mfu", "loss", "memory")
+OBJECTIVE_WORDS = ("best", "knee", "mfu", "loss", "memory", "time_to_train")
 
 
 def trial_config_json(source: str, trial: str) -> tuple[int, str]:

@@ -1,9 +1,9 @@
 """What a finished trial stores: objective values and state, and its line on the terminal (pure functions).
 
 State and values by outcome:
-- trained: COMPLETE, values from the measured loss / MFU and the compiled peak bytes.
-- predicted_oom: COMPLETE with the constraint violated (loss +inf, MFU 0, the predicted
-  memory), so that constraint-aware samplers (TPE, NSGA-II, GP) learn the infeasible region;
+- trained: COMPLETE, values from the measured loss / MFU / step time and the compiled peak bytes.
+- predicted_oom: COMPLETE with the constraint violated (loss +inf, MFU 0, time_to_train +inf,
+  the predicted memory), so that constraint-aware samplers (TPE, NSGA-II, GP) learn the infeasible region;
   it carries failure_kind "predicted_oom" and ran no step.
 - pruned by the pruner, or skipped as predicted dominated (user attr "steered"): PRUNED.
   Every other failure: FAIL with failure_kind/failure_message.
@@ -16,22 +16,47 @@ import math
 from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
-from ...store.units import format_bytes
+from ...store.units import format_bytes, format_duration
+from ..study.settings import TOKENS_PER_PARAM
 from ..tuning import steer
 
 
-def objective_values(objectives, outcome: TrialOutcome) -> list[float] | None:
+def full_run(outcome: TrialOutcome, train_tokens: int | None = None) -> dict | None:
+    """How long the full run would take on the trial's target: its tokens over the trial's
+    throughput, tokens per step (global batch x seq_len) / step time, the step time measured
+    (a trained trial) or predicted by the plan (a plan-only trial). The full run's tokens are
+    `train_tokens` (STUDY train_tokens=), else TOKENS_PER_PARAM per parameter of the model
+    (Chinchilla). None without a plan, a token count or a step time."""
+    plan, measured = outcome.plan or {}, outcome.measured
+    params = plan.get("param_count")
+    tokens = train_tokens if train_tokens else (TOKENS_PER_PARAM * int(params) if params else None)
+    per_step = plan.get("tokens_per_step")
+    step_time = plan.get("predicted_step_time") if outcome.predicted else (measured.step_time if measured else None)
+    if not tokens or not per_step or step_time is None or not math.isfinite(step_time) or step_time <= 0:
+        return None
+    tokens_per_sec = float(per_step) / float(step_time)
+    source = ("train_tokens setting" if train_tokens else
+              f"{TOKENS_PER_PARAM} tokens per parameter (Chinchilla) x {int(params or 0):,} parameters")
+    return {"tokens": int(tokens), "tokens_source": source, "tokens_per_sec": tokens_per_sec,
+            "seconds": tokens / tokens_per_sec, "step_time": "predicted" if outcome.predicted else "measured"}
+
+
+def objective_values(objectives, outcome: TrialOutcome, train_tokens: int | None = None) -> list[float] | None:
     """trial.values in the order of `objectives`, or None when a score is missing. A
-    predicted_oom trial scores loss +inf and MFU 0; a plan-only trial (`predicted`) scores
-    MFU with the plan's predicted MFU."""
+    predicted_oom trial scores loss +inf, MFU 0 and time_to_train +inf; a plan-only trial
+    (`predicted`) scores MFU with the plan's predicted MFU, time_to_train with its predicted
+    step time. time_to_train: full_run's seconds (train_tokens: the full run's tokens, None
+    for TOKENS_PER_PARAM per parameter)."""
     plan, measured = outcome.plan or {}, outcome.measured
     out = []
     v: float | int | None
     for name in objectives:
         if name == "memory":
             v = outcome.memory_bytes
-        elif outcome.kind is Kind.PREDICTED_OOM:
-            v = math.inf if name == "loss" else 0.0
+        elif outcome.kind is Kind.PREDICTED_OOM:  # never runs: infinitely long, no MFU
+            v = 0.0 if name == "mfu" else math.inf
+        elif name == "time_to_train":
+            v = (full_run(outcome, train_tokens) or {}).get("seconds")
         elif outcome.predicted:
             v = plan.get(f"predicted_{name}")
         elif measured is None:
@@ -46,15 +71,20 @@ def objective_values(objectives, outcome: TrialOutcome) -> list[float] | None:
     return out
 
 
-def settle(objectives, outcome: TrialOutcome) -> tuple[TrialState, list[float] | None, TrialOutcome]:
-    """(Optuna state, values, the outcome as stored) of a finished trial."""
+def settle(objectives, outcome: TrialOutcome, train_tokens: int | None = None
+           ) -> tuple[TrialState, list[float] | None, TrialOutcome]:
+    """(Optuna state, values, the outcome as stored) of a finished trial. Every trial with a
+    plan and a step time that did not fail stores its full_run figures (time_to_train an
+    objective or not); train_tokens: the study's setting (None: TOKENS_PER_PARAM per parameter)."""
     if outcome.pruned:  # by the pruner, or skipped as predicted dominated (search/tuning/steer.py)
         return TrialState.PRUNED, None, outcome
+    if not outcome.kind.failed:
+        outcome = outcome.replace(full_run=full_run(outcome, train_tokens))
     if outcome.kind is Kind.PREDICTED_OOM and outcome.plan:
-        return TrialState.COMPLETE, objective_values(objectives, outcome), outcome
+        return TrialState.COMPLETE, objective_values(objectives, outcome, train_tokens), outcome
     if outcome.kind.failed:
         return TrialState.FAIL, None, outcome
-    values = objective_values(objectives, outcome)
+    values = objective_values(objectives, outcome, train_tokens)
     if values is None:
         return TrialState.FAIL, None, outcome.failed_as(Kind.CRASH, "the trial finished without a score")
     return TrialState.COMPLETE, values, outcome
@@ -91,11 +121,19 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
         mfu, step = plan.get("predicted_mfu"), plan.get("predicted_step_time")
         how = f" ({plan['screen']})" if plan.get("screen") else ""
         parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
-                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} (compiled)")
+                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} (compiled)"
+                     + _full_run(outcome))
     elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
         loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"
-        parts.append(f"{loss}  mfu {100 * (m.mfu or 0):.2f}%  mem {mem}  step {1e3 * (m.step_time or 0):.0f} ms")
+        parts.append(f"{loss}  mfu {100 * (m.mfu or 0):.2f}%  mem {mem}  step {1e3 * (m.step_time or 0):.0f} ms"
+                     + _full_run(outcome))
     elif kind.failed:
         parts.append(outcome.message[:100])
     parts.append(f"{total_s:.1f} s")
     return " | ".join(parts)
+
+
+def _full_run(outcome: TrialOutcome) -> str:
+    """"  full run 3.2 d" (time_to_train) where the trial has the figure."""
+    seconds = (outcome.full_run or {}).get("seconds")
+    return "" if seconds is None else f"  full run {format_duration(seconds)}"

@@ -9,8 +9,8 @@ import pytest
 
 from paxsearch.analysis import pareto
 
-SIGN = {"loss": 1.0, "mfu": -1.0, "memory": 1.0}
-COLUMN = {"loss": "loss", "mfu": "mfu", "memory": "memory_bytes"}
+SIGN = {"loss": 1.0, "mfu": -1.0, "memory": 1.0, "time_to_train": 1.0}
+COLUMN = {"loss": "loss", "mfu": "mfu", "memory": "memory_bytes", "time_to_train": "time_to_train"}
 
 
 def frame_of(rows: list[tuple], states=None) -> pd.DataFrame:
@@ -56,12 +56,14 @@ def random_frame(seed: int, n: int = 60) -> pd.DataFrame:
     frame.loc[rng.random(n) < 0.05, "loss"] = np.nan
     frame.loc[rng.random(n) < 0.05, "mfu"] = np.nan
     frame.loc[rng.random(n) < 0.03, "memory_bytes"] = np.inf
+    frame["time_to_train"] = rng.integers(1, 30, n) * 3600.0
+    frame.loc[rng.random(n) < 0.03, "time_to_train"] = np.inf  # predicted_oom: never runs
     return frame
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("objectives", [("mfu", "memory"), ("loss", "mfu"),
-                                        ("loss", "mfu", "memory")])
+                                        ("loss", "mfu", "memory"), ("loss", "time_to_train", "memory")])
 @pytest.mark.parametrize("rtol", [0.0, 0.05])
 def test_front_equals_brute_force(seed, objectives, rtol):
     frame = random_frame(seed)

@@ -89,7 +89,22 @@ def test_decision_roles_from_the_stored_math_groups():
     frame = pd.DataFrame({"number": range(5), "d.mesh": ["a", "b", "a", "b", "a"], "d.batch": [1, 1, 2, 2, 1],
                           "d.remat": ["none"] * 5, "math_key": ["k1", "k1", "k2", "k2", "k1"]})
     roles = dict(zip(*decision_roles(frame).to_dict("list").values(), strict=True))
-    assert roles == {"mesh": "MFU, memory: layout only (the loss is its math group's)",
-                     "batch": "loss, MFU, memory: changes the math",
+    assert roles == {"mesh": "time to train, MFU, memory: layout only (the loss is its math group's)",
+                     "batch": "loss, time to train, MFU, memory: changes the math",
                      "remat": "not varied with the other decisions fixed"}
     assert decision_roles(frame.assign(math_key=None)).empty  # plan-only or older studies: no claim
+
+
+def test_math_groups_are_labelled_by_what_sets_them_apart():
+    import pandas as pd
+
+    from paxsearch.analysis.tables import math_group_labels
+
+    frame = pd.DataFrame({"number": range(5), "d.mesh": ["a", "b", "a", "b", "a"], "d.batch": [1, 1, 2, 2, 1],
+                          "d.remat": ["none"] * 5, "math_key": ["k1", "k1", "k2", "k2", "k1"]})
+    assert math_group_labels(frame) == {"k1": "batch=1 (3 trials)", "k2": "batch=2 (2 trials)"}
+    # a per-device batch on two meshes: the same global batch is one group, told apart by it
+    frame = frame.assign(**{"d.batch": [1, 2, 2, 4, 1], "plan.global_batch": [8, 8, 16, 16, 8]})
+    assert math_group_labels(frame) == {"k1": "global batch=8 (3 trials)", "k2": "global batch=16 (2 trials)"}
+    assert math_group_labels(frame[frame["math_key"] == "k1"]) == {"k1": "one math group (3 trials)"}
+    assert math_group_labels(frame.assign(math_key=None)) == {}

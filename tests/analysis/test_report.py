@@ -16,6 +16,7 @@ from .. import pg_util
 from .study_builder import SPACE, grid_specs, make_run, trial_spec
 
 CHROMIUM = Path("/usr/bin/chromium")
+WIDTH = 1400  # the window width the issue asks the report to fit (issue 21)
 
 
 @pytest.fixture(scope="module")
@@ -180,11 +181,38 @@ def chromium(*arguments: str, profile: Path) -> subprocess.CompletedProcess:
 def test_report_renders_offline_in_headless_chromium(measured_report, tmp_path):
     """Open report.html with networking off; the screenshot must show the Pareto plot."""
     shot = tmp_path / "report.png"
-    done = chromium(f"--screenshot={shot}", "--window-size=1200,2000",
+    done = chromium(f"--screenshot={shot}", f"--window-size={WIDTH},2000",
                     measured_report["html"].as_uri(), profile=tmp_path / "profile")
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
     # Text and tables alone give ~200 colours; the embedded plots add thousands.
     assert _distinct_colours(shot) > 500
+
+
+# Widths in the rendered page: the page's own, the window's, the trial table's and its box's.
+WIDTH_PROBE = """<script>
+  var table = document.getElementById("trials"), box = table.parentElement;
+  document.body.setAttribute("data-widths", [document.documentElement.scrollWidth, window.innerWidth,
+      table.scrollWidth, box.clientWidth, Math.ceil(box.getBoundingClientRect().right)].join(","));
+</script></body>"""
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [WIDTH, 700])
+def test_report_fits_the_window_and_wide_tables_scroll(measured_report, tmp_path, width):
+    """At the issue's 1400 px (and at 700 px, where the trial table is wider than the window)
+    nothing runs past the window's edge: the page is no wider than the window, and the trial
+    table scrolls inside its box."""
+    page = tmp_path / "probe.html"
+    page.write_text(measured_report["html"].read_text().replace("</body>", WIDTH_PROBE))
+    done = chromium(f"--window-size={width},2000", "--dump-dom", page.as_uri(), profile=tmp_path / "profile")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'data-widths="([\d,]+)"', done.stdout)
+    assert found, done.stdout[-500:]
+    page_width, window, table, box, right = map(int, found.group(1).split(","))
+    assert window == width
+    assert page_width <= width and right <= width, found.group(1)
+    if width < WIDTH:
+        assert table > box  # wider than its box: it scrolls there, the page does not
 
 
 @needs_chromium
