@@ -73,8 +73,10 @@ def test_time_to_train_setting():
 @pytest.mark.slow
 def test_a_study_scores_time_to_train(tmp_path, make_space):
     """A real study with time_to_train among its objectives: each trial's value is the full
-    run's tokens (20 per parameter) over the throughput it measured."""
-    space = make_space("ttt_space", study=dict(objectives=["loss", "time_to_train", "memory"], trials=2),
+    run's tokens (the study's train_tokens, which the driver passes on) over the throughput it
+    measured. The default count (20 per parameter) is the plan-only test's below."""
+    space = make_space("ttt_space", study=dict(objectives=["loss", "time_to_train", "memory"], trials=2,
+                                               train_tokens="5M"),
                        decisions=dict(per_device_batch=[1, 2]), mesh="8x1x1")
     run = tmp_path / "run"
     out = cli("run", space, "--run-dir", run, "--no-progress")
@@ -84,7 +86,7 @@ def test_a_study_scores_time_to_train(tmp_path, make_space):
     assert len(trials) == 2 and all(t.state == TrialState.COMPLETE for t in trials)
     for t in trials:
         plan, measured = t.user_attrs["plan"], t.user_attrs["measured"]
-        tokens = TOKENS_PER_PARAM * plan["param_count"]
+        tokens = 5 * 10**6
         assert plan["tokens_per_step"] == 8 * t.params["per_device_batch"] * 32  # global batch x seq_len
         assert t.values[1] == pytest.approx(tokens / measured["tokens_per_sec"], rel=1e-9)
         assert t.user_attrs["full_run"]["seconds"] == t.values[1]
