@@ -72,6 +72,7 @@ def test_grid_runs_each_point_once_and_stores_everything(tiny_grid_run):
     assert "tiny_space" in listing.stdout and "3 complete" in listing.stdout
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_rejected_trial_runs_no_training_step(tmp_path):
     run = tmp_path / "tight"
     cli("run", TINY, "--run-dir", run, "--trials", 2, "--memory-budget", "1KiB", "--no-progress")

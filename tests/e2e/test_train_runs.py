@@ -87,6 +87,7 @@ def test_two_processes_match_one_process(tmp_path):
     np.testing.assert_allclose([two["losses"][str(s)] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)], rtol=1e-4)
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_tensorboard_scalars_readable_and_metrics_complete(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -109,6 +110,7 @@ def test_tensorboard_scalars_readable_and_metrics_complete(tmp_path):
     assert acc.Scalars("eval/loss")[-1].value == pytest.approx(result.eval_loss, rel=1e-6)
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_cli_train_with_overrides_and_errors(tmp_path, capsys):
     """`paxsearch train` in this process (the command, not its process, is under test)."""
     cfg_file = tmp_path / "cfg.py"

@@ -61,6 +61,7 @@ def test_v5p_gather_offload_plan_keeps_memory_and_gets_hlo_from_the_xla_dump():
     assert plan["xla_flops_per_step"] >= plan["model_flops_per_step"] / plan["num_devices"]
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_as_text_is_the_source_where_it_works():
     program, plan = T.compile_for_target(TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1),
                                          T.parse_target("cpu:8"))
@@ -69,6 +70,7 @@ def test_as_text_is_the_source_where_it_works():
     assert plan["predicted_step_time"] > 0 and program.plan.to_dict()["hlo_source"] == "as_text"
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_the_xla_dump_gives_the_module_as_text_gives():
     cfg = TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1)
     devices = jax.devices()

@@ -37,6 +37,7 @@ def compiles():
         jax.monitoring.unregister_event_duration_listener(listen)
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_a_cpu_plan_times_each_phase_and_the_probes_are_the_extra_compiles():
     cfg = TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1)
     with compiles() as one:

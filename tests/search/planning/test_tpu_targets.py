@@ -179,6 +179,7 @@ def test_1b_memory_equals_memory_analysis_of_the_same_compiled_step():
     assert 16 in plan["roofline"]["trip_counts"].values()
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 @needs_libtpu
 def test_8b_without_remat_on_v5e_16_is_predicted_oom_with_the_numbers():
     target = T.parse_target("tpu:v5e-16")
@@ -196,6 +197,7 @@ def test_8b_without_remat_on_v5e_16_is_predicted_oom_with_the_numbers():
     assert outcome.plan["peak_bytes_source"] == "RESOURCE_EXHAUSTED (compiler)"
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 @needs_libtpu
 def test_two_slice_target_compiles_with_dcn_data_2():
     target = T.parse_target("tpu:v5e-16,slices=2")

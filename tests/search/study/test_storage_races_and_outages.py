@@ -29,6 +29,7 @@ else:  # a reader outside paxsearch (optuna-dashboard, a notebook): it creates t
 '''
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_drivers_started_at_once_on_a_fresh_run_folder_share_the_schema(tmp_path):
     """Defect 8: several processes creating the schema of one fresh SQLite file at the same
     instant all succeed (5 fresh files, 4 processes on each, all 20 released by the clock once
