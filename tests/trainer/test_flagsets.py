@@ -88,6 +88,7 @@ def _compile_step(env_update: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_a_flag_set_reaches_the_compiler():
     """The same train step compiles to library (YNNPACK) fusions by default and to XLA's own
     dots under cpu_eigen_dots: the set's XLA_FLAGS changed what XLA emitted."""

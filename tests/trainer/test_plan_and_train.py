@@ -33,13 +33,16 @@ def reference():
     return _losses(tiny(ici=(8, 1, 1)))
 
 
-@pytest.mark.parametrize("ici", [(1, 8, 1), (2, 2, 2), (1, 4, 2)])
+@pytest.mark.parametrize("ici", [(1, 8, 1),  # the quick loop checks one mesh; CI all three
+                                 pytest.param((2, 2, 2), marks=pytest.mark.slow),
+                                 pytest.param((1, 4, 2), marks=pytest.mark.slow)])
 def test_same_loss_on_every_mesh(ici, reference):
     other = _losses(tiny(ici=ici))
     assert sorted(reference) == sorted(other) == [1, 2, 3]
     np.testing.assert_allclose([other[s] for s in (1, 2, 3)], [reference[s] for s in (1, 2, 3)], rtol=1e-4)
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_remat_orders_compiled_temp_memory():
     cfg = tiny()
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=4))
@@ -48,6 +51,7 @@ def test_remat_orders_compiled_temp_memory():
     assert temp["none"] > temp["dots"] > temp["full"], temp
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_every_named_policy_compiles_and_offload_fails_loudly_on_cpu():
     cfg = tiny()
     for r in ("dots_no_batch", "qkv_proj", "minimal"):
@@ -64,6 +68,7 @@ def test_model_flops_match_hand_computed_integer():
     assert flops_lib.model_flops_per_step(m, global_batch=32) == 3 * 6815744 * 32 * 128 == 83751862272
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_xla_flops_corrected_for_scan_trip_count():
     cfg = tiny()
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=4))

@@ -77,6 +77,7 @@ class _NoText:
         raise jax.errors.JaxRuntimeError("INTERNAL: RET_CHECK failure: async-update instruction")
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 @needs_libtpu
 def test_a_tpu_plan_compiles_once_and_its_dump_stands_in_for_the_text(monkeypatch):
     devices = topology.topology_devices("v5e-4")

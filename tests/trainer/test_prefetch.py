@@ -30,6 +30,7 @@ def _run_in_thread(fn, timeout_s: float):
     return out.get("result"), out.get("error")
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_prefetching_loop_gives_the_same_losses_as_no_prefetch():
     cfg = tiny(ici=(2, 4, 1), steps=5, log_every=1)
     program = build_program(cfg, count_flops=False)

@@ -37,6 +37,7 @@ def test_tiled_loss_and_gradients_equal_untiled(tied):
     assert np.abs(table).max() > 0
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_tiling_holds_less_than_the_whole_logits():
     m = dataclasses.replace(MODEL, vocab_size=8192, seq_len=64)
     cfg = config(global_batch=16, model=m)

@@ -61,6 +61,7 @@ def test_a_wrongly_typed_value_in_space_is_one_line(tmp_path, make_space):
     assert not (tmp_path / "run" / "study.db").exists()
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_a_failed_run_leaves_no_empty_study(tmp_path):
     """A malformed environment setting (an XLA flag XLA does not know) stops the run before any
     trial: one line, and the new study is not left behind."""

@@ -100,6 +100,7 @@ def test_a_new_run_folder_on_a_read_only_filesystem_is_one_line(tmp_path):
         proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_a_full_disk_under_run_is_one_line_naming_the_file(tmp_path):
     """The study lives elsewhere; the run folder's disk fills at the first trial's config.json.
     The trial in flight is marked interrupted and queued again (issue 22), not left RUNNING

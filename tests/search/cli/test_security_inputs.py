@@ -67,6 +67,7 @@ def _shared_study_pointing_at(tmp_path: Path) -> tuple[str, Path]:
     return f"sqlite:///{shared}", victim
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_report_of_a_storage_url_never_writes_or_deletes_where_the_storage_says(tmp_path):
     url, victim = _shared_study_pointing_at(tmp_path)
     before = files_under(victim)
@@ -283,6 +284,7 @@ def config():
 '''
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_a_refused_train_resume_leaves_the_run_folder_as_it_was(tmp_path):
     path = tmp_path / "tiny.py"
     path.write_text(TRAIN_CONFIG)

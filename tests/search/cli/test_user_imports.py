@@ -28,6 +28,7 @@ def test_imported_user_task_trains_in_a_search_worker(tmp_path):
     assert second.state.name == "COMPLETE" and not second.user_attrs.get("failure_kind"), second.user_attrs
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_without_the_import_the_task_is_refused_before_any_trial(tmp_path):
     """The case --import fixes: refused up front in one line naming the unknown task and the way
     out; no trial is spent and nothing is written (it used to fail every trial as invalid)."""
