@@ -126,7 +126,7 @@ def check_configs(space: Space, settings: StudySettings, target: Target) -> None
     """Before any worker starts: every data source the space names can be read, every compiler
     flag set it names exists, and the installed XLA / libtpu knows its flags (one probe process
     per non-default set); with
-    STUDY tokens=, the configs evaluate (loss is then the held-out eval loss)."""
+    STUDY tokens= or compute=, the configs evaluate (loss is then the held-out eval loss)."""
     configs = neighbour_configs(space)
     check_data(configs)
     try:
@@ -136,12 +136,13 @@ def check_configs(space: Space, settings: StudySettings, target: Target) -> None
                 flagsets.validate(name, target.platform, tpu_slice=target.slice_name if target.plan_only else None)
     except ConfigError as e:
         raise SetupError(str(e)) from None
-    if settings.tokens and not target.plan_only:
+    if (settings.tokens or settings.compute) and not target.plan_only:
         from ..study import configio
 
         first = configio.build(space.first_config())
+        what = f"tokens={settings.tokens}" if settings.tokens else f"compute={settings.compute}"
         if not first.eval.enabled:
-            raise SetupError(f"STUDY tokens={settings.tokens} scores loss as the held-out eval loss, and the space's "
+            raise SetupError(f"STUDY {what} scores loss as the held-out eval loss, and the space's "
                              "config has eval.enabled=False; enable eval in space() (eval=EvalConfig(enabled=True))")
 
 
@@ -154,13 +155,17 @@ def loss_objective(space: Space, settings: StudySettings, target: Target) -> str
     if settings.tokens:
         return (f"loss = held-out eval loss after {settings.tokens:,} tokens per trial (steps = tokens / "
                 "(global batch x seq_len), to the nearest step)")
+    if settings.compute:
+        return (f"loss = held-out eval loss after {settings.compute:.3g} model FLOPs per trial (equal compute: "
+                "tokens = compute / the model's FLOPs per token; steps = tokens / (global batch x seq_len), to "
+                "the nearest step)")
     try:
         evaluates = configio.build(space.first_config()).eval.enabled
     except (SpaceError, configio.ConfigFileError, TypeError, ValueError):
         return None
     if evaluates:
         return ("loss = held-out eval loss after each config's own steps (no token budget: trials may see "
-                "different numbers of tokens; set STUDY tokens=)")
+                "different numbers of tokens; set STUDY tokens=, or compute= across model sizes)")
     return "loss = last training batch's loss after each config's own steps (eval disabled, no token budget)"
 
 

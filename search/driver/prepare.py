@@ -1,5 +1,5 @@
 """A trial's config and static checks in the driver, before any worker: the config built from
-the trial's decisions, its token budget (STUDY tokens=), the static check and the compiler flag
+the trial's decisions, its token budget (STUDY tokens= or compute=), the static check and the compiler flag
 set probed; in plan-only mode the trial is settled here when the study already knows its answer.
 A trial that ends here never reaches a worker.
 
@@ -17,7 +17,7 @@ from ...trainer import flagsets
 from ..planning import screen as plan_screen
 from ..study import configio
 from ..study.run_folder import write_whole
-from ..study.settings import SettingsError, steps_for_tokens
+from ..study.settings import SettingsError, steps_for_tokens, tokens_for_compute
 from ..study.space import SpaceError, config_dict
 from ..trial.classify import Phase, classify
 from ..tuning import steer
@@ -35,27 +35,37 @@ def first_flag_set(ctx: StudyContext) -> str:
     return worker_flags(configio.build(ctx.space.first_config()))
 
 
-def token_budget(cfg, tokens: int, num_devices: int) -> dict:
+def token_budget(cfg, tokens: int | None, num_devices: int, compute: int | None = None) -> dict:
     """The steps that give `cfg` a budget of `tokens` training tokens on `num_devices`
-    (settings.steps_for_tokens), with the figures stored on the trial. Loss is then scored on
-    held-out data, so a config that does not evaluate cannot be scored (ConfigError)."""
+    (settings.steps_for_tokens), or of `compute` model FLOPs (the tokens that spend them at this
+    model's FLOPs per token: settings.tokens_for_compute), with the figures stored on the trial.
+    Loss is then scored on held-out data, so a config that does not evaluate cannot be scored
+    (ConfigError)."""
+    from ...trainer import flops as flops_lib
     from ...trainer import mesh as mesh_lib
     from ...trainer.errors import ConfigError
 
+    what = "compute=" if compute else "tokens="
     if not cfg.eval.enabled:
-        raise ConfigError("STUDY tokens= scores loss as the held-out eval loss, and this config has "
+        raise ConfigError(f"STUDY {what} scores loss as the held-out eval loss, and this config has "
                           "eval.enabled=False; enable eval in space() (eval=EvalConfig(enabled=True))")
+    extra = {}
+    if compute:
+        per_token = 3 * flops_lib.forward_flops_per_token(cfg.model)
+        tokens = tokens_for_compute(compute, per_token)
+        extra = {"compute": int(compute), "flops_per_token": int(per_token)}
+    assert tokens is not None
     batch = mesh_lib.global_batch_size(cfg, num_devices)
     steps = steps_for_tokens(tokens, batch, cfg.model.seq_len)
     per_step = batch * cfg.model.seq_len
     return {"tokens": int(tokens), "global_batch": int(batch), "seq_len": int(cfg.model.seq_len),
-            "tokens_per_step": int(per_step), "steps": int(steps), "tokens_trained": int(steps * per_step)}
+            "tokens_per_step": int(per_step), "steps": int(steps), "tokens_trained": int(steps * per_step), **extra}
 
 
 def prepare(ctx: StudyContext, trial: optuna.Trial, decisions: dict,
             trial_dir: str) -> tuple[TrialOutcome | None, str | None, str]:
     """Config and static checks in the driver: (the outcome when the trial ends here, config
-    JSON, compiler flag set). With STUDY tokens=, the config's steps are the token budget's."""
+    JSON, compiler flag set). With STUDY tokens= or compute=, the config's steps are the token budget's."""
     from ...trainer import validate
     from ...trainer.errors import ConfigError
 
@@ -66,9 +76,9 @@ def prepare(ctx: StudyContext, trial: optuna.Trial, decisions: dict,
         return TrialOutcome.failure(*classify(e, Phase.SETUP)), None, "default"
     flags = worker_flags(built)
     budget = None
-    if ctx.settings.tokens and not ctx.target.plan_only:
+    if (ctx.settings.tokens or ctx.settings.compute) and not ctx.target.plan_only:
         try:
-            budget = token_budget(built, ctx.settings.tokens, ctx.target.num_devices)
+            budget = token_budget(built, ctx.settings.tokens, ctx.target.num_devices, ctx.settings.compute)
         except (ConfigError, SettingsError) as e:
             return TrialOutcome.failure(*classify(e, Phase.SETUP)), None, flags
         cfg.steps = budget["steps"]

@@ -37,6 +37,9 @@ class StudySettings:
     tokens: a training-token budget per trial ("2M", 65536): every trial trains
     round(tokens / (global batch x seq_len)) steps (steps_for_tokens), and the objective loss
     is its held-out eval loss. None: each config's own steps.
+    compute: a training-compute budget per trial in model FLOPs ("1e15", "3P"): every trial trains
+    compute / (model FLOPs per token) tokens (tokens_for_compute), so trials of different model
+    sizes compare their (held-out) loss at equal compute, not at equal tokens. Excludes tokens.
     steer: "predicted" skips a measured trial, after compiling and before training, when the
     roofline's prediction says a finished trial dominates it (search/tuning/steer.py); "none" trains
     every proposal.
@@ -64,6 +67,7 @@ class StudySettings:
     seed: int = 0
     count_flops: bool = True
     tokens: int | None = None
+    compute: int | None = None  # model FLOPs per trial (equal compute); excludes tokens
     steer: str = "none"
     plan_cache: str = "on"
     train_tokens: int | None = None  # the full run's tokens (time_to_train); None: 20 per parameter
@@ -116,10 +120,14 @@ class StudySettings:
         _check_time_to_train(self, objectives)
         budget = None if self.memory_budget in (None, "", "device") else parse_bytes(self.memory_budget)
         tokens = None if self.tokens is None else parse_count(self.tokens, "tokens")
+        compute = None if self.compute is None else parse_count(self.compute, "compute")
+        if tokens is not None and compute is not None:
+            raise SettingsError("set one budget per trial: tokens= (equal tokens) or compute= (equal model FLOPs), "
+                                "not both")
         plan_cache = _plan_cache(self.plan_cache)
         train_tokens = None if self.train_tokens is None else parse_count(self.train_tokens, "train_tokens")
         return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
-                                   plan_cache=plan_cache, train_tokens=train_tokens,
+                                   compute=compute, plan_cache=plan_cache, train_tokens=train_tokens,
                                    processes=int(self.processes), workers=int(self.workers),
                                    timeout=float(self.timeout), memory_budget=budget, seed=int(self.seed),
                                    count_flops=bool(self.count_flops), extra=dict(self.extra or {}),
@@ -215,12 +223,12 @@ def parse_bytes(value) -> int:
     return n
 
 
-_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15,
                 "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
 def parse_count(value, what: str) -> int:
-    """65536, 1e6, '2M', '64Ki' (k/M/G/T decimal, Ki/Mi/Gi binary) -> a positive int."""
+    """65536, 1e6, '2M', '64Ki' (k/M/G/T/P decimal, Ki/Mi/Gi/Ti binary) -> a positive int."""
     if isinstance(value, bool):
         raise SettingsError(f"{what} {value!r} is not a count")
     if isinstance(value, (int, float)):
@@ -254,3 +262,13 @@ def steps_for_tokens(tokens: int, global_batch: int, seq_len: int) -> int:
     return int(tokens // per_step + (1 if 2 * (tokens % per_step) >= per_step else 0))
 
 
+def tokens_for_compute(compute: int, flops_per_token: int) -> int:
+    """The training tokens that spend `compute` model FLOPs at `flops_per_token` (forward and
+    backward, trainer/flops.py: 3 x the forward's): the token budget of STUDY compute=."""
+    if flops_per_token < 1:
+        raise SettingsError(f"model FLOPs per token must be >= 1, got {flops_per_token}")
+    tokens = compute // flops_per_token
+    if tokens < 1:
+        raise SettingsError(f"compute={compute:,} FLOPs is less than one token of this model ({flops_per_token:,} "
+                            "FLOPs per token); raise STUDY compute=")
+    return int(tokens)
