@@ -8,10 +8,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from . import fmt, pareto, tables
+from . import pareto, tables
 
 EFFECT_OBJECTIVES = ["loss", "time_to_train", "mfu", "memory"]
 TIME_UNITS = (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0), ("seconds", 1.0))
+MEMORY_UNITS = (("GiB", float(2**30)), ("MiB", float(2**20)), ("KiB", float(2**10)), ("bytes", 1.0))
 MAX_GROUPS = 12  # numeric decisions with more distinct values are drawn as a scatter
 
 
@@ -29,16 +30,28 @@ def _time_unit(frame: pd.DataFrame) -> tuple[str, float]:
     return next(((name, size) for name, size in TIME_UNITS if middle >= size), TIME_UNITS[-1])
 
 
+def _memory_unit(frame: pd.DataFrame) -> tuple[str, float]:
+    """The unit of a memory axis: the largest its median finite value reaches (a tiny model's
+    MiB-sized figures read as MiB, not as 0.004 GiB)."""
+    values = pd.to_numeric(frame.get(pareto.column("memory"), pd.Series(dtype=float)), errors="coerce")
+    values = values[np.isfinite(values)]
+    middle = float(values.median()) if len(values) else float(2**30)
+    return next(((name, size) for name, size in MEMORY_UNITS if middle >= size), MEMORY_UNITS[-1])
+
+
 def _axis_label(objective: str, predicted: bool, frame: pd.DataFrame | None = None) -> str:
+    frame = frame if frame is not None else pd.DataFrame()
     if objective == "time_to_train":
-        text = f"time to train ({_time_unit(frame if frame is not None else pd.DataFrame())[0]})"
+        text = f"time to train ({_time_unit(frame)[0]})"
+    elif objective == "memory":
+        text = f"memory per device ({_memory_unit(frame)[0]})"
     else:
-        text = {"loss": "loss", "mfu": "MFU (%)", "memory": "memory per device (GiB)"}[objective]
+        text = {"loss": "loss", "mfu": "MFU (%)"}[objective]
     return f"{text}, predicted" if predicted else text
 
 
 def _plot_values(frame: pd.DataFrame, objective: str) -> np.ndarray:
-    """Objective values in plot units (MFU in %, memory in GiB, time to train in the unit its
+    """Objective values in plot units (MFU in %, memory and time to train in the unit their
     median reaches)."""
     values = pd.to_numeric(frame[pareto.column(objective)], errors="coerce").to_numpy(float)
     if objective == "mfu":
@@ -46,16 +59,17 @@ def _plot_values(frame: pd.DataFrame, objective: str) -> np.ndarray:
     if objective == "time_to_train":
         return values / _time_unit(frame)[1]
     if objective == "memory":
-        return values / fmt.GIB
+        return values / _memory_unit(frame)[1]
     return values
 
 
-def _failed_memory(failed: pd.DataFrame) -> np.ndarray:
-    """Memory of failed trials: their memory figure, else the compiled (predicted) peak."""
+def _failed_memory(failed: pd.DataFrame, unit: float) -> np.ndarray:
+    """Memory of failed trials in `unit` bytes: their memory figure, else the compiled
+    (predicted) peak."""
     memory = pd.to_numeric(failed["memory_bytes"], errors="coerce")
     if "plan.peak_bytes" in failed:
         memory = memory.fillna(pd.to_numeric(failed["plan.peak_bytes"], errors="coerce"))
-    return memory.to_numpy(float) / fmt.GIB
+    return memory.to_numpy(float) / unit
 
 
 def pareto_figure(frame: pd.DataFrame, on_front: pd.Series, knee: int | None,
@@ -89,13 +103,13 @@ def pareto_figure(frame: pd.DataFrame, on_front: pd.Series, knee: int | None,
                      edgecolors="tab:orange", linewidths=1.5, label="predicted figures",
                      zorder=4)
     failed = frame[frame["state"] == "FAIL"]
-    failed_x = _failed_memory(failed) if len(failed) else np.array([])
+    failed_x = _failed_memory(failed, _memory_unit(points)[1]) if len(failed) else np.array([])
     if np.isfinite(failed_x).any():
         axes.scatter(failed_x, np.zeros_like(failed_x), marker="x", color="red", s=50,
                      label="failed (at compiled memory, MFU 0)", zorder=2)
     if coloured:
         figure.colorbar(drawn, ax=axes, label=_axis_label("loss", predicted))
-    axes.set_xlabel(_axis_label("memory", predicted))
+    axes.set_xlabel(_axis_label("memory", predicted, points))
     axes.set_ylabel(_axis_label("mfu", predicted))
     kind = "predicted" if predicted else \
         "measured; squares: predicted" if guessed.any() else "measured"

@@ -72,3 +72,22 @@ def test_pipeline_bubble_column_only_where_a_trial_is_pipelined():
     flat = frame.assign(**{"plan.pipeline_bubble": [0.0, 0.0]})
     assert "plan.pipeline_bubble" not in trial_table(flat, on_front).columns
     assert "plan.pipeline_bubble" not in trial_table(frame.drop(columns="plan.pipeline_bubble"), on_front).columns
+
+
+def test_memory_axes_read_in_the_unit_the_values_reach(tmp_path):
+    """MiB-sized trials plot in MiB (not as 0.004 GiB), GiB-sized ones in GiB; failures share
+    the unit of the points beside them."""
+    from paxsearch.analysis import pareto, plots
+
+    decisions = {"mesh": "1x8x1", "per_device_batch": 1, "remat": "none", "model_size": "tiny"}
+    for size, unit in ((5 * 2**20, "MiB"), (3 * 2**30, "GiB")):
+        specs = [trial_spec(i, dict(decisions, per_device_batch=i + 1), values=(2.0, 0.2, size * (i + 1)))
+                 for i in range(2)]
+        frame = load.load_trials(make_run(tmp_path / unit, specs))
+        figure = plots.effect_figure(frame, "d.per_device_batch", ["memory"], predicted=False)
+        axes = figure.axes[0]
+        assert axes.get_ylabel() == f"memory per device ({unit})"
+        assert sorted(round(y, 6) for y in axes.collections[0].get_offsets()[:, 1]) == [5.0 if unit == "MiB"
+                                                                                         else 3.0]
+        front = pareto.pareto_mask(frame, ["mfu", "memory"])
+        assert plots.pareto_figure(frame, front, None, False).axes[0].get_xlabel() == f"memory per device ({unit})"
