@@ -156,8 +156,11 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
     before = [t for t in trained if t.number < first.number and t.state == TrialState.COMPLETE]
     assert first.user_attrs["steered"]["ratio"] == pytest.approx(
         _bound([t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"] for t in before]))
-    # skips do not use the budget (all of it trained, or every point seen)
-    assert len(trained) == budget or len(trials) == space.size()
+    # skips do not use the budget, up to one skip per trained trial (steer.counted; how many are
+    # skipped depends on the MFU measured, so on the machine's load): the study stops when the
+    # trained trials plus the skips past that cap reach the budget, or every point was seen
+    assert len(trained) + max(0, len(skipped) - len(trained)) == budget or len(trials) == space.size()
+    assert len(trained) >= (budget + 1) // 2  # at most as many skips counted as trained trials
     assert f"{len(skipped)} skipped" in out.stdout
     # the report reads a study with skipped trials and says how many were skipped
     cli("report", run)
