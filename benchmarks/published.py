@@ -77,8 +77,24 @@ FORMULAS = {
 PEAK_TFLOPS = {"v4": 275.0, "v5e": 197.0, "v5p": 459.0, "v6e": 918.0}
 
 
+class _OnASlice:
+    """What a published run on one slice derives from its target, chips and MaxText batch."""
+
+    target: str
+    chips: int
+    maxtext_per_device_batch: int
+
+    @property
+    def chip(self) -> str:
+        return self.target.split(":")[1].split("-")[0]
+
+    @property
+    def global_batch(self) -> int:
+        return self.maxtext_per_device_batch * self.chips
+
+
 @dataclass(frozen=True)
-class Published:
+class Published(_OnASlice):
     """One published MaxText throughput figure and the config it ran."""
 
     name: str
@@ -98,14 +114,6 @@ class Published:
     held_out: bool = False  # kept aside: checked after the calibration rows, never tuned against
     ran: bool = True  # the config ran (a published measurement exists)
     note: str = ""
-
-    @property
-    def chip(self) -> str:
-        return self.target.split(":")[1].split("-")[0]
-
-    @property
-    def global_batch(self) -> int:
-        return self.maxtext_per_device_batch * self.chips
 
 
 ROWS = (
@@ -277,7 +285,7 @@ RECIPE_FORMULAS = {
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(_OnASlice):
     """One published MaxText recipe run and the nearest config paxsearch expresses."""
 
     name: str
@@ -299,14 +307,6 @@ class Recipe:
     tflops: float | None = None  # TFLOP/s per chip of a quoted log line, where one is published
     ran: bool = True
     note: str = ""
-
-    @property
-    def chip(self) -> str:
-        return self.target.split(":")[1].split("-")[0]
-
-    @property
-    def global_batch(self) -> int:
-        return self.maxtext_per_device_batch * self.chips
 
     @property
     def gaps(self) -> list[str]:

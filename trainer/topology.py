@@ -258,6 +258,29 @@ def predicted_oom_from(exc: BaseException, hbm_bytes: int | None = None) -> Pred
     return PredictedOOM(msg, required, available, "compiler")
 
 
+def bytes_limit(device) -> int | None:
+    """The memory a device says it may use (GPU, TPU: its memory_stats' bytes_limit); None
+    where it reports none (CPUs, compile-only devices)."""
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - compile-only devices and CPUs may raise instead of reporting
+        return None
+    return int(stats["bytes_limit"]) if stats.get("bytes_limit") else None
+
+
+def local_device_memory() -> tuple[int, bool]:
+    """(bytes one local device may use, whether the device reported them): its bytes_limit
+    (GPU, TPU), else the host's RAM over the local devices, which share it (CPU). The figure a
+    trial is held against when no budget is given, and the one `paxsearch train` checks."""
+    import jax
+    import psutil
+
+    limit = bytes_limit(jax.local_devices()[0])
+    if limit:
+        return limit, True
+    return int(psutil.virtual_memory().total // jax.local_device_count()), False
+
+
 def check_fits(peak_bytes: int, hbm_bytes: int, what: str = "usable HBM") -> None:
     """Raise PredictedOOM when a compiled per-device peak exceeds the HBM (or the limit
     `what` names, e.g. a smaller memory budget)."""

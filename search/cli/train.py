@@ -230,20 +230,19 @@ class DeviceMemory:
 def device_memory() -> DeviceMemory:
     """The bytes one local device may use: its bytes_limit where it reports one (GPU, TPU), else
     (CPU) the host's RAM over the local devices, which share it. The same figure the search holds
-    a CPU trial against (search/trial/execute.py default_memory_budget)."""
+    a CPU trial against (trainer/topology.py local_device_memory)."""
     import jax
     import psutil
 
+    from ...trainer.topology import local_device_memory
+
     device = jax.local_devices()[0]
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # CPUs may not report
-        stats = {}
-    if stats.get("bytes_limit"):
-        return DeviceMemory(int(stats["bytes_limit"]), f"{device.device_kind} bytes_limit")
+    limit, reported = local_device_memory()
+    if reported:
+        return DeviceMemory(limit, f"{device.device_kind} bytes_limit")
     total, count = psutil.virtual_memory().total, jax.local_device_count()
-    return DeviceMemory(int(total // count), f"host RAM {total / 2**30:.2f} GiB shared by {count} local "
-                                             f"{device.platform.upper()} devices")
+    return DeviceMemory(limit, f"host RAM {total / 2**30:.2f} GiB shared by {count} local "
+                               f"{device.platform.upper()} devices")
 
 
 def check_state_fits(cfg, memory: DeviceMemory) -> None:

@@ -245,7 +245,7 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, pha
             raise
         raise oom from None
     plan = program.plan
-    hbm = target.hbm_bytes_per_device or _device_memory(devices[0])
+    hbm = target.hbm_bytes_per_device or topo.bytes_limit(devices[0])
     t0 = time.perf_counter()
     prediction = predict(program, hardware_for(devices, target.chip)).to_dict()
     if phases is not None:
@@ -275,14 +275,6 @@ def _mesh_shapes(cfg, target: Target) -> dict:
 def plan_trial(cfg, target: Target) -> dict:
     """The study's "plan" dict of `cfg` on `target` (see compile_for_target)."""
     return compile_for_target(cfg, target)[1]
-
-
-def _device_memory(device) -> int | None:
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # compile-only devices and CPUs may not report
-        return None
-    return int(stats["bytes_limit"]) if "bytes_limit" in stats else None
 
 
 # ----------------------------------------------------------------------------- many plans

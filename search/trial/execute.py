@@ -31,16 +31,8 @@ from .classify import Phase, classify, describe
 
 def default_memory_budget() -> tuple[int, str]:
     """Per-device bytes a plan may use when no budget is given, and where it comes from."""
-    dev = jax.local_devices()[0]
-    try:
-        stats = dev.memory_stats() or {}
-    except Exception:
-        stats = {}
-    if stats.get("bytes_limit"):
-        return int(stats["bytes_limit"]), "device bytes_limit"
-    import psutil
-    total = psutil.virtual_memory().total
-    return int(total // jax.local_device_count()), "host RAM / local devices"
+    limit, reported = topology.local_device_memory()
+    return limit, "device bytes_limit" if reported else "host RAM / local devices"
 
 
 def trial_config(job: dict) -> TrainConfig:
