@@ -324,15 +324,9 @@ _COMMON_KNOBS = (
     ("dtype / weight_dtype (base.yml)", "bfloat16 / float32", "the presets' dtype=bfloat16, param_dtype=float32"),
     ("opt_type (base.yml)", "adamw", "optimizer: AdamW (OptimizerConfig)"),
 )
-_FLAG_GAPS = {
-    "DENSE_VMEM_LIMIT_FLAG": "gap: --xla_tpu_scoped_vmem_limit_kib=98304 is in no flag set of ours",
-    "LAYOUT_FOR_ALL_REDUCE_SCATTER": "gap: reduce-scatter layout flags (--xla_tpu_assign_all_reduce_scatter_layout "
-                                     "...) are in no flag set of ours",
-    "ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE": "gap: all-reduce offloaded to the SparseCores (v6e): no flag set "
-                                                   "of ours",
-    "HOST_OFFLOAD_FLAGS": "gap: the scheduler flags for host transfers (--xla_tpu_host_transfer_overlap_limit=24 "
-                          "...) are in no flag set of ours; our offload compiles with the scheduler's defaults",
-}
+# the two flags of MaxText's v6e groups that this libtpu refuses on v6e (trainer/flagsets.py, benchmarks/RESULTS.md)
+_V6E_REFUSED = ("less --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, refused by the v6e compiler, "
+                "and --2a886c8_chip_config_name, unknown to this libtpu")
 
 
 def _offload_custom(*tensors: str) -> str:
@@ -361,15 +355,12 @@ RECIPES = (
             ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
                                                 "dkv kernels)"),
             *_COMMON_KNOBS,
-            ("xla_flags", "CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP", "flags=collective_fusion (exactly those 7)"),
-            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG", _FLAG_GAPS["DENSE_VMEM_LIMIT_FLAG"]),
-            ("xla_flags", "LAYOUT_FOR_ALL_REDUCE_SCATTER", _FLAG_GAPS["LAYOUT_FOR_ALL_REDUCE_SCATTER"]),
-            ("xla_flags", "ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE",
-             _FLAG_GAPS["ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE"]),
-            ("xla_flags", "HOST_OFFLOAD_FLAGS", _FLAG_GAPS["HOST_OFFLOAD_FLAGS"]),
+            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG + LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + "
+             "CF_FOR_ALL_GATHER + ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE + HOST_OFFLOAD_FLAGS",
+             f"flags=v6e_llama3 (those groups; {_V6E_REFUSED})"),
         ),
         ici=(1, 256, 1), remat=_offload_custom("decoder_input", "query_proj", "key_proj", "value_proj", "out_proj"),
-        flags="collective_fusion",
+        flags="v6e_llama3",
         note="The model is Llama 3.1's (rope scaling aside: trainer/presets.py llama3.1-8b)."),
     Recipe(
         name="v6e-256 Llama3.1-70B", preset="llama3.1-70b", target="tpu:v6e-256", chips=256,
@@ -388,13 +379,13 @@ RECIPES = (
             ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
                                                 "dkv kernels)"),
             *_COMMON_KNOBS,
-            ("xla_flags", "CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP", "flags=collective_fusion (exactly those 7)"),
-            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG", _FLAG_GAPS["DENSE_VMEM_LIMIT_FLAG"]),
-            ("xla_flags", "LAYOUT_FOR_ALL_REDUCE_SCATTER", _FLAG_GAPS["LAYOUT_FOR_ALL_REDUCE_SCATTER"]),
-            ("xla_flags", "HOST_OFFLOAD_FLAGS", _FLAG_GAPS["HOST_OFFLOAD_FLAGS"]),
+            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG + LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + "
+             "CF_FOR_ALL_GATHER + HOST_OFFLOAD_FLAGS",
+             f"gap: nearest flags=v6e_llama3, those groups ({_V6E_REFUSED}) plus the SparseCore all-reduce offload "
+             "that this recipe does not set"),
         ),
         ici=(1, 256, 1), remat=_offload_custom("decoder_input", "query_proj", "key_proj", "value_proj"),
-        flags="collective_fusion",
+        flags="v6e_llama3",
         note="tokens/s is tiering.md's 'approx' figure: 960 x MaxText's full-attention FLOPs per token / 918 TFLOP/s "
              "= 50.34%, so the figure was counted before the causal halving although the link is to a later commit."),
     Recipe(
@@ -417,13 +408,10 @@ RECIPES = (
             ("max_target_length", "4096", "model.seq_len=4096 (the preset)"),
             ("sa_block_q, sa_block_q_dkv, sa_block_q_dq", "1024, 2048, 2048", _SPLASH_GAP),
             *_COMMON_KNOBS,
-            ("xla_flags", "CF_FOR_ALL_GATHER", "flags=collective_fusion: those 5 flags, plus DATA_PARALLEL_OVERLAP's "
-                                               "2 that the recipe does not set"),
-            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG", _FLAG_GAPS["DENSE_VMEM_LIMIT_FLAG"]),
-            ("xla_flags", "ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE",
-             _FLAG_GAPS["ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE"]),
+            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG + CF_FOR_ALL_GATHER + ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE",
+             f"flags=v6e_sparsecore (those groups; {_V6E_REFUSED})"),
         ),
-        ici=(1, 256, 1), remat=_offload_custom("query_proj", "key_proj", "value_proj"), flags="collective_fusion"),
+        ici=(1, 256, 1), remat=_offload_custom("query_proj", "key_proj", "value_proj"), flags="v6e_sparsecore"),
     Recipe(
         name="v5p-1024 Llama2-70B", preset="llama2-70b", target="tpu:v5p-1024", chips=512,
         maxtext_per_device_batch=4, mfu=0.654, tokens_per_s=692, formula="matmul+causal",

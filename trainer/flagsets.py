@@ -8,6 +8,16 @@ names a set, and adding a set is one entry below.
     os.environ.update(env_for(name, "tpu"))          # before JAX starts its backend
     applied(name, os.environ)                        # True when this process runs with the set
     validate(name, "cpu")                            # the installed XLA knows every flag (a probe)
+    check_target(name, "tpu", "v6e")                 # ConfigError (one line) for a set v6e does not take
+
+Every set states the TPU generations it applies to (`generations`): libtpu's compiler refuses
+some flags on some chips (all-gather continuation fusion is v5e-only: "Continuation fusion for
+AllGather is enabled on platform ghost" on v6e), at compile time. The static check
+(trainer/validate.py) refuses a set on a TPU generation it does not apply to before anything
+compiles; `refusals` keeps the compiler's line for the generations it refuses. The table was
+probed by compiling the tiny model with each set for v4-8, v5e-8, v5p-8 and v6e-8 topologies
+(benchmarks/probe_flagsets.py; the table and the command in benchmarks/RESULTS.md). On CPU and
+GPU every set applies: there only its XLA_FLAGS are read.
 
 XLA aborts the whole process on a flag it does not know ("Unknown flag in XLA_FLAGS"), and
 flags come and go between jaxlib / libtpu versions, so `validate` starts a throw-away
@@ -22,7 +32,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
@@ -40,33 +50,72 @@ def with_device_count(xla_flags: str | None, n: int | None) -> str:
     return " ".join(kept)
 
 
+TPU_GENERATIONS = ("v4", "v5e", "v5p", "v6e")  # the chips of trainer/topology.py CHIPS
+
+
 @dataclass(frozen=True)
 class FlagSet:
     xla_flags: tuple[str, ...]  # added to XLA_FLAGS (every platform)
     libtpu_init_args: tuple[str, ...]  # added to LIBTPU_INIT_ARGS (platform "tpu" only)
     description: str
     source: str
+    generations: tuple[str, ...] = field(kw_only=True)  # the TPU chips it applies to (CPU, GPU: every set)
+    # (generation, the compiler's line) for each generation whose compiler refuses the set
+    refusals: tuple[tuple[str, str], ...] = field(default=(), kw_only=True)
+
+    def __post_init__(self):
+        unknown = [g for g in self.generations + tuple(g for g, _ in self.refusals) if g not in TPU_GENERATIONS]
+        if not self.generations or unknown:
+            raise ValueError(f"a FlagSet names one or more TPU generations of {TPU_GENERATIONS}, got "
+                             f"generations={self.generations} refusals={[g for g, _ in self.refusals]}")
 
     def as_dict(self) -> dict:
         return {"XLA_FLAGS": list(self.xla_flags), "LIBTPU_INIT_ARGS": list(self.libtpu_init_args)}
 
 
+# MaxText's flag groups (benchmarks/xla_flags_library.py @_MX_FLAGS), as the v6e sets use them
+_MX_FLAGS = "48445cf00e73064e87886539714a8ba1794ee019"
+_MX_V6E = "bfd388fd4eb0e8ee3f07955dc3b3edb14e9fb163"  # benchmarks/maxtext_trillium_model_configs.py
+_NO_COLLECTIVE_MATMUL = ("--xla_jf_spmd_threshold_for_windowed_einsum_mib=1000000",)  # DISABLE_COLLECTIVE_MATMUL
+_VMEM = ("--xla_tpu_scoped_vmem_limit_kib=98304",)  # DENSE_VMEM_LIMIT_FLAG
+_LAYOUT_RS = ("--xla_tpu_use_minor_sharding_for_major_trivial_input=true",  # LAYOUT_FOR_ALL_REDUCE_SCATTER
+              "--xla_tpu_relayout_group_size_threshold_for_reduce_scatter=1",
+              "--xla_tpu_assign_all_reduce_scatter_layout=true")
+_DP_OVERLAP = ("--xla_tpu_enable_data_parallel_all_reduce_opt=true",  # DATA_PARALLEL_OVERLAP
+               "--xla_tpu_data_parallel_opt_different_sized_ops=true")
+_CF_WITHOUT_AG_FUSION = ("--xla_tpu_enable_async_collective_fusion=true",  # CF_FOR_ALL_GATHER less ..._fuse_all_gather
+                         "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
+                         "--xla_tpu_overlap_compute_collective_tc=true", "--xla_enable_async_all_gather=true")
+_SC_ALL_REDUCE = ("--xla_tpu_enable_async_collective_fusion_fuse_all_reduce=false",  # ENABLE_SPARSECORE_OFFLOADING_
+                  "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true",  # FOR_ALL_REDUCE, its base
+                  "--xla_tpu_enable_all_reduce_offload_tracing=true",  # flags less --2a886c8_chip_config_name
+                  "--xla_tpu_use_tc_device_shape_on_sc=true", "--xla_sc_enable_instruction_fusion=false",
+                  "--xla_sc_disjoint_spmem=false", "--xla_sc_disable_megacore_partitioning=true")
+_HOST_OFFLOAD = ("--xla_tpu_enable_all_experimental_scheduler_features=true",  # HOST_OFFLOAD_FLAGS
+                 "--xla_tpu_enable_scheduler_memory_pressure_tracking=true", "--xla_tpu_host_transfer_overlap_limit=24",
+                 "--xla_tpu_aggressive_opt_barrier_removal=ENABLED",
+                 "--xla_lhs_prioritize_async_depth_over_stall=ENABLED",
+                 "--xla_tpu_enable_ag_backward_pipelining=true",
+                 "--xla_should_allow_loop_variant_parameter_in_chain=ENABLED",
+                 "--xla_should_add_loop_invariant_op_in_chain=ENABLED", "--xla_max_concurrent_host_send_recv=100",
+                 "--xla_tpu_scheduler_percent_shared_memory_limit=100", "--xla_latency_hiding_scheduler_rerun=2")
+
 # Paxml's multi-slice C4 runs (the seeds: paxml docs, "multislice" section) and MaxText's
 # benchmarks/xla_flags_library.py (CF_FOR_ALL_GATHER, DATA_PARALLEL_OVERLAP) are the sources
 # of the TPU sets; JAX's "GPU performance tips" page of the GPU one.
 FLAG_SETS: dict[str, FlagSet] = {
-    "default": FlagSet((), (), "no flags added: the compiler's defaults", "-"),
+    "default": FlagSet((), (), "no flags added: the compiler's defaults", "-", generations=TPU_GENERATIONS),
     "latency_hiding": FlagSet(
         ("--xla_gpu_enable_latency_hiding_scheduler=true",),
         ("--xla_tpu_enable_latency_hiding_scheduler=true", "--xla_enable_async_all_gather=true"),
         "latency-hiding scheduler and async all-gather: overlap collectives with compute (TPU, GPU)",
-        "Paxml multi-slice LIBTPU_INIT_ARGS (seeds); JAX GPU performance tips"),
+        "Paxml multi-slice LIBTPU_INIT_ARGS (seeds); JAX GPU performance tips", generations=TPU_GENERATIONS),
     "paxml_multislice": FlagSet(
         (),
         ("--xla_jf_spmd_threshold_for_windowed_einsum_mib=0", "--xla_tpu_spmd_threshold_for_allgather_cse=10000",
          "--xla_enable_async_all_gather=true", "--xla_tpu_enable_latency_hiding_scheduler=true"),
         "Paxml's multi-slice C4 runs: windowed einsums, all-gather CSE threshold, async all-gather, LHS (TPU)",
-        "Paxml multi-slice launch commands (seeds: C4Spmd22BAdam2xv4_128)"),
+        "Paxml multi-slice launch commands (seeds: C4Spmd22BAdam2xv4_128)", generations=TPU_GENERATIONS),
     "collective_fusion": FlagSet(
         (),
         ("--xla_tpu_enable_async_collective_fusion=true",
@@ -75,7 +124,10 @@ FLAG_SETS: dict[str, FlagSet] = {
          "--xla_enable_async_all_gather=true", "--xla_tpu_enable_data_parallel_all_reduce_opt=true",
          "--xla_tpu_data_parallel_opt_different_sized_ops=true"),
         "continuation fusion of all-gathers and data-parallel all-reduce overlap (TPU)",
-        "MaxText benchmarks/xla_flags_library.py: CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP"),
+        "MaxText benchmarks/xla_flags_library.py: CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP", generations=("v5e",),
+        refusals=tuple((g, f"FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform {p} ... "
+                           "not supported/recommended on platforms other than TPU v5e")
+                       for g, p in (("v4", "pufferfish"), ("v5p", "viperfish"), ("v6e", "ghostlite")))),
     "v5p_collectives": FlagSet(
         (),
         ("--xla_tpu_megacore_fusion_allow_ags=false", "--xla_enable_async_collective_permute=true",
@@ -85,12 +137,48 @@ FLAG_SETS: dict[str, FlagSet] = {
          "--xla_tpu_overlap_compute_collective_tc=true", "--xla_enable_async_all_gather=true"),
         "v5p: async collective-permutes (tensor-axis windowed einsums), all-gather backward pipelining, "
         "collective fusion without the all-gather continuation fusion the v5p compiler refuses (TPU)",
-        "MaxText MaxText/configs/v5p/32b.sh and 64b.sh @76bd53b0 (2023-12-15) LIBTPU_INIT_ARGS"),
+        "MaxText MaxText/configs/v5p/32b.sh and 64b.sh @76bd53b0 (2023-12-15) LIBTPU_INIT_ARGS",
+        generations=TPU_GENERATIONS),
+    # MaxText's v6e (Trillium) recipes, less the two flags this libtpu refuses there:
+    # --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true (CF_FOR_ALL_GATHER: "platform
+    # ghostlite", as collective_fusion) and --2a886c8_chip_config_name=megachip_tccontrol ("Unknown
+    # command line flag"; trainer/topology.py compiles v6e with chip_config_name megachip_tccontrol).
+    "no_collective_matmul": FlagSet(
+        (), _NO_COLLECTIVE_MATMUL,
+        "collective matmul off: no windowed-einsum loops for tensor-axis matmuls (MaxText's DISABLE_COLLECTIVE_MATMUL, "
+        "from its v6e recipes)",
+        f"MaxText benchmarks/xla_flags_library.py @{_MX_FLAGS} DISABLE_COLLECTIVE_MATMUL, used by "
+        f"benchmarks/maxtext_trillium_model_configs.py @{_MX_V6E} llama3_1_8b_8192_no_collective_matmul and "
+        "llama3_1_70b_8192_bs2_bfloat16_no_collective_matmul",
+        generations=TPU_GENERATIONS),
+    "v6e_sparsecore": FlagSet(
+        (), _VMEM + _CF_WITHOUT_AG_FUSION + _SC_ALL_REDUCE,
+        "v6e: all-reduces offloaded to the SparseCores, collective fusion without the all-gather continuation "
+        "fusion, the dense scoped-VMEM limit (MaxText's Llama2-70B SparseCore recipe)",
+        f"MaxText benchmarks/maxtext_trillium_model_configs.py @{_MX_V6E} llama2_70b_4096_sc: DENSE_VMEM_LIMIT_FLAG "
+        f"+ CF_FOR_ALL_GATHER + ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE (xla_flags_library.py @{_MX_FLAGS})",
+        generations=TPU_GENERATIONS),
+    "v6e_llama3": FlagSet(
+        (), _VMEM + _LAYOUT_RS + _DP_OVERLAP + _CF_WITHOUT_AG_FUSION + _SC_ALL_REDUCE + _HOST_OFFLOAD,
+        "v6e: MaxText's Llama 3.1 recipe: reduce-scatter layouts, data-parallel overlap, SparseCore all-reduce, "
+        "host-offload scheduling, collective fusion without the all-gather continuation fusion",
+        f"MaxText benchmarks/maxtext_trillium_model_configs.py @{_MX_V6E} llama3_1_8b_8192: DENSE_VMEM_LIMIT_FLAG + "
+        "LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + CF_FOR_ALL_GATHER + "
+        f"ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE + HOST_OFFLOAD_FLAGS (xla_flags_library.py @{_MX_FLAGS})",
+        generations=TPU_GENERATIONS),
+    "v6e_llama3_no_collective_matmul": FlagSet(
+        (), _VMEM + _LAYOUT_RS + _DP_OVERLAP + _CF_WITHOUT_AG_FUSION + _SC_ALL_REDUCE + _HOST_OFFLOAD
+        + _NO_COLLECTIVE_MATMUL,
+        "v6e_llama3 with collective matmul off (MaxText's DISABLE_COLLECTIVE_MATMUL)",
+        f"MaxText benchmarks/maxtext_trillium_model_configs.py @{_MX_V6E} llama3_1_8b_8192_no_collective_matmul: "
+        "v6e_llama3's groups + DISABLE_COLLECTIVE_MATMUL",
+        generations=TPU_GENERATIONS),
     "cpu_eigen_dots": FlagSet(
         ("--xla_cpu_experimental_ynn_fusion_type=",),
         (),
         "CPU: matmuls through XLA's own (Eigen) dot emitter instead of YNNPACK library fusions",
-        "XLA debug_options_flags.cc (xla_cpu_experimental_ynn_fusion_type; empty = no library fusion)"),
+        "XLA debug_options_flags.cc (xla_cpu_experimental_ynn_fusion_type; empty = no library fusion)",
+        generations=TPU_GENERATIONS),
 }
 
 
@@ -106,10 +194,36 @@ def check(name) -> FlagSet:
     return FLAG_SETS[name]
 
 
+def for_generation(chip: str) -> list[str]:
+    """The sets that apply to TPU generation `chip` ("v6e"), in table order."""
+    return [n for n, s in FLAG_SETS.items() if chip in s.generations]
+
+
+def applies(name: str, platform: str | None, chip: str | None = None) -> bool:
+    """True when set `name` may be used on `platform` with TPU generation `chip`: every set on
+    CPU and GPU, and on a TPU whose generation is unknown (None)."""
+    return platform != "tpu" or chip is None or chip in check(name).generations
+
+
+def check_target(name, platform: str | None, chip: str | None = None) -> FlagSet:
+    """The set called `name` when it applies to `platform` / TPU generation `chip`; ConfigError
+    (one line naming the set, the generation and the sets that apply) when not, or when there is
+    no such set. No compile: the table records what the compiler refuses."""
+    s = check(name)
+    if applies(name, platform, chip):
+        return s
+    assert chip is not None
+    said = dict(s.refusals).get(chip)
+    why = f" (libtpu's {chip} compiler: {said})" if said else ""
+    raise ConfigError(f"compiler flag set {name!r} does not apply to TPU {chip}{why}; it applies to "
+                      f"{', '.join(s.generations)}; sets for {chip}: {', '.join(for_generation(chip))} "
+                      "(trainer/flagsets.py)")
+
+
 def describe(name: str) -> str:
     s = check(name)
     flags = " ".join(s.xla_flags + s.libtpu_init_args) or "no flags"
-    return f"{name}: {s.description} [{flags}] (source: {s.source})"
+    return f"{name}: {s.description} [{flags}] (TPU: {', '.join(s.generations)}; source: {s.source})"
 
 
 def _flag_name(flag: str) -> str:

@@ -162,13 +162,23 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
     return model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled
 
 
+def tpu_generation(devices: Sequence) -> str | None:
+    """The TPU generation ("v6e") of `devices` (compile-only ones too); None off TPU or when unknown."""
+    from .topology import chip_for_device_kind
+
+    if not devices or devices[0].platform != "tpu":
+        return None
+    chip = chip_for_device_kind(getattr(devices[0], "device_kind", ""))
+    return chip.name if chip else None
+
+
 def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
                   keep_hlo: bool = False) -> Program:
     """Check, lower and compile the train step of `cfg` on `devices` (default: all devices)."""
     devices = list(devices if devices is not None else jax.devices())
     process_count = len({getattr(d, "process_index", 0) for d in devices})
     platform = devices[0].platform
-    validate.check(cfg, len(devices), platform, process_count)
+    validate.check(cfg, len(devices), platform, process_count, tpu_generation(devices))
     global_batch = mesh_lib.global_batch_size(cfg, len(devices))
     attention_lib.implementation(cfg.model, platform)  # a ConfigError before compiling
     mesh = mesh_lib.build_mesh(cfg.mesh, devices)

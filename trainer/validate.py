@@ -14,10 +14,11 @@ from . import remat as remat_lib
 from .config import TrainConfig
 
 
-def check(cfg: TrainConfig, num_devices: int, platform: str, process_count: int = 1) -> None:
+def check(cfg: TrainConfig, num_devices: int, platform: str, process_count: int = 1, chip: str | None = None) -> None:
     """Mesh size and divisibility, model names and family, sharding rules, the pipeline's
     stages / microbatches / repeats, the context split of the sequence, gradient-accumulation
-    microbatches, vocab tiles, ZeRO-1 and offload, the remat policy on `platform`, the compiler flag set's name."""
+    microbatches, vocab tiles, ZeRO-1 and offload, the remat policy on `platform`, the compiler
+    flag set's name and that it applies to the TPU generation `chip` ("v6e"; None: unknown)."""
     mesh_lib.check_config(cfg, num_devices, process_count)
     accumulate.check(cfg, num_devices)
     sizes = mesh_lib.axis_sizes(cfg.mesh, num_devices)
@@ -27,4 +28,4 @@ def check(cfg: TrainConfig, num_devices: int, platform: str, process_count: int 
     context_lib.check(cfg, sizes, attention_lib.implementation(cfg.model, platform))
     placement.check(cfg, sizes["data"], platform)
     remat_lib.check_policy(cfg.remat, platform)
-    flagsets.check(cfg.flags)
+    flagsets.check_target(cfg.flags, platform, chip)

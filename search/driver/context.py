@@ -125,14 +125,15 @@ def check_data(configs: list) -> None:
 def check_configs(space: Space, settings: StudySettings, target: Target) -> None:
     """Before any worker starts: every data source the space names can be read, every compiler
     flag set it names exists, and the installed XLA / libtpu knows its flags (one probe process
-    per non-default set); with
+    per non-default set that applies to the target's TPU generation; a set that does not apply
+    fails each trial naming it in the static check); with
     STUDY tokens= or compute=, the configs evaluate (loss is then the held-out eval loss)."""
     configs = neighbour_configs(space)
     check_data(configs)
     try:
         for name in flag_sets_of(space, configs):
             flagsets.check(name)
-            if name != "default":
+            if name != "default" and flagsets.applies(name, target.platform, target.chip):
                 flagsets.validate(name, target.platform, tpu_slice=target.slice_name if target.plan_only else None)
     except ConfigError as e:
         raise SetupError(str(e)) from None

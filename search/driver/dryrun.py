@@ -25,7 +25,7 @@ def static_message(space: Space, point: dict, target: Target, processes: int) ->
     try:
         cfg = configio.build(space.config(point))
         target = target.for_config(cfg)  # slices=auto: the point's own slice count
-        validate.check(cfg, target.num_devices, target.platform, processes)
+        validate.check(cfg, target.num_devices, target.platform, processes, target.chip)
     except (ConfigError, SpaceError) as e:
         return str(e)
     return data_problem(cfg.data)

@@ -90,7 +90,7 @@ def prepare(ctx: StudyContext, trial: optuna.Trial, decisions: dict,
     write_whole(os.path.join(trial_dir, "config.json"), config_json)
     try:
         target = ctx.target.for_config(built)  # slices=auto: prod(mesh.dcn) slices for this trial
-        validate.check(built, target.num_devices, target.platform, ctx.settings.processes)
+        validate.check(built, target.num_devices, target.platform, ctx.settings.processes, target.chip)
         if built.flags != "default":  # XLA aborts on a flag it does not know: one probe per set
             flagsets.validate(built.flags, target.platform,
                               tpu_slice=target.slice_name if target.plan_only else None)

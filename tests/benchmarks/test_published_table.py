@@ -202,7 +202,7 @@ def test_nearest_config_of_each_recipe_passes_the_static_checks_on_its_slice(r):
     from paxsearch.trainer import validate
 
     cfg = P.recipe_config(r)
-    validate.check(cfg, r.chips, "tpu")  # mesh = chips, batch divides, remat and flag set known on TPU
+    validate.check(cfg, r.chips, "tpu", chip=r.chip)  # mesh = chips, batch divides, remat, flag set on the chip
     assert cfg.model == presets.get(r.preset).__class__(**{**presets.get(r.preset).__dict__, "attention": "flash"})
     assert cfg.global_batch == r.global_batch and cfg.mesh.ici == r.ici and cfg.remat == r.remat
     assert remat.offloads(cfg.remat) == any("offload" in value for _, value, _ in r.knobs)

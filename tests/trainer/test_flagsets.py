@@ -48,6 +48,46 @@ def test_every_set_is_described_and_sourced():
     assert "--xla_tpu_enable_latency_hiding_scheduler=true" in lhs and "--xla_enable_async_all_gather=true" in lhs
 
 
+def test_every_set_states_the_tpu_generations_it_applies_to():
+    """The generation table (probed with this libtpu: benchmarks/RESULTS.md): each set names the
+    generations it applies to, and the compiler's line for each one it is refused on."""
+    from paxsearch.trainer.topology import CHIPS
+
+    assert set(flagsets.TPU_GENERATIONS) == set(CHIPS)
+    for name, s in flagsets.FLAG_SETS.items():
+        refused = [g for g, line in s.refusals if line]
+        assert s.generations and not set(s.generations) & set(refused), name
+        assert sorted(s.generations + tuple(refused)) == sorted(flagsets.TPU_GENERATIONS), name
+        assert all(flagsets.applies(name, p) for p in ("cpu", "gpu", None))  # CPU / GPU: every set
+        assert flagsets.applies(name, "tpu")  # a TPU of unknown generation: not refused
+    fusion = flagsets.FLAG_SETS["collective_fusion"]
+    assert fusion.generations == ("v5e",) and "ghostlite" in dict(fusion.refusals)["v6e"]
+    v6e = flagsets.for_generation("v6e")
+    assert "collective_fusion" not in v6e and [n for n in v6e if n.startswith("v6e_")]
+    assert "collective_fusion" in flagsets.for_generation("v5e")
+    with pytest.raises(TypeError):  # a set that does not state its generations is not a FlagSet
+        flagsets.FlagSet((), (), "d", "s")  # type: ignore[call-arg]
+    with pytest.raises(ValueError):
+        flagsets.FlagSet((), (), "d", "s", generations=("v7x",))
+
+
+def test_a_set_on_a_generation_it_does_not_apply_to_is_refused_statically_in_one_line():
+    """trainer/validate.py, the one static check (driver, dry run, build_program): no compile."""
+    from paxsearch.trainer import validate
+
+    from ..space_factory import tiny_config
+
+    cfg = configio.build(tiny_config(mesh="1x8x1", flags="collective_fusion"))
+    validate.check(cfg, 8, "tpu", chip="v5e")
+    validate.check(cfg, 8, "cpu")
+    with pytest.raises(ConfigError) as e:
+        validate.check(cfg, 8, "tpu", chip="v6e")
+    text = str(e.value)
+    assert "\n" not in text and "'collective_fusion' does not apply to TPU v6e" in text and "ghostlite" in text
+    assert f"sets for v6e: {', '.join(flagsets.for_generation('v6e'))} " in text
+    assert "it applies to v5e;" in text
+
+
 def test_env_for_merges_and_keeps_the_device_count():
     base = {"XLA_FLAGS": f"{DEVICES8} {EIGEN_FLAG}x --xla_dump_to=/tmp/d", "LIBTPU_INIT_ARGS": "--xla_keep=1"}
     env = flagsets.env_for(EIGEN, "cpu", base)
@@ -70,7 +110,8 @@ def test_unknown_set_is_one_line_naming_the_sets():
 
 
 def test_a_flag_xla_does_not_know_is_one_line(monkeypatch):
-    monkeypatch.setitem(flagsets.FLAG_SETS, "typo", flagsets.FlagSet(("--xla_cpu_no_such_flag=1",), (), "t", "t"))
+    monkeypatch.setitem(flagsets.FLAG_SETS, "typo", flagsets.FlagSet(("--xla_cpu_no_such_flag=1",), (), "t", "t",
+                                                                     generations=flagsets.TPU_GENERATIONS))
     with pytest.raises(ConfigError) as e:
         flagsets.validate("typo", "cpu")
     text = str(e.value)
@@ -210,6 +251,31 @@ def test_the_v5p_set_compiles_for_a_v5p_slice(tmp_path):
     (t,) = optuna.load_study(study_name="tpu_tiny_plan", storage=f"sqlite:///{run}/study.db").get_trials()
     assert t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("failure_kind"), t.user_attrs
     assert "--xla_enable_async_collective_permute=true" in t.user_attrs["env"]["libtpu_init_args"].split()
+
+
+@pytest.mark.slow  # a plan-only study compiled for v6e-8
+@needs_libtpu
+def test_a_v6e_set_compiles_for_v6e_where_collective_fusion_is_refused_statically(tmp_path, make_space):
+    """Issue 20 §2: a set declared for v6e compiles the tiny model for a v6e topology; the same
+    study's collective_fusion point (which v6e's compiler refuses: "platform ghostlite") fails in
+    the driver's static check, in one line, and is never compiled."""
+    space = make_space("v6e_flags", study=dict(target="tpu:v6e-8", objectives=["mfu", "memory"], trials=2),
+                       decisions=dict(flags=["v6e_sparsecore", "collective_fusion"]), mesh="1x8x1")
+    dry = cli("run", space, "--dry-run")
+    assert "2 point(s): 1 pass the static checks, 1 invalid" in dry.stdout, dry.stdout
+    run = tmp_path / "v6e"
+    cli("run", space, "--run-dir", run, "--no-progress", "--workers", 1, timeout=900)
+    trials = {t.params["flags"]: t for t in optuna.load_study(study_name="v6e_flags",
+                                                              storage=f"sqlite:///{run}/study.db").get_trials()}
+    ok, refused = trials["v6e_sparsecore"], trials["collective_fusion"]
+    assert ok.state == optuna.trial.TrialState.COMPLETE and not ok.user_attrs.get("failure_kind"), ok.user_attrs
+    assert "compile_seconds" in ok.user_attrs["plan"] and ok.user_attrs["env"]["device_kind"] == "TPU v6 lite"
+    assert set(flagsets.FLAG_SETS["v6e_sparsecore"].libtpu_init_args) <= set(
+        ok.user_attrs["env"]["libtpu_init_args"].split())
+    message = refused.user_attrs["failure_message"]
+    assert refused.state == optuna.trial.TrialState.FAIL and "\n" not in message, refused.user_attrs
+    assert "'collective_fusion' does not apply to TPU v6e" in message and "v6e_sparsecore" in message
+    assert "plan" not in refused.user_attrs and "env" not in refused.user_attrs  # no worker compiled it
 
 
 @needs_libtpu
