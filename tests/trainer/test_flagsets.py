@@ -275,7 +275,8 @@ def test_a_v6e_set_compiles_for_v6e_where_collective_fusion_is_refused_staticall
     message = refused.user_attrs["failure_message"]
     assert refused.state == optuna.trial.TrialState.FAIL and "\n" not in message, refused.user_attrs
     assert "'collective_fusion' does not apply to TPU v6e" in message and "v6e_sparsecore" in message
-    assert "plan" not in refused.user_attrs and "env" not in refused.user_attrs  # no worker compiled it
+    assert refused.user_attrs["failure_kind"] == "invalid"
+    assert "plan" not in refused.user_attrs and "plan_key" not in refused.user_attrs  # refused before any compile
 
 
 @needs_libtpu
