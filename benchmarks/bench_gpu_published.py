@@ -20,7 +20,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only GPU devices need n
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import published as pub  # noqa: E402
-
 from paxsearch.search.planning.targets import parse_target, plan_trial, planning_notice  # noqa: E402
 
 KEEP = ("target", "plan_method", "peak_bytes", "hbm_bytes", "fits", "predicted_step_time", "predicted_mfu",
@@ -39,8 +38,10 @@ def main() -> int:
         t0 = time.perf_counter()
         plan = plan_trial(pub.gpu_config(row), target)
         published = pub.gpu_converted_mfu(row)
-        print(json.dumps({"row": row.name, **{k: plan.get(k) for k in KEEP}, "wall_s": round(time.perf_counter() - t0, 1),
-                          "published_mfu_ours": round(published, 4), "published_step_s": round(pub.gpu_step_time(row), 4),
+        wall = round(time.perf_counter() - t0, 1)
+        print(json.dumps({"row": row.name, **{k: plan.get(k) for k in KEEP}, "wall_s": wall,
+                          "published_mfu_ours": round(published, 4),
+                          "published_step_s": round(pub.gpu_step_time(row), 4),
                           "predicted_over_published": round(plan["predicted_mfu"] / published, 4)}))
     return 0
 
