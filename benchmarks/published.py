@@ -510,3 +510,102 @@ def recipes_table() -> str:
             f"| {recipe_converted_mfu(r):.2%} | {recipe_step_time(r):.2f} | {len(r.gaps)}: "
             f"{'; '.join(g.split(':')[0] for g in r.gaps)} |")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------
+# MaxText on NVIDIA GPUs (A3: 8 x H100 80GB per node), planned as gpu:h100x8 (trainer/gpu_topology.py)
+
+C_A3_CONFIGS = "1200dd7e023b8f09af97f4695cc91848d03ad4c1"  # 2024-04-05 "Add llama2 configs for GPU A3"
+C_A3_README = "efb6d9e4a2856198f8272dcbfb7d9c91eda0728e"  # 2024-04-09 "Add README for llama2-7B"
+# H100 SXM bf16 dense, as trainer/hardware.py (https://www.nvidia.com/en-us/data-center/h100/)
+GPU_PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0}
+# the config's remat_policy=minimal_flash at C_A3_README (MaxText/layers/models.py): save_from_both_policies(
+# checkpoint_dots_with_no_batch_dims, save_only_these_names('context')): every projection's output and the
+# attention context kept (later renamed minimal_with_context)
+MINIMAL_FLASH = ("custom:query_proj=device,key_proj=device,value_proj=device,context=device,out_proj=device,"
+                 "mlp1=device,mlp2=device")
+
+
+@dataclass(frozen=True)
+class GpuPublished:
+    """One published MaxText GPU throughput figure (TFLOP/s per GPU) and the config it ran."""
+
+    name: str
+    preset: str
+    target: str  # paxsearch target: one node, e.g. gpu:h100x8
+    gpus: int
+    ici: tuple[int, int, int]  # (data, fsdp, tensor)
+    maxtext_per_device_batch: int
+    remat: str  # ours (trainer/remat.py)
+    tflops: float  # published TFLOP/s per GPU, MaxText's formula
+    formula: str  # key of FORMULAS
+    published_in: str
+    config: str
+    attention: str = "flash"  # ours: cuDNN flash attention on GPU (trainer/attention.py)
+    gaps: tuple[str, ...] = ()
+
+    @property
+    def chip(self) -> str:
+        return self.target.split(":")[1].split("x")[0]
+
+    @property
+    def global_batch(self) -> int:
+        return self.maxtext_per_device_batch * self.gpus
+
+
+GPU_ROWS = (
+    GpuPublished(
+        name="A3 1x H100x8 Llama2-7B", preset="llama2-7b", target="gpu:h100x8", gpus=8, ici=(1, 8, 1),
+        maxtext_per_device_batch=4, remat=MINIMAL_FLASH, tflops=492, formula="6N+causal",
+        published_in=f"{MX} MaxText/configs/a3/llama_2_7b/README.md@{C_A3_README} ('1x A3 (h100-80gb-8) | 492' "
+                     "TFLOP/sec/chip); the formula: MaxText/maxtext_utils.py calculate_tflops_training_per_device at "
+                     "the same commit, 6 x params x S + causal-halved attention, params = every parameter "
+                     "(both embedding tables)",
+        config=f"{MX} MaxText/configs/a3/llama_2_7b/1vm.sh@{C_A3_README} (= @{C_A3_CONFIGS}: ici_fsdp_parallelism=8, "
+               "per_device_batch_size=4, max_target_length=4096, model_name=llama2-7b, attention=cudnn_flash_te, "
+               "remat_policy=minimal_flash, scan_layers=false, XLA_PYTHON_CLIENT_MEM_FRACTION=0.85)",
+        gaps=("scan_layers=false: ours scans the layers", "XLA_FLAGS (latency-hiding scheduler, pipelined "
+              "collectives, combine thresholds, rematerialization pass off): ours compile with XLA's defaults",
+              "attention=cudnn_flash_te (Transformer Engine): ours is jax.nn.dot_product_attention(cudnn)")),
+)
+GPU_BY_NAME = {r.name: r for r in GPU_ROWS}
+
+
+def gpu_maxtext_flops_per_row(r: GpuPublished) -> float:
+    """MaxText's training FLOPs of one sequence for the figure: 6 N S + 12 H L Dh S^2 / 2, N every parameter."""
+    from paxsearch.trainer import flops
+    m = _preset(r.preset)
+    s = m.seq_len
+    return 6 * flops.param_count(m) * s + 12 * m.n_heads * m.n_layers * m.head_dim * s * s / 2
+
+
+def _preset(name: str):
+    from paxsearch.trainer import presets
+    return presets.get(name)
+
+
+def gpu_conversion(r: GpuPublished) -> float:
+    """ours / MaxText's FLOPs for the same step."""
+    from paxsearch.trainer import flops
+    return float(flops.model_flops_per_step(_preset(r.preset), 1)) / gpu_maxtext_flops_per_row(r)
+
+
+def gpu_converted_mfu(r: GpuPublished) -> float:
+    """The published TFLOP/s over the GPU's peak, converted to our MFU convention."""
+    return r.tflops / GPU_PEAK_TFLOPS[r.chip] * gpu_conversion(r)
+
+
+def gpu_step_time(r: GpuPublished) -> float:
+    """Seconds per step the published figure implies: MaxText's FLOPs per GPU / its TFLOP/s."""
+    return gpu_maxtext_flops_per_row(r) * r.maxtext_per_device_batch / (r.tflops * 1e12)
+
+
+def gpu_config(r: GpuPublished):
+    """The nearest TrainConfig paxsearch expresses for the row (plan it with target r.target)."""
+    import dataclasses
+
+    from paxsearch.trainer.config import EvalConfig, MeshConfig, TrainConfig
+
+    model = dataclasses.replace(_preset(r.preset), attention=r.attention)
+    return TrainConfig(model=model, mesh=MeshConfig(ici=r.ici, rules="default"), per_device_batch=None,
+                       global_batch=r.global_batch, remat=r.remat, steps=1000, eval=EvalConfig(enabled=False))

@@ -288,16 +288,19 @@ def _first_complaint(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def validate(name: str, platform: str, base_env=None, tpu_slice: str | None = None) -> None:
+def validate(name: str, platform: str, base_env=None, tpu_slice: str | None = None,
+             compile_only: bool = False) -> None:
     """Start a throw-away process with the set applied and its backend started; ConfigError
     (one line) when XLA or libtpu refuses a flag. Each (set, platform, flags) is probed once
-    per process. tpu_slice: for a compile-only TPU target (plan mode), load its topology."""
+    per process. tpu_slice: for a compile-only TPU target (plan mode), load its topology.
+    compile_only: a plan-only target (no such device here): the flags are probed on the CPU
+    backend, which parses the same XLA flags (a GPU node planned without GPUs)."""
     check(name)
     base = dict(os.environ if base_env is None else base_env)
     env = {**base, **env_for(name, platform, base)}
-    if platform == "cpu" or tpu_slice:  # compile-only TPU devices need no TPU backend
+    if platform == "cpu" or tpu_slice or compile_only:  # compile-only devices need no TPU/GPU backend
         env["JAX_PLATFORMS"] = "cpu"
-    key = (name, platform, tpu_slice, env.get("XLA_FLAGS"), env.get("LIBTPU_INIT_ARGS"))
+    key = (name, platform, tpu_slice, compile_only, env.get("XLA_FLAGS"), env.get("LIBTPU_INIT_ARGS"))
     if key in _VALID:
         return
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -1,6 +1,8 @@
 """`paxsearch run SPACE_FILE`: search a space file's configs (see search/study/space.py for the format)."""
 from __future__ import annotations
 
+import sys
+
 from ..errors import UserError
 from .common import add_study_options, cli_settings, default_run_dir, run_driver, user_errors
 
@@ -30,6 +32,7 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from ..driver import dryrun
     from ..driver.context import check_settings, create_or_continue, with_cli
+    from ..planning.targets import planning_notice
     from ..study.run_folder import check_writable
     from ..study.space import load_space
     from ..workers import gpu_assign
@@ -39,6 +42,9 @@ def main(args) -> int:
         settings = with_cli(space.settings, **cli_settings(args, for_new=True), plan_cache=args.plan_cache)
         space.apply_sets(args.sets)
         target = check_settings(settings, space, compiles=not args.dry_run)  # a dry run needs no libtpu
+        notice = planning_notice(target)  # a GPU node XLA cannot compile for here: planned analytically
+        if notice:
+            print(f"paxsearch: {notice}", file=sys.stderr, flush=True)
         gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written
         if args.dry_run:
             dryrun.dry_run(space, settings, target, emit=lambda line: print(line, flush=True))

@@ -19,7 +19,7 @@ from ...trainer.errors import ConfigError
 from ...trainer.flops import MFU_CONVENTION
 from ...trainer.topology import LibtpuMissing
 from ..errors import UserError
-from ..planning.targets import Target, TargetError, check_available, parse_target
+from ..planning.targets import Target, TargetError, check_available, compile_only_slice, parse_target
 from ..study import storage as storage_lib
 from ..study.run_folder import check_writable
 from ..study.settings import OBJECTIVES, SettingsError, StudySettings
@@ -134,7 +134,8 @@ def check_configs(space: Space, settings: StudySettings, target: Target) -> None
         for name in flag_sets_of(space, configs):
             flagsets.check(name)
             if name != "default" and flagsets.applies(name, target.platform, target.chip):
-                flagsets.validate(name, target.platform, tpu_slice=target.slice_name if target.plan_only else None)
+                flagsets.validate(name, target.platform, tpu_slice=compile_only_slice(target),
+                                  compile_only=target.plan_only)
     except ConfigError as e:
         raise SetupError(str(e)) from None
     if (settings.tokens or settings.compute) and not target.plan_only:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ...trainer import flops as flops_lib
+from ...trainer import gpu_topology as gpu_topo
 from ...trainer import hardware
 from ...trainer import topology as topo
 from ...trainer.config import MESH_AXES, compact_shape, full_shape
@@ -58,9 +59,9 @@ class Target:
     platform: str  # "cpu" | "tpu" | "gpu"
     num_devices: int  # all slices together
     num_slices: int = 1
-    plan_only: bool = False  # compiled for, never run (a TPU target on a machine without TPUs)
+    plan_only: bool = False  # compiled for, never run (a TPU target without TPUs, gpu:h100x8 without GPUs)
     hbm_bytes_per_device: int | None = None  # None: ask the device (or no limit on CPU)
-    chip: str | None = None  # "v5e" (TPU targets)
+    chip: str | None = None  # "v5e" (TPU targets), "h100" (GPU node targets)
     slice_name: str | None = None  # "v5e-16" (TPU targets)
     # "tpu:v5e-256,slices=auto": the slice count is each trial's own, prod(mesh.dcn) slices of
     # `slice_name` (plan-only targets); num_devices / num_slices are then one slice's until
@@ -119,6 +120,8 @@ def parse_target(text: str) -> Target:
     if slices < 1:
         raise TargetError(f"target {raw!r}: slices must be >= 1")
     suffix = ",slices=auto" if auto else f",slices={slices}" if slices > 1 else ""
+    if platform == "gpu" and not what.isdigit():
+        return _gpu_node_target(raw, what, slices, auto)
     if platform in ("cpu", "gpu"):
         if not what.isdigit() or int(what) < 1:
             raise TargetError(f"target {raw!r}: {platform}:N needs a device count N >= 1 (e.g. {platform}:8)")
@@ -140,6 +143,33 @@ def parse_target(text: str) -> Target:
     return target
 
 
+def _gpu_node_target(raw: str, what: str, slices: int, auto: bool) -> Target:
+    """'gpu:h100x8': one node of 8 H100s. Without GPUs here it is plan-only, compiled for the
+    node without a GPU (trainer/gpu_topology.py) or, without the CUDA plugin, planned analytically."""
+    if auto or slices > 1:
+        raise TargetError(f"target {raw!r}: slices= applies to TPU targets; plan one GPU node (e.g. gpu:h100x8)")
+    try:
+        node = gpu_topo.parse_node(what)
+    except ConfigError as e:
+        raise TargetError(f"target {raw!r}: {e}") from None
+    spec = node.spec
+    return Target(f"gpu:{node.name}", "gpu", node.count, plan_only=not gpu_topo.has_gpu_hardware(),
+                  hbm_bytes_per_device=int(spec.hbm_usable_bytes.value), chip=node.chip, slice_name=node.name)
+
+
+def planning_notice(target: Target) -> str | None:
+    """The one line a plan-only target gets when it cannot be compiled here and is planned
+    analytically instead (a GPU node without the CUDA plugin); None when it compiles."""
+    if target.platform == "gpu" and target.plan_only and not gpu_topo.plugin_available():
+        return gpu_topo.missing_plugin_line(gpu_topo.parse_node(target.slice_name or ""))
+    return None
+
+
+def compile_only_slice(target: Target) -> str | None:
+    """The TPU slice a plan-only TPU target compiles for (flagsets.validate loads its topology); None otherwise."""
+    return target.slice_name if target.plan_only and target.platform == "tpu" else None
+
+
 def check_auto_slices(target: Target) -> None:
     """slices=auto plans each trial on its own slice count, so it needs a plan-only target:
     with TPUs attached, a trial runs on the slices this job has (TargetError, one line)."""
@@ -154,6 +184,8 @@ def target_env(target: Target) -> dict[str, str]:
     env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
     if target.platform == "cpu":
         env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=with_device_count(os.environ.get("XLA_FLAGS"), target.num_devices))
+    elif target.platform == "gpu" and target.plan_only:
+        env["JAX_PLATFORMS"] = "cpu"  # compile-only GPU devices need no GPU backend (trainer/gpu_topology.py)
     elif target.platform == "tpu" and target.plan_only:
         # compile-only TPU devices need no TPU backend: stay on CPU, and answer libtpu's
         # questions so it does not warn (trainer.topology._quiet_libtpu_env)
@@ -189,6 +221,8 @@ def target_devices(target: Target) -> list:
             devices = jax.devices("tpu")
         else:
             devices = topo.topology_devices(target.slice_name, target.num_slices)
+    elif target.platform == "gpu" and target.plan_only:
+        devices = gpu_topo.node_devices(gpu_topo.parse_node(target.slice_name or ""))
     else:
         import jax
 
@@ -216,11 +250,11 @@ def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
     limit, what = memory_limit(target.hbm_bytes_per_device, budget_bytes)
     out: dict = {"memory_budget": {"bytes": limit, "source": "setting" if what == "memory budget" else "chip HBM"}
                  if limit else None}
-    chip = topo.CHIPS.get(target.chip or "")
-    if chip is not None:
-        out["device"] = {"device_kind": chip.device_kinds[0], "platform": target.platform,
+    entry = hardware.TABLE.get(target.chip or "")
+    if entry is not None:
+        out["device"] = {"device_kind": entry.device_kinds[0], "platform": target.platform,
                          "num_devices": target.num_devices}
-        peak = hardware.spec(chip.name).peak_bf16_flops
+        peak = entry.peak_bf16_flops
         out["peak_flops"] = {"value": peak.value, "source": f"trainer/hardware.py: {peak.source}"}
     return out
 
@@ -228,12 +262,15 @@ def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
 # ----------------------------------------------------------------------------- one plan
 
 def compile_for_target(cfg, target: Target, devices: Sequence | None = None, phases: dict | None = None):
-    """(Program, plan dict) of `cfg` compiled for `target`. Raises PredictedOOM when the TPU
+    """(Program, plan dict) of `cfg` compiled for `target`; (None, analytic_plan) where XLA cannot
+    compile for the target here (planning_notice). Raises PredictedOOM when the TPU
     compiler refuses the step for memory, ConfigError when the config cannot run there.
     `phases`, when given, gets the seconds of each phase (PlanResult.phases and predict_s)."""
     from ...trainer.plan import build_program
 
     target = target.for_config(cfg)  # slices=auto: this trial's own slice count
+    if planning_notice(target) is not None:  # cannot compile for it here: the analytic plan, no Program
+        return None, analytic_plan(cfg, target)
     devices = list(devices) if devices is not None else target_devices(target)
     try:
         program = build_program(cfg, devices, count_flops=False, keep_hlo=True)
@@ -283,16 +320,12 @@ def _dtype_bytes(name: str) -> int:
     return 2 if name == "bfloat16" else 4
 
 
-def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.PredictedOOM | None:
-    """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
-    one device (or `limit_bytes`, when smaller), without compiling; None when the point may
-    fit. Call it on a point that passed trainer.validate.check (the driver's static checks)."""
+def state_bytes(cfg, target: Target) -> tuple[int, int, int, str]:
+    """(bytes per device, shards, parameters, what the moments are) of what a train step keeps
+    in device memory at the update: parameters, gradients and AdamW moments, without compiling.
+    A lower bound of the compiled peak (activations are not counted)."""
     from ...trainer import mesh as mesh_lib
 
-    target = target.for_config(cfg)
-    hbm, what = memory_limit(target.hbm_bytes_per_device, limit_bytes)
-    if hbm is None:
-        return None
     sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
     # weights: embed over fsdp x context, heads/mlp/vocab over tensor, the layers over pipeline
     # stages (so a lower bound: embeddings are not split over stage)
@@ -308,14 +341,65 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
     need = topo.state_bytes_per_device(params, dtype_bytes, shards, optimizer_states=1)
     if not opt.offload_state:
         need += topo.state_bytes_per_device(params, dtype_bytes, moment_shards, optimizer_states=1)
-    if need <= hbm:
-        return None
     moments = ("AdamW moments (offloaded: not counted)" if opt.offload_state else
                f"AdamW moments (ZeRO-1: over {moment_shards} shards)" if opt.zero1 else "AdamW moments")
+    return need, shards, params, moments
+
+
+def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.PredictedOOM | None:
+    """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
+    one device (or `limit_bytes`, when smaller), without compiling; None when the point may
+    fit. Call it on a point that passed trainer.validate.check (the driver's static checks)."""
+    target = target.for_config(cfg)
+    hbm, what = memory_limit(target.hbm_bytes_per_device, limit_bytes)
+    if hbm is None:
+        return None
+    need, shards, params, moments = state_bytes(cfg, target)
+    if need <= hbm:
+        return None
     return topo.PredictedOOM(
         f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and {moments} "
         f"need {need / topo.GiB:.2f} GiB per device over fsdp x context x tensor x stage = {shards} shards, above "
         f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
+
+
+def analytic_plan(cfg, target: Target) -> dict:
+    """The plan of `cfg` on `target` without compiling (a GPU node where XLA cannot compile for
+    it: planning_notice): memory is state_bytes' lower bound (parameters, gradients, AdamW
+    moments; no activations), FLOPs the model's (trainer/flops.py), and the step time those
+    FLOPs at the chip's matmul rate (peak x measured matmul efficiency, trainer/hardware.py),
+    with no memory-bound work and no communication: an optimistic bound, labelled analytic."""
+    from ...trainer import mesh as mesh_lib
+
+    target = target.for_config(cfg)
+    entry = hardware.spec(target.chip or "")
+    need, shards, params, moments = state_bytes(cfg, target)
+    batch = mesh_lib.global_batch_size(cfg, target.num_devices)
+    model_flops = float(flops_lib.model_flops_per_step(cfg.model, batch))
+    peak = entry.peak_bf16_flops.value
+    rate = peak * entry.matmul_efficiency.value
+    step = model_flops / target.num_devices / rate
+    hbm = target.hbm_bytes_per_device
+    return {
+        "target": target.name, "num_slices": int(target.num_slices), "plan_only": target.plan_only,
+        "peak_bytes": int(need), "hbm_bytes": hbm, "fits": bool(hbm is None or need <= hbm),
+        "peak_bytes_source": f"lower bound: {params:,} parameters, gradients and {moments} over {shards} shards "
+                             "(no activations)",
+        "param_count": int(params), "global_batch": int(batch), "num_devices": int(target.num_devices),
+        "model_flops_per_step": model_flops, "tokens_per_step": int(batch * cfg.model.seq_len),
+        "device_kind": entry.device_kinds[0], "platform": target.platform,
+        **_mesh_shapes(cfg, target),
+        "peak_flops_per_device": peak, "predicted": True, "predicted_step_time": step,
+        "predicted_mfu": model_flops / target.num_devices / (step * peak),
+        "predicted_tokens_per_sec": batch * cfg.model.seq_len / step,
+        "roofline": {"predicted": True, "hardware": entry.name, "method": "analytic",
+                     "compute_s": step, "step_time_s": step,
+                     "source": f"model FLOPs / ({peak / 1e12:g} TFLOP/s x matmul efficiency "
+                               f"{entry.matmul_efficiency.value:g}); trainer/hardware.py: "
+                               f"{entry.peak_bf16_flops.source}; {entry.matmul_efficiency.source}"},
+        "plan_method": "analytic",
+        "plan_notice": planning_notice(target),
+    }
 
 
 def plan_keys(cfg, target: Target) -> tuple[str, str, int]:

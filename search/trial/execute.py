@@ -69,9 +69,11 @@ def run_plan(job: dict) -> TrialOutcome:
     try:
         cfg = trial_config(job)
         target = target.for_config(cfg)  # slices=auto: prod(mesh.dcn) slices for this trial
-        if target.name not in _PLAN_DEVICES:  # loading the topology is once per worker
+        analytic = targets.planning_notice(target) is not None  # XLA cannot compile for it here: no devices
+        if not analytic and target.name not in _PLAN_DEVICES:  # loading the topology is once per worker
             _PLAN_DEVICES[target.name] = targets.target_devices(target)
-        outcome = plan_outcome(cfg, target, _PLAN_DEVICES[target.name], budget, phases, plan_cache.folder())
+        outcome = plan_outcome(cfg, target, _PLAN_DEVICES.get(target.name), budget, phases,
+                               None if analytic else plan_cache.folder())  # an analytic plan is not cached
     except Exception as e:  # a config that cannot run there, libtpu failing to load, an unknown topology
         outcome = TrialOutcome.failure(*classify(e, Phase.PLAN), predicted=True,
                                        **targets.plan_result_fields(target, budget))

@@ -121,7 +121,8 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
         mfu, step = plan.get("predicted_mfu"), plan.get("predicted_step_time")
         how = f" ({plan['screen']})" if plan.get("screen") else ""
         parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
-                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} (compiled)"
+                     f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} "
+                     + ("(analytic, lower bound)" if plan.get("plan_method") == "analytic" else "(compiled)")
                      + _full_run(outcome))
     elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
         loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"

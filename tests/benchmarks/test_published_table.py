@@ -208,3 +208,20 @@ def test_nearest_config_of_each_recipe_passes_the_static_checks_on_its_slice(r):
     assert remat.offloads(cfg.remat) == any("offload" in value for _, value, _ in r.knobs)
     table = P.recipes_table()
     assert f"| {r.name} |" in table and f"{P.recipe_converted_mfu(r):.2%}" in table
+
+
+@pytest.mark.parametrize("row", P.GPU_ROWS, ids=lambda r: r.name)
+def test_gpu_row_is_traced_and_converted(row):
+    assert row.published_in.startswith("AI-Hypercomputer/maxtext ") and HASH.search(row.published_in)
+    assert row.config.startswith("AI-Hypercomputer/maxtext ") and HASH.search(row.config)
+    target = parse_target(row.target)
+    assert target.platform == "gpu" and target.chip == row.chip and target.num_devices == row.gpus
+    assert row.ici[0] * row.ici[1] * row.ici[2] == row.gpus and remat.parse_custom(row.remat)
+    m = presets.get(row.preset)
+    # MaxText's 6 N S counts both Llama2 embedding tables; ours counts the unembedding matmul only
+    n, s = flops.param_count(m), m.seq_len
+    assert P.gpu_maxtext_flops_per_row(row) == 6 * n * s + 6 * m.n_heads * m.n_layers * m.head_dim * s * s
+    assert 0.97 < P.gpu_conversion(row) < 1.0
+    # 492 TFLOP/s of 989: 49.7% in MaxText's count, 48.8% in ours; 1.45 s a step
+    assert P.gpu_converted_mfu(row) == pytest.approx(row.tflops / 989 * P.gpu_conversion(row))
+    assert P.gpu_step_time(row) == pytest.approx(P.gpu_maxtext_flops_per_row(row) * 4 / 492e12)
