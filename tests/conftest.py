@@ -15,6 +15,7 @@ and, for every test (autouse), the CPU's matmul peak measured once per session.
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from unittest import mock
@@ -47,6 +48,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # what it checks; one that tests the cache names its own folder (--plan-cache DIR).
 os.environ["PAXSEARCH_PLAN_CACHE"] = "off"
 
+from . import costs as test_costs  # noqa: E402
 from . import pg_util, search_util, space_factory  # noqa: E402
 
 
@@ -158,7 +160,29 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_collection_modifyitems(config, items):
     """Under `-n N --dist loadgroup` (pyproject's addopts) a test file runs on one xdist worker,
     so its module-scoped fixtures are built once; the tests that read the session's tiny grid
-    study run together, so it is run once."""
+    study run together, so it is run once.
+
+    The groups are handed out costliest first (longest processing time first: with pyproject's
+    --no-loadscope-reorder xdist takes them in collection order), so that no worker starts a
+    long file while the other runs out of work. A group's cost is the CPU seconds its selected
+    tests took in the last profile (tests/costs.json, tests/costs.py); a test
+    not in it counts COST_UNKNOWN_S."""
+    groups: dict[str, list] = {}
     for item in items:
         group = "tiny_grid" if "tiny_grid_run" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    costs = test_costs.load()
+    ordered = sorted(groups.values(), key=lambda g: -sum(costs.get(i.nodeid, test_costs.COST_UNKNOWN_S) for i in g))
+    items[:] = [item for group in ordered for item in group]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With $PAXSEARCH_TEST_COSTS_LOG set, each test's CPU seconds go there (tests/costs.py)."""
+    if not os.environ.get(test_costs.LOG_ENV):
+        yield
+        return
+    cpu0, wall0 = test_costs.cpu_seconds(), time.time()
+    yield
+    test_costs.log(item.nodeid, test_costs.cpu_seconds() - cpu0, time.time() - wall0)

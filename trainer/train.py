@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 
-from . import data as data_lib
 from . import distributed
 from . import flops as flops_lib
 from .checkpoint import Checkpointer
@@ -20,6 +19,9 @@ from .prefetch import Prefetcher
 from .results import StepMetrics, TrainResult
 from .step import make_eval_step
 from .tb import ScalarWriter
+
+if TYPE_CHECKING:
+    from . import data as data_lib
 
 Report = Callable[[StepMetrics], object]
 DIVERGENCE_FACTOR = 2.0  # loss above this multiple of the first step's loss counts as diverged
@@ -57,6 +59,7 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
 
     local_devices = jax.local_device_count()
     peak, _ = flops_lib.peak_flops_per_device(plan.device_kind, plan.platform, local_devices, cfg.model.dtype)
+    data_lib = _data()
     local_batches = data_lib.train_batches(cfg.data, cfg.model.seq_len, plan.global_batch, pidx, pcount,
                                            start_step=start)
     loop = _Loop(cfg, program, peak, writer, report, start)
@@ -86,9 +89,17 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
                        run_dir=run_dir, start_step=start)
 
 
+def _data():
+    """trainer/data.py, imported on first use: it imports seqio and TensorFlow (~6 CPU-s), which a
+    process that only plans (a plan-only trial worker, a memory refusal) never needs."""
+    from . import data
+
+    return data
+
+
 def check_vocab(cfg: TrainConfig) -> None:
     """The model's vocabulary holds the data's tokens; ConfigError (one line) otherwise."""
-    data_vocab = data_lib.data_vocab_size(cfg.data)
+    data_vocab = _data().data_vocab_size(cfg.data)
     if cfg.model.vocab_size < data_vocab:
         raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data vocabulary "
                           f"({data_vocab}); set model.vocab_size >= {data_vocab}")
@@ -173,7 +184,7 @@ class _Loop:
             with program.context():
                 self._eval_fn = jax.jit(make_eval_step(program.model),
                                         in_shardings=(params_sh, program.batch_sharding))
-            self._eval_batches = data_lib.eval_batches(
+            self._eval_batches = _data().eval_batches(
                 cfg.data, cfg.model.seq_len, program.plan.global_batch, jax.process_index(),
                 jax.process_count(), max_batches=cfg.eval.max_batches)
         total, weight = 0.0, 0.0
