@@ -100,8 +100,6 @@ def naive(sets: list[str]) -> dict:
 
 
 def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], seed: int) -> dict:
-    import optuna
-
     # the naive loop has no memory budget, so neither does this run (the sweep's own 10 MiB
     # budget would rule out configs the naive loop may find best)
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir, "--objective", "mfu",
@@ -111,11 +109,20 @@ def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], se
         cmd += ["--trials", str(trials)]
     t0 = time.time()
     subprocess.run(cmd, check=True, cwd=REPO)
-    total = time.time() - t0
+    return {"total_s": time.time() - t0, "rows": study_rows(run_dir, t0)}
+
+
+def study_rows(run_dir: str, t0: float | None = None) -> list[dict]:
+    """One row per trial of the arm's study (times from t0, else from its first trial's start)."""
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="mesh_sweep", storage=f"sqlite:///{os.path.abspath(run_dir)}/study.db")
     rows = []
-    for t in study.get_trials():
+    trials = study.get_trials()
+    if t0 is None:
+        t0 = min(t.datetime_start.timestamp() for t in trials if t.datetime_start)
+    for t in trials:
         m = t.user_attrs.get("measured") or {}
         rows.append({"number": t.number, "decisions": t.user_attrs.get("decisions"), "mfu": m.get("mfu"),
                      "steps": m.get("steps"), "predicted_mfu": (t.user_attrs.get("plan") or {}).get("predicted_mfu"),
@@ -123,7 +130,7 @@ def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], se
                      "done_s": t.datetime_complete.timestamp() - t0 if t.datetime_complete else None,
                      "overhead_s": (t.user_attrs.get("timings") or {}).get("overhead_s"),
                      "failure_kind": t.user_attrs.get("failure_kind")})
-    return {"total_s": total, "rows": rows}
+    return rows
 
 
 def time_to_best(found: dict, base: dict) -> dict:
@@ -230,7 +237,8 @@ def main() -> None:
                     help="also replay both steering rules offline on the tpe arm's measurements over this many "
                          "random orders (needs the tpe arm with a budget of the whole space)")
     ap.add_argument("--replay-from", default=None, metavar="RESULT_JSON",
-                    help="only replay (--replay orders, default 200) on the tpe arm of an earlier result file")
+                    help="only replay (--replay orders, default 200) on the tpe arm of an earlier result file, "
+                         "or on the study in an unsteered arm's run folder")
     ap.add_argument("--out", default=os.path.join("runs", "bench_search", "result.json"))
     args = ap.parse_args()
     sets = args.sets if args.sets is not None else DEFAULT_SETS
@@ -239,11 +247,15 @@ def main() -> None:
     if unknown:
         sys.exit(f"bench_search: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
     if args.replay_from:
-        with open(args.replay_from) as f:
-            earlier = json.load(f)
-        if "tpe" not in earlier["arms"]:
-            sys.exit(f"bench_search: {args.replay_from} has no tpe arm to replay; run it with --arms tpe,...")
-        print(json.dumps(replay(earlier["arms"]["tpe"]["search"], args.replay or 200), indent=2, default=str))
+        if os.path.isdir(args.replay_from):  # an unsteered arm's run folder
+            found = {"rows": study_rows(args.replay_from)}
+        else:
+            with open(args.replay_from) as f:
+                earlier = json.load(f)
+            if "tpe" not in earlier["arms"]:
+                sys.exit(f"bench_search: {args.replay_from} has no tpe arm to replay; run it with --arms tpe,...")
+            found = earlier["arms"]["tpe"]["search"]
+        print(json.dumps(replay(found, args.replay or 200, args.seed), indent=2, default=str))
         return
     if args.reference == "tpe" and "tpe" not in arms:
         sys.exit("bench_search: --reference tpe needs the tpe arm; add it to --arms")

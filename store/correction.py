@@ -13,8 +13,9 @@ standard prediction interval of the linear model: mean +- t(n - p - 1) x s x sqr
 h = z1' (Z1'Z1 + L)^-1 z1 (z1: the features with a leading 1; L: the ridge on features only).
 
 Features enter in a fixed order (FEATURES) and only as many as the measured trials afford:
-p <= n - 3, so the residual keeps at least 2 degrees of freedom; a feature constant over the
-measured trials tells nothing and is left out. With no feature the model is the global
+p <= (n - 3) / 2, so the residual keeps at least p + 2 degrees of freedom (the first feature at
+5 trials, the second at 7, ...); a feature constant over the measured trials tells nothing and
+is left out. With no feature the model is the global
 ratio: the intercept alone is the mean log ratio, and the interval is the one-sided bound
 steering used before (exp(mean + t(n - 1) x sd x sqrt(1 + 1/n))).
 
@@ -72,11 +73,15 @@ def _log_recompute(plan: dict) -> float | None:
     return math.log(executed * devices / model)
 
 
-# In the order they enter the model as measured trials accrue.
+# In the order they enter the model as measured trials accrue: first the predicted step time
+# (fixed per-step costs the roofline leaves out, dispatch, launches, synchronisation, weigh most
+# where the predicted step is shortest), then the share of communication (the collective model
+# is the roofline's least measured part), then each device's share of the batch (small matmuls
+# run below the peak the roofline assumes), tensor parallelism and recomputation.
 FEATURES: dict[str, Callable[[dict], float | None]] = {
+    "log_step_time": _log_step_time,
     "comm_share": _comm_share,
     "log_device_tokens": _log_device_tokens,
-    "log_step_time": _log_step_time,
     "log_tensor": _log_tensor,
     "log_recompute": _log_recompute,
 }
@@ -171,13 +176,14 @@ class Correction:
 def fit(plans: Sequence[dict], log_ratios: Sequence[float], *, max_features: int | None = None,
         ridge: float = RIDGE) -> Correction | None:
     """The model of `log_ratios` (one per plan dict) over the plans' features; None below
-    MIN_TRIALS. Features are taken in FEATURES order while p <= n - 3 (the global ratio when
-    none fits: n <= p + 2), skipping any a plan lacks or that is constant over the plans."""
+    MIN_TRIALS. Features are taken in FEATURES order while p <= (n - 3) / 2 (the global ratio
+    when none fits: n <= 4, n <= p + 2 for p = 1 or 2), skipping any a plan lacks or that is
+    constant over the plans."""
     y = np.asarray(log_ratios, dtype=float)
     n = len(y)
     if n < MIN_TRIALS:
         return None
-    room = n - MIN_TRIALS if max_features is None else min(max_features, n - MIN_TRIALS)
+    room = (n - MIN_TRIALS) // 2 if max_features is None else min(max_features, n - MIN_TRIALS)
     names: list[str] = []
     columns: list[np.ndarray] = []
     for name, feature in FEATURES.items():

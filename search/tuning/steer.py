@@ -9,10 +9,10 @@ Point p is predicted dominated by a finished trial q when, for every objective:
   - mfu: q's measured MFU > p's optimistic MFU = p's predicted MFU x R(p). R(p) is the upper
     bound of a one-sided (1 - RISK) prediction interval for p's measured / predicted MFU ratio,
     learned from the study's finished trials (store/correction.py): a linear model of the log
-    ratio over features of the compiled plan (communication share, tokens per device,
-    predicted step time, tensor-parallel size, recomputation), so a layout the roofline
-    underestimates gets a wider margin and one it overestimates a narrower one. Features enter
-    only as the measured trials afford them (p <= n - 3); with none the bound is the global
+    ratio over features of the compiled plan (predicted step time, communication share, tokens
+    per device, tensor-parallel size, recomputation), so a layout the roofline underestimates
+    gets a wider margin and one it overestimates a narrower one. Features enter only as the
+    measured trials afford them (p <= (n - 3) / 2); with none the bound is the global
     ratio's (log-normal: exp(mean + t(n-1) x sd x sqrt(1 + 1/n)) of the log ratios), which is
     also what `steer ratio` uses for every point (the rule before the model, kept to compare).
     No fixed factor: R is read from the study, it is wide while few trials have been measured

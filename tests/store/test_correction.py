@@ -69,7 +69,7 @@ def test_the_upper_bound_covers_held_out_points_at_its_level():
 
 def test_too_few_trials_fall_back_to_the_global_ratio():
     rng = np.random.default_rng(2)
-    plans = _draw(rng, 6)
+    plans = _draw(rng, 7)
     logs = [_truth(p) for p in plans]
     assert correction.fit(plans[:2], logs[:2]) is None
     three = correction.fit(plans[:3], logs[:3])  # n = 3 <= p + 2 for any p >= 1: no feature
@@ -78,9 +78,13 @@ def test_too_few_trials_fall_back_to_the_global_ratio():
     global_bound = math.exp(np.mean(logs[:3]) + stats.t.ppf(0.95, 2) * np.std(logs[:3], ddof=1) * math.sqrt(4 / 3))
     assert three.upper_ratio(plans[5], 0.05) == pytest.approx(global_bound)  # the same for every point
     assert three.upper_ratio(plans[4], 0.05) == pytest.approx(global_bound) and global_bound > max(ratios)
-    assert correction.fit(plans[:5], logs[:5]).names == ("comm_share", "log_device_tokens")  # p = n - 3
-    # a feature constant over the measured trials is left out
-    same_tokens = [_plan(rng.uniform(0.05, 0.6), 7.0) for _ in range(6)]
+    assert correction.fit(plans[:4], logs[:4]).is_global
+    # features enter as trials accrue, p <= (n - 3) / 2, in FEATURES order (log_step_time is
+    # constant in these plans, so it is left out)
+    assert correction.fit(plans[:5], logs[:5]).names == ("comm_share",)
+    assert correction.fit(plans[:6], logs[:6]).names == ("comm_share",)
+    assert correction.fit(plans, logs).names == ("comm_share", "log_device_tokens")
+    same_tokens = [_plan(rng.uniform(0.05, 0.6), 7.0) for _ in range(7)]  # a constant feature is left out
     assert correction.fit(same_tokens, [_truth(p) for p in same_tokens]).names == ("comm_share",)
 
 
