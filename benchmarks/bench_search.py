@@ -168,7 +168,8 @@ def replay(found: dict, orders: int, seed: int = 0) -> dict:
     rows = [r for r in found["rows"] if r["mfu"] is not None and (r.get("plan") or {}).get("predicted_mfu")]
     best = max(range(len(rows)), key=lambda i: rows[i]["mfu"])
     perms = [np.random.default_rng([seed, k]).permutation(len(rows)) for k in range(orders)]
-    out: dict = {"configs": len(rows), "best": rows[best]["decisions"], "best_mfu": rows[best]["mfu"]}
+    out: dict = {"configs": len(rows), "best": rows[best]["decisions"], "best_mfu": rows[best]["mfu"],
+                 "near_best": sum(r["mfu"] >= (1 - WITHIN) * rows[best]["mfu"] for r in rows)}
     walks = {}
     for rule in ("ratio", "predicted"):
         walks[rule] = [_walk(rows, perm, best, rule == "predicted") for perm in perms]
@@ -177,7 +178,10 @@ def replay(found: dict, orders: int, seed: int = 0) -> dict:
                      "proposals_to_best_mean": float(np.mean(reached)) if reached else None,
                      "trained_to_best_mean": float(np.mean([w["trained_to_best"] for w in walks[rule]
                                                             if w["trained_to_best"] is not None] or [np.nan])),
-                     "trained_mean": float(np.mean([w["trained"] for w in walks[rule]]))}
+                     "trained_mean": float(np.mean([w["trained"] for w in walks[rule]])),
+                     "near_missed": sum(w["trained_to_near"] is None for w in walks[rule]),
+                     "trained_to_near_mean": float(np.mean([w["trained_to_near"] for w in walks[rule]
+                                                             if w["trained_to_near"] is not None] or [np.nan]))}
     pairs = zip(walks["ratio"], walks["predicted"], strict=True)
     both = [(r["trained_to_best"], p["trained_to_best"]) for r, p in pairs
             if r["trained_to_best"] is not None and p["trained_to_best"] is not None]
@@ -187,12 +191,13 @@ def replay(found: dict, orders: int, seed: int = 0) -> dict:
 
 
 def _walk(rows: list[dict], perm, best: int, learned: bool) -> dict:
-    """One order of `rows` steered by the rule: when the best row was trained, and how many were."""
+    """One order of `rows` steered by the rule: when the best row was trained, when the first row
+    within WITHIN of it was, and how many were."""
     from paxsearch.search.tuning import steer
     from paxsearch.store import correction
 
     trained: list[int] = []
-    at = None
+    at = near = None
     for step, i in enumerate(perm):
         job = None
         if len(trained) >= steer.MIN_MEASURED:
@@ -208,7 +213,10 @@ def _walk(rows: list[dict], perm, best: int, learned: bool) -> dict:
             trained.append(int(i))
             if i == best:
                 at = (step + 1, len(trained))
-    return {"proposals": at[0] if at else None, "trained_to_best": at[1] if at else None, "trained": len(trained)}
+            if near is None and rows[i]["mfu"] >= (1 - WITHIN) * rows[best]["mfu"]:
+                near = len(trained)
+    return {"proposals": at[0] if at else None, "trained_to_best": at[1] if at else None, "trained": len(trained),
+            "trained_to_near": near}
 
 
 def overhead(found: dict) -> dict:
