@@ -7,9 +7,9 @@ steering by predictions, and harness overhead.
    tokens, steps = tokens / (global batch x seq_len)), so both sides do the same training.
    paxsearch runs the same space for the single objective MFU in up to three arms, one after
    the other in this script: `tpe` (today's default tuner), `tpe --steer predicted` (a trial
-   predicted dominated is skipped after compiling, search/tuning/steer.py, its bound from the
-   correction model learned on the study's measured trials, store/correction.py) and
-   `tpe --steer ratio` (the same with one global measured/predicted bound). For each arm: the
+   predicted dominated is skipped after compiling, search/tuning/steer.py, with one global
+   measured/predicted bound) and `tpe --steer learned` (its bound per point from the
+   correction model learned on the study's measured trials, store/correction.py). For each arm: the
    wall time, proposals and trained trials until it first completed a trial of the naive loop's
    best config, and the time until it first measured an MFU within 5% of that best (MFU on a
    loaded machine is noisy, and near-ties swap). Goal: <= 0.3 of the naive time, the same best
@@ -24,7 +24,7 @@ steering by predictions, and harness overhead.
     python benchmarks/bench_search.py --arms tpe           # one search arm only
     python benchmarks/bench_search.py --seed 1 --naive-from runs/bench_search/result.json  # another tuner seed
     python benchmarks/bench_search.py --overhead-only --trials 12
-    python benchmarks/bench_search.py --arms tpe,tpe+ratio,tpe+steer --reference tpe --replay 200
+    python benchmarks/bench_search.py --arms tpe,tpe+steer,tpe+learned --reference tpe --replay 200
     python benchmarks/bench_search.py --replay-from runs/bench_search/result.json --replay 500
 
 Results go to stdout as JSON lines and to --out (default runs/bench_search/result.json).
@@ -46,7 +46,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPACE = os.path.join(REPO, "spaces", "mesh_sweep.py")
 DEFAULT_SETS = ["model_size=small", "remat=none", "attention=dot_product", "rules=default", "flags=default"]
 ARMS = {"tpe": ["--tuner", "tpe"], "tpe+steer": ["--tuner", "tpe", "--steer", "predicted"],
-        "tpe+ratio": ["--tuner", "tpe", "--steer", "ratio"]}
+        "tpe+learned": ["--tuner", "tpe", "--steer", "learned"]}
 WITHIN = 0.05  # "near best": measured MFU >= (1 - WITHIN) x the naive loop's best
 
 
@@ -160,7 +160,7 @@ def replay(found: dict, orders: int, seed: int = 0) -> dict:
     """Steering replayed offline on an unsteered arm's measurements (every config trained once):
     for `orders` random orders of its configs, walk each order, skipping a config when the rule
     (search/tuning/steer.py, objective MFU) finds its stored plan dominated by the configs trained
-    before it, with the global ratio ("ratio") or the learned correction ("predicted"). Reports,
+    before it, with the global ratio ("predicted") or the learned correction ("learned"). Reports,
     per rule, the proposals and trainings until the arm's best config is trained, how often it
     was skipped (never reached), and how many configs were trained. Both rules walk the same
     orders over the same measurements, so a difference is the rule's alone (not the machine's
@@ -171,8 +171,8 @@ def replay(found: dict, orders: int, seed: int = 0) -> dict:
     out: dict = {"configs": len(rows), "best": rows[best]["decisions"], "best_mfu": rows[best]["mfu"],
                  "near_best": sum(r["mfu"] >= (1 - WITHIN) * rows[best]["mfu"] for r in rows)}
     walks = {}
-    for rule in ("ratio", "predicted"):
-        walks[rule] = [_walk(rows, perm, best, rule == "predicted") for perm in perms]
+    for rule in ("predicted", "learned"):
+        walks[rule] = [_walk(rows, perm, best, rule == "learned") for perm in perms]
         reached = [w["proposals"] for w in walks[rule] if w["proposals"] is not None]
         out[rule] = {"orders": orders, "best_skipped": orders - len(reached),
                      "proposals_to_best_mean": float(np.mean(reached)) if reached else None,
@@ -182,11 +182,11 @@ def replay(found: dict, orders: int, seed: int = 0) -> dict:
                      "near_missed": sum(w["trained_to_near"] is None for w in walks[rule]),
                      "trained_to_near_mean": float(np.mean([w["trained_to_near"] for w in walks[rule]
                                                              if w["trained_to_near"] is not None] or [np.nan]))}
-    pairs = zip(walks["ratio"], walks["predicted"], strict=True)
+    pairs = zip(walks["predicted"], walks["learned"], strict=True)
     both = [(r["trained_to_best"], p["trained_to_best"]) for r, p in pairs
             if r["trained_to_best"] is not None and p["trained_to_best"] is not None]
-    out["paired"] = {"orders_both_reached": len(both), "predicted_fewer": sum(p < r for r, p in both),
-                     "equal": sum(p == r for r, p in both), "predicted_more": sum(p > r for r, p in both)}
+    out["paired"] = {"orders_both_reached": len(both), "learned_fewer": sum(p < r for r, p in both),
+                     "equal": sum(p == r for r, p in both), "learned_more": sum(p > r for r, p in both)}
     return out
 
 

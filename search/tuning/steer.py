@@ -14,7 +14,7 @@ Point p is predicted dominated by a finished trial q when, for every objective:
     gets a wider margin and one it overestimates a narrower one. Features enter only as the
     measured trials afford them (p <= (n - 3) / 2); with none the bound is the global
     ratio's (log-normal: exp(mean + t(n-1) x sd x sqrt(1 + 1/n)) of the log ratios), which is
-    also what `steer ratio` uses for every point (the rule before the model, kept to compare).
+    what `steer predicted` uses for every point; `steer learned` uses the model.
     No fixed factor: R is read from the study, it is wide while few trials have been measured
     (Student's t), and nothing is skipped before MIN_MEASURED trials have both figures. (The
     largest ratio seen is not a bound: a new trial exceeds the largest of n with probability
@@ -134,7 +134,7 @@ def ratio(trials) -> tuple[float | None, int]:
 def job_steer(trials, objectives, key: str | None, learned: bool = True) -> dict | None:
     """What a worker needs to decide (None: nothing may be skipped yet). `key`: the trial's
     math_key (references of another math are left out when loss is an objective). `learned`:
-    send the correction model (steer predicted), else the global ratio alone (steer ratio)."""
+    send the correction model (steer learned), else the global ratio alone (steer predicted)."""
     r, n = ratio(trials)
     if r is None:
         return None

@@ -13,7 +13,6 @@ from scipy import stats
 from paxsearch.search.study.space import load_space
 from paxsearch.search.tuning import steer
 from paxsearch.search.tuning.tuners import GridProposer
-from paxsearch.store import correction
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
 from ...search_util import HERE, cli, load, needs_libtpu
@@ -181,15 +180,12 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
         assert ref.user_attrs["measured"]["mfu"] == s["reference_mfu"] > s["predicted_mfu"] * s["ratio"]
         assert s["ratio_trials"] >= steer.MIN_MEASURED
         assert f"#{t.number:<3d} skipped" in out.stdout
-    # the ratio is the bound of the correction fit on the trials finished before (the global one
-    # while they afford no feature)
+    # steer "predicted" (the space's): the ratio is the global bound from the trials finished before
     first = skipped[0]
     before = [t for t in trained if t.number < first.number and t.state == TrialState.COMPLETE]
-    model = correction.fit([t.user_attrs["plan"] for t in before],
-                           [math.log(t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"])
-                            for t in before])
-    expected = model.upper_ratio(first.user_attrs["plan"], steer.RISK)
-    assert first.user_attrs["steered"]["ratio"] == pytest.approx(expected)
+    assert first.user_attrs["steered"]["ratio"] == pytest.approx(
+        _bound([t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"] for t in before]))
+    assert first.user_attrs["steered"]["ratio_source"].startswith("global ratio")
     # skips do not use the budget, up to one skip per trained trial (steer.counted; how many are
     # skipped depends on the MFU measured, so on the machine's load): the study stops when the
     # trained trials plus the skips past that cap reach the budget, or every point was seen
@@ -221,7 +217,7 @@ def test_processes_of_a_trial_skip_together(tmp_path):
     seed, budget = _seed_with_order(space, WIDE_THEN_NARROW), len(WIDE_THEN_NARROW) - 1
     run = tmp_path / "steer2"
     out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--processes", 2,
-              "--timeout", 180, "--no-progress")
+              "--timeout", 180, "--steer", "learned", "--no-progress")  # the learned bound's path, end to end
     trials = load(run, "steer_space").get_trials()
     assert not [t.user_attrs.get("failure_message") for t in trials if t.user_attrs.get("failure_kind")]
     skipped = [t for t in trials if t.user_attrs.get("steered")]
