@@ -95,7 +95,8 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
            comparison: pd.DataFrame, trials: pd.DataFrame,
            failures: dict[str, pd.DataFrame], loss_line: str | None = None,
            rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
-           curves: tuple[bytes, pd.DataFrame] | None = None) -> str:
+           curves: tuple[bytes, pd.DataFrame] | None = None,
+           corrected: tuple[pd.DataFrame, str | None] | None = None) -> str:
     """The page. loss_line: what the objectives loss and time to train are, one line each;
     curves: the loss curves per math group (PNG) and their legend table."""
     title = dict(header)["study"]
@@ -122,6 +123,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
     if not comparison.empty:
         parts += ["<h2>Predicted vs measured</h2>",
                   "<p>Ratios are measured / predicted.</p>", table(comparison, False)]
+    if corrected is not None and not corrected[0].empty:
+        parts += ['<h2 id="corrected">Predicted, corrected and measured MFU</h2>',
+                  f"<p>{html.escape(corrected[1] or '')}</p>", table(corrected[0], False)]
     parts.append(f"<h2>Effect of each decision ({kind})</h2>")
     if roles is not None and not roles.empty:
         parts += [f'<p id="decision-roles">{html.escape(ROLES_NOTE)}</p>', table(roles, False)]

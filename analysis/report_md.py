@@ -39,7 +39,8 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
            effect_pngs: dict[str, str], best: pd.DataFrame, front: pd.DataFrame,
            comparison: pd.DataFrame, failures: dict[str, pd.DataFrame], loss_line: str | None = None,
            rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
-           curves: tuple[str, pd.DataFrame] | None = None) -> str:
+           curves: tuple[str, pd.DataFrame] | None = None,
+           corrected: tuple[pd.DataFrame, str | None] | None = None) -> str:
     """Markdown text; figure arguments are paths relative to the Markdown file. loss_line:
     what the objectives loss and time to train are, one line each (the study's "loss_objective",
     e.g. its token budget; the full run's tokens)."""
@@ -57,6 +58,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
     if not comparison.empty:
         parts += ["## Predicted vs measured\n", "Ratios are measured / predicted.\n",
                   table(comparison, False)]
+    if corrected is not None and not corrected[0].empty:
+        parts += ["## Predicted, corrected and measured MFU\n", f"{_cell(corrected[1] or '')}\n",
+                  table(corrected[0], False)]
     parts.append("## Failures by kind\n")
     if not failures:
         parts.append("No trial failed.\n")

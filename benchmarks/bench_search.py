@@ -5,12 +5,17 @@ steering by predictions, and harness overhead.
    sweep, with no screening, no compilation cache and no tuner, and keeps the best MFU. Every
    config trains exactly as long as its search trial does: the sweep's token budget (8,192
    tokens, steps = tokens / (global batch x seq_len)), so both sides do the same training.
-   paxsearch runs the same space for the single objective MFU in two arms, one after the
-   other in this script: `tpe` (today's default tuner) and `tpe --steer predicted` (a trial
-   predicted dominated is skipped after compiling, search/tuning/steer.py). For each arm: the wall
-   time until it first completed a trial of the naive loop's best config, and until it first
-   measured an MFU within 5% of that best (MFU on a loaded machine is noisy, and near-ties
-   swap). Goal: <= 0.3 of the naive time, the same best config.
+   paxsearch runs the same space for the single objective MFU in up to three arms, one after
+   the other in this script: `tpe` (today's default tuner), `tpe --steer predicted` (a trial
+   predicted dominated is skipped after compiling, search/tuning/steer.py, with one global
+   measured/predicted bound) and `tpe --steer learned` (its bound per point from the
+   correction model learned on the study's measured trials, store/correction.py). For each arm: the
+   wall time, proposals and trained trials until it first completed a trial of the naive loop's
+   best config, and the time until it first measured an MFU within 5% of that best (MFU on a
+   loaded machine is noisy, and near-ties swap). Goal: <= 0.3 of the naive time, the same best
+   config. `--reference tpe` takes the unsteered tpe arm's best instead of running the naive
+   loop; `--replay N` replays both steering rules offline on the tpe arm's measurements (see
+   replay()).
 2. Harness overhead per trial: timings.overhead_s of every paxsearch trial (wall time outside
    compilation and training: proposing, storage, worker round trip). Goal: median <= 1 s.
 
@@ -19,6 +24,8 @@ steering by predictions, and harness overhead.
     python benchmarks/bench_search.py --arms tpe           # one search arm only
     python benchmarks/bench_search.py --seed 1 --naive-from runs/bench_search/result.json  # another tuner seed
     python benchmarks/bench_search.py --overhead-only --trials 12
+    python benchmarks/bench_search.py --arms tpe,tpe+steer,tpe+learned --reference tpe --replay 200
+    python benchmarks/bench_search.py --replay-from runs/bench_search/result.json --replay 500
 
 Results go to stdout as JSON lines and to --out (default runs/bench_search/result.json).
 """
@@ -33,10 +40,13 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPACE = os.path.join(REPO, "spaces", "mesh_sweep.py")
 DEFAULT_SETS = ["model_size=small", "remat=none", "attention=dot_product", "rules=default", "flags=default"]
-ARMS = {"tpe": ["--tuner", "tpe"], "tpe+steer": ["--tuner", "tpe", "--steer", "predicted"]}
+ARMS = {"tpe": ["--tuner", "tpe"], "tpe+steer": ["--tuner", "tpe", "--steer", "predicted"],
+        "tpe+learned": ["--tuner", "tpe", "--steer", "learned"]}
 WITHIN = 0.05  # "near best": measured MFU >= (1 - WITHIN) x the naive loop's best
 
 
@@ -90,8 +100,6 @@ def naive(sets: list[str]) -> dict:
 
 
 def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], seed: int) -> dict:
-    import optuna
-
     # the naive loop has no memory budget, so neither does this run (the sweep's own 10 MiB
     # budget would rule out configs the naive loop may find best)
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir, "--objective", "mfu",
@@ -101,19 +109,28 @@ def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], se
         cmd += ["--trials", str(trials)]
     t0 = time.time()
     subprocess.run(cmd, check=True, cwd=REPO)
-    total = time.time() - t0
+    return {"total_s": time.time() - t0, "rows": study_rows(run_dir, t0)}
+
+
+def study_rows(run_dir: str, t0: float | None = None) -> list[dict]:
+    """One row per trial of the arm's study (times from t0, else from its first trial's start)."""
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="mesh_sweep", storage=f"sqlite:///{os.path.abspath(run_dir)}/study.db")
     rows = []
-    for t in study.get_trials():
+    trials = study.get_trials()
+    if t0 is None:
+        t0 = min(t.datetime_start.timestamp() for t in trials if t.datetime_start)
+    for t in trials:
         m = t.user_attrs.get("measured") or {}
         rows.append({"number": t.number, "decisions": t.user_attrs.get("decisions"), "mfu": m.get("mfu"),
                      "steps": m.get("steps"), "predicted_mfu": (t.user_attrs.get("plan") or {}).get("predicted_mfu"),
-                     "skipped": bool(t.user_attrs.get("steered")),
+                     "skipped": bool(t.user_attrs.get("steered")), "plan": t.user_attrs.get("plan"),
                      "done_s": t.datetime_complete.timestamp() - t0 if t.datetime_complete else None,
                      "overhead_s": (t.user_attrs.get("timings") or {}).get("overhead_s"),
                      "failure_kind": t.user_attrs.get("failure_kind")})
-    return {"total_s": total, "rows": rows}
+    return rows
 
 
 def time_to_best(found: dict, base: dict) -> dict:
@@ -122,6 +139,8 @@ def time_to_best(found: dict, base: dict) -> dict:
     rows = [r for r in found["rows"] if r["done_s"] is not None]
     measured = [r for r in rows if r["mfu"] is not None]
     hits = [r["done_s"] for r in measured if r["decisions"] == best["decisions"]]
+    order = sorted(rows, key=lambda r: r["number"])
+    at = next((i for i, r in enumerate(order) if r["mfu"] is not None and r["decisions"] == best["decisions"]), None)
     near = [r["done_s"] for r in measured if r["mfu"] >= (1 - WITHIN) * best["mfu"]]
     own = max(measured, key=lambda r: r["mfu"]) if measured else None
     return {"naive_best": best["decisions"], "naive_best_mfu": best["mfu"],
@@ -132,7 +151,72 @@ def time_to_best(found: dict, base: dict) -> dict:
             "ratio": (min(hits) / base["total_s"]) if hits else None,
             "near_s": min(near) if near else None, "near_ratio": (min(near) / base["total_s"]) if near else None,
             "search_total_s": found["total_s"], "trained": len(measured),
+            "trials_to_best": None if at is None else at + 1,  # proposals up to and including the best's
+            "trained_to_best": None if at is None else sum(r["mfu"] is not None for r in order[:at + 1]),
             "skipped": sum(r["skipped"] for r in rows), "goal_ratio": 0.3}
+
+
+def replay(found: dict, orders: int, seed: int = 0) -> dict:
+    """Steering replayed offline on an unsteered arm's measurements (every config trained once):
+    for `orders` random orders of its configs, walk each order, skipping a config when the rule
+    (search/tuning/steer.py, objective MFU) finds its stored plan dominated by the configs trained
+    before it, with the global ratio ("predicted") or the learned correction ("learned"). Reports,
+    per rule, the proposals and trainings until the arm's best config is trained, how often it
+    was skipped (never reached), and how many configs were trained. Both rules walk the same
+    orders over the same measurements, so a difference is the rule's alone (not the machine's
+    noise, nor TPE's adaptation)."""
+    rows = [r for r in found["rows"] if r["mfu"] is not None and (r.get("plan") or {}).get("predicted_mfu")]
+    best = max(range(len(rows)), key=lambda i: rows[i]["mfu"])
+    perms = [np.random.default_rng([seed, k]).permutation(len(rows)) for k in range(orders)]
+    out: dict = {"configs": len(rows), "best": rows[best]["decisions"], "best_mfu": rows[best]["mfu"],
+                 "near_best": sum(r["mfu"] >= (1 - WITHIN) * rows[best]["mfu"] for r in rows)}
+    walks = {}
+    for rule in ("predicted", "learned"):
+        walks[rule] = [_walk(rows, perm, best, rule == "learned") for perm in perms]
+        reached = [w["proposals"] for w in walks[rule] if w["proposals"] is not None]
+        out[rule] = {"orders": orders, "best_skipped": orders - len(reached),
+                     "proposals_to_best_mean": float(np.mean(reached)) if reached else None,
+                     "trained_to_best_mean": float(np.mean([w["trained_to_best"] for w in walks[rule]
+                                                            if w["trained_to_best"] is not None] or [np.nan])),
+                     "trained_mean": float(np.mean([w["trained"] for w in walks[rule]])),
+                     "near_missed": sum(w["trained_to_near"] is None for w in walks[rule]),
+                     "trained_to_near_mean": float(np.mean([w["trained_to_near"] for w in walks[rule]
+                                                             if w["trained_to_near"] is not None] or [np.nan]))}
+    pairs = zip(walks["predicted"], walks["learned"], strict=True)
+    both = [(r["trained_to_best"], p["trained_to_best"]) for r, p in pairs
+            if r["trained_to_best"] is not None and p["trained_to_best"] is not None]
+    out["paired"] = {"orders_both_reached": len(both), "learned_fewer": sum(p < r for r, p in both),
+                     "equal": sum(p == r for r, p in both), "learned_more": sum(p > r for r, p in both)}
+    return out
+
+
+def _walk(rows: list[dict], perm, best: int, learned: bool) -> dict:
+    """One order of `rows` steered by the rule: when the best row was trained, when the first row
+    within WITHIN of it was, and how many were."""
+    from paxsearch.search.tuning import steer
+    from paxsearch.store import correction
+
+    trained: list[int] = []
+    at = near = None
+    for step, i in enumerate(perm):
+        job = None
+        if len(trained) >= steer.MIN_MEASURED:
+            done = [rows[j] for j in trained]
+            logs = [correction.log_ratio(r["mfu"], r["plan"]["predicted_mfu"]) for r in done]
+            job = {"objectives": ["mfu"], "ratio": steer.ratio_bound([np.exp(x) for x in logs]),
+                   "ratio_trials": len(done), "references": [{"number": j, "mfu": rows[j]["mfu"], "memory_bytes": 0}
+                                                             for j in trained]}
+            model = correction.fit([r["plan"] for r in done], logs) if learned else None
+            if model is not None and not model.is_global:
+                job["correction"] = model.to_dict()
+        if steer.dominated(job, rows[i]["plan"]) is None:
+            trained.append(int(i))
+            if i == best:
+                at = (step + 1, len(trained))
+            if near is None and rows[i]["mfu"] >= (1 - WITHIN) * rows[best]["mfu"]:
+                near = len(trained)
+    return {"proposals": at[0] if at else None, "trained_to_best": at[1] if at else None, "trained": len(trained),
+            "trained_to_near": near}
 
 
 def overhead(found: dict) -> dict:
@@ -154,6 +238,15 @@ def main() -> None:
     ap.add_argument("--naive-from", default=None, metavar="RESULT_JSON",
                     help="reuse the naive loop of an earlier result file of the same --set (it takes ~10 min)")
     ap.add_argument("--overhead-only", action="store_true", help="only run paxsearch (tpe) and report its overhead")
+    ap.add_argument("--reference", default="naive", choices=("naive", "tpe"),
+                    help="the best config to reach: the naive loop's (default), or the unsteered tpe arm's (no "
+                         "naive loop run; the tpe arm trains every config once)")
+    ap.add_argument("--replay", type=int, default=0, metavar="ORDERS",
+                    help="also replay both steering rules offline on the tpe arm's measurements over this many "
+                         "random orders (needs the tpe arm with a budget of the whole space)")
+    ap.add_argument("--replay-from", default=None, metavar="RESULT_JSON",
+                    help="only replay (--replay orders, default 200) on the tpe arm of an earlier result file, "
+                         "or on the study in an unsteered arm's run folder")
     ap.add_argument("--out", default=os.path.join("runs", "bench_search", "result.json"))
     args = ap.parse_args()
     sets = args.sets if args.sets is not None else DEFAULT_SETS
@@ -161,6 +254,19 @@ def main() -> None:
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         sys.exit(f"bench_search: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    if args.replay_from:
+        if os.path.isdir(args.replay_from):  # an unsteered arm's run folder
+            found = {"rows": study_rows(args.replay_from)}
+        else:
+            with open(args.replay_from) as f:
+                earlier = json.load(f)
+            if "tpe" not in earlier["arms"]:
+                sys.exit(f"bench_search: {args.replay_from} has no tpe arm to replay; run it with --arms tpe,...")
+            found = earlier["arms"]["tpe"]["search"]
+        print(json.dumps(replay(found, args.replay or 200, args.seed), indent=2, default=str))
+        return
+    if args.reference == "tpe" and "tpe" not in arms:
+        sys.exit("bench_search: --reference tpe needs the tpe arm; add it to --arms")
     stamp = int(time.time())
     result: dict = {"sets": sets, "seed": args.seed, "arms": {}}
     for arm in arms:
@@ -168,7 +274,12 @@ def main() -> None:
         found = search(sets, args.trials or (12 if args.overhead_only else 1000), run_dir, ARMS[arm], args.seed)
         result["arms"][arm] = {"overhead": overhead(found), "search": found}
     if not args.overhead_only:
-        if args.naive_from:
+        if args.reference == "tpe":
+            tpe = result["arms"]["tpe"]["search"]
+            measured = [r for r in tpe["rows"] if r["mfu"] is not None]
+            base = {"best": max(measured, key=lambda r: r["mfu"]) if measured else None, "total_s": tpe["total_s"],
+                    "from": "the unsteered tpe arm"}
+        elif args.naive_from:
             with open(args.naive_from) as f:
                 earlier = json.load(f)
             if earlier["sets"] != sets:
@@ -180,11 +291,15 @@ def main() -> None:
         for arm in arms:
             arm_result = result["arms"][arm]
             arm_result["time_to_best"] = time_to_best(arm_result["search"], base) if base["best"] else None
+    if args.replay and "tpe" in arms:
+        result["replay"] = replay(result["arms"]["tpe"]["search"], args.replay, args.seed)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2, default=str)
     summary = {arm: {k: v for k, v in r.items() if k in ("overhead", "time_to_best")}
                for arm, r in result["arms"].items()}
+    if "replay" in result:
+        summary["replay"] = result["replay"]
     print(json.dumps(summary, indent=2, default=str))
 
 

@@ -6,15 +6,19 @@ beat a finished trial on any objective is skipped after compiling: it ends PRUNE
 reason under its `steered` user attribute, and no step is trained.
 
 Point p is predicted dominated by a finished trial q when, for every objective:
-  - mfu: q's measured MFU > p's optimistic MFU = p's predicted MFU x R. R is the upper
-    bound of a one-sided (1 - RISK) prediction interval for the measured / predicted MFU ratio
-    of a new trial, from the study's finished trials (log-normal: exp(mean + t(n-1) x sd x
-    sqrt(1 + 1/n)) of the log ratios). So a trial is skipped only when even a roofline
-    underestimate as large as this study's own errors allow, at RISK, would not lift it past
-    q. No fixed factor: R is read from the study, it is wide while few trials have been
-    measured (Student's t), and nothing is skipped before MIN_MEASURED trials have both
-    figures. (The largest ratio seen is not a bound: a new trial exceeds the largest of n
-    with probability 1/(n+1).);
+  - mfu: q's measured MFU > p's optimistic MFU = p's predicted MFU x R(p). R(p) is the upper
+    bound of a one-sided (1 - RISK) prediction interval for p's measured / predicted MFU ratio,
+    learned from the study's finished trials (store/correction.py): a linear model of the log
+    ratio over features of the compiled plan (predicted step time, communication share, tokens
+    per device, tensor-parallel size, recomputation), so a layout the roofline underestimates
+    gets a wider margin and one it overestimates a narrower one. Features enter only as the
+    measured trials afford them (p <= (n - 3) / 2); with none the bound is the global
+    ratio's (log-normal: exp(mean + t(n-1) x sd x sqrt(1 + 1/n)) of the log ratios), which is
+    what `steer predicted` uses for every point; `steer learned` uses the model.
+    No fixed factor: R is read from the study, it is wide while few trials have been measured
+    (Student's t), and nothing is skipped before MIN_MEASURED trials have both figures. (The
+    largest ratio seen is not a bound: a new trial exceeds the largest of n with probability
+    1/(n+1).);
   - memory: q's compiled peak bytes <= p's (compiled memory is exact, not predicted);
   - loss: q trained the same math (math_key: the same model, data, optimizer, global batch
     and steps; only the layout differs: mesh, remat, attention kernel, activation sharding,
@@ -34,6 +38,7 @@ import hashlib
 import json
 import math
 
+from ...store import correction
 from ...store.outcome import kind_of
 
 MIN_MEASURED = 3  # finished trials with measured and predicted MFU before anything is skipped
@@ -94,35 +99,42 @@ def _scored(t) -> bool:
 
 
 def ratio_bound(ratios) -> float:
-    """The upper (1 - RISK) prediction bound of a new trial's measured / predicted ratio."""
-    from scipy import stats
-
+    """The upper (1 - RISK) prediction bound of a new trial's measured / predicted ratio, the
+    same for every point (the global ratio: the correction model with no feature)."""
     logs = [math.log(r) for r in ratios]
     n = len(logs)
     mean = sum(logs) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    return math.exp(mean + float(stats.t.ppf(1 - RISK, n - 1)) * sd * math.sqrt(1 + 1 / n))
+    return math.exp(mean + correction.t_quantile(1 - RISK, n - 1) * sd * math.sqrt(1 + 1 / n))
 
 
-def ratio(trials) -> tuple[float | None, int]:
-    """(the bound R of the finished trials' measured / predicted MFU ratios, how many there
-    are); None below MIN_MEASURED."""
-    ratios = []
+def measured_ratios(trials) -> tuple[list[dict], list[float]]:
+    """(plan dicts, log measured / predicted MFU) of the finished trials that have both figures."""
+    plans, logs = [], []
     for t in trials:
         if not _scored(t):
             continue
-        measured = (t.user_attrs.get("measured") or {}).get("mfu")
-        predicted = (t.user_attrs.get("plan") or {}).get("predicted_mfu")
-        if measured and predicted and math.isfinite(measured) and math.isfinite(predicted) and predicted > 0:
-            ratios.append(measured / predicted)
-    if len(ratios) < max(2, MIN_MEASURED):
-        return None, len(ratios)
-    return ratio_bound(ratios), len(ratios)
+        plan = t.user_attrs.get("plan") or {}
+        log = correction.log_ratio((t.user_attrs.get("measured") or {}).get("mfu"), plan.get("predicted_mfu"))
+        if log is not None:
+            plans.append(plan)
+            logs.append(log)
+    return plans, logs
 
 
-def job_steer(trials, objectives, key: str | None) -> dict | None:
+def ratio(trials) -> tuple[float | None, int]:
+    """(the global bound R of the finished trials' measured / predicted MFU ratios, how many
+    there are); None below MIN_MEASURED."""
+    _, logs = measured_ratios(trials)
+    if len(logs) < max(2, MIN_MEASURED):
+        return None, len(logs)
+    return ratio_bound([math.exp(x) for x in logs]), len(logs)
+
+
+def job_steer(trials, objectives, key: str | None, learned: bool = True) -> dict | None:
     """What a worker needs to decide (None: nothing may be skipped yet). `key`: the trial's
-    math_key (references of another math are left out when loss is an objective)."""
+    math_key (references of another math are left out when loss is an objective). `learned`:
+    send the correction model (steer learned), else the global ratio alone (steer predicted)."""
     r, n = ratio(trials)
     if r is None:
         return None
@@ -135,7 +147,24 @@ def job_steer(trials, objectives, key: str | None) -> dict | None:
         if mfu is None or memory is None:
             continue
         refs.append({"number": t.number, "mfu": float(mfu), "memory_bytes": int(memory)})
-    return {"objectives": list(objectives), "ratio": r, "ratio_trials": n, "references": refs} if refs else None
+    if not refs:
+        return None
+    out = {"objectives": list(objectives), "ratio": r, "ratio_trials": n, "references": refs}
+    if learned:
+        model = correction.fit(*measured_ratios(trials))
+        if model is not None and not model.is_global:
+            out["correction"] = model.to_dict()
+    return out
+
+
+def bound_for(steer: dict, plan: dict) -> tuple[float, str]:
+    """(R for this plan, what it is): the correction model's bound, else the global ratio."""
+    if steer.get("correction"):
+        model = correction.Correction.from_dict(steer["correction"])
+        r = model.upper_ratio(plan, RISK)
+        if r is not None:
+            return r, model.describe()
+    return steer["ratio"], f"global ratio over {steer['ratio_trials']} trials"
 
 
 def dominated(steer: dict | None, plan: dict) -> dict | None:
@@ -147,7 +176,8 @@ def dominated(steer: dict | None, plan: dict) -> dict | None:
     predicted = plan.get("predicted_mfu")
     if "mfu" in objectives and (predicted is None or not math.isfinite(predicted)):
         return None  # no prediction: it must be measured
-    optimistic = predicted * steer["ratio"] if predicted is not None else None
+    r, source = bound_for(steer, plan)
+    optimistic = predicted * r if predicted is not None else None
     best = None
     for ref in steer["references"]:
         if "memory" in objectives and ref["memory_bytes"] > plan["peak_bytes"]:
@@ -162,7 +192,7 @@ def dominated(steer: dict | None, plan: dict) -> dict | None:
     if best is None:
         return None
     out = {"dominated_by": best["number"], "reference_mfu": best["mfu"],
-           "reference_memory_bytes": best["memory_bytes"], "ratio": steer["ratio"],
+           "reference_memory_bytes": best["memory_bytes"], "ratio": r, "ratio_source": source,
            "ratio_trials": steer["ratio_trials"]}
     if optimistic is not None:
         out.update(predicted_mfu=predicted, optimistic_mfu=optimistic)
@@ -173,10 +203,10 @@ def describe(steered: dict) -> str:
     """One line: why a trial was skipped."""
     parts = [f"predicted dominated by #{steered['dominated_by']}"]
     if steered.get("optimistic_mfu") is not None:
+        source = steered.get("ratio_source") or f"measured/predicted over {steered['ratio_trials']} trials"
         parts.append(f"optimistic MFU {100 * steered['optimistic_mfu']:.1f}% (predicted "
                      f"{100 * steered['predicted_mfu']:.1f}% x {steered['ratio']:.2f}, "
-                     f"the {100 * (1 - RISK):.0f}% bound of "
-                     f"measured/predicted over {steered['ratio_trials']} trials) < measured "
+                     f"the {100 * (1 - RISK):.0f}% bound of the {source}) < measured "
                      f"{100 * steered['reference_mfu']:.1f}%")
     return "skipped: " + "; ".join(parts)
 

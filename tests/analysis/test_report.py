@@ -263,3 +263,39 @@ def test_predicted_vs_measured_matches_plan_only_trials_by_decisions():
     assert table.loc[1, "ratio step_time"] == pytest.approx(1.5)
     assert table.loc[2, "ratio step_time"] == pytest.approx(0.5)  # its own plan figure
     assert tables.predicted_vs_measured(frame[frame["predicted"]]).empty
+
+
+def test_predicted_corrected_and_measured_mfu_side_by_side(measured_run, measured_report):
+    """Every trial with a prediction gets a corrected MFU: the unmeasured ones (failed after
+    compiling) from the model fit on the measured ones, each measured one from the model fit
+    on the others (leave-one-out)."""
+    import math
+
+    from paxsearch.analysis.corrected import _plan, corrected_table
+    from paxsearch.store import correction
+
+    text = measured_report["markdown"].read_text()
+    section = text.split("## Predicted, corrected and measured MFU\n", 1)[1].split("\n## ", 1)[0]
+    header = next(line for line in section.splitlines() if line.startswith("| trial"))
+    assert "| predicted MFU | corrected MFU | MFU |" in header
+    assert "leave-one-out" in section and "log_step_time" in section  # what the model is, in words
+    assert 'id="corrected"' in measured_report["html"].read_text()
+
+    frame = load.load_trials(measured_run)
+    table, note = corrected_table(frame)
+    table = table.set_index("number")
+    assert table["corrected_mfu"].notna().all()  # every trial with a prediction
+    unmeasured = table[table["mfu"].isna()]
+    assert len(unmeasured) and set(unmeasured["outcome"]) <= {"predicted_oom", "compile_error", "runtime_oom"}
+    measured = frame[frame["number"].isin(table.index[table["mfu"].notna()])].sort_values("number")
+    plans = [_plan(row) for _, row in measured.iterrows()]
+    logs = [math.log(m / p) for m, p in zip(measured["mfu"], measured["plan.predicted_mfu"], strict=True)]
+    first = int(measured["number"].iloc[0])
+    held_out = correction.fit(plans[1:], logs[1:]).predict(plans[0])[0]
+    assert table.loc[first, "corrected_mfu"] == pytest.approx(0.3 * math.exp(held_out))
+    assert held_out != pytest.approx(correction.fit(plans, logs).predict(plans[0])[0])  # not its own fit
+    last = int(unmeasured.index[-1])
+    row = frame.set_index("number").loc[last]
+    assert table.loc[last, "corrected_mfu"] == pytest.approx(
+        correction.fit(plans, logs).corrected(_plan(row), 0.3))
+    assert "Mean |figure / measured - 1|" in note

@@ -1,6 +1,7 @@
 """Steering a measured study by predictions (search/tuning/steer.py): the dominance rule, the
 references a worker gets, the same-math key, and a real study that skips after compiling."""
 import dataclasses
+import math
 import os
 
 import numpy as np
@@ -52,9 +53,10 @@ def test_loss_alone_never_skips_and_loss_with_memory_needs_strictly_less():
 
 def _trial(number, mfu, predicted_mfu, key="k", memory=100, **attrs):
     state = attrs.pop("state", TrialState.COMPLETE)
+    plan = {**attrs.pop("plan", {}), "predicted_mfu": predicted_mfu}
     t = create_trial(state=state, values=[mfu] if state == TrialState.COMPLETE else None,
                         params={"x": number}, distributions={"x": CategoricalDistribution(list(range(20)))},
-                        user_attrs={"measured": {"mfu": mfu}, "plan": {"predicted_mfu": predicted_mfu},
+                        user_attrs={"measured": {"mfu": mfu}, "plan": plan,
                                     "math_key": key, "memory_bytes": memory, **attrs})
     t.number = number
     return t
@@ -92,6 +94,33 @@ def test_the_ratio_bound_is_a_prediction_bound_not_the_largest_ratio():
     draws = np.exp(rng.normal(-0.5, 0.3, size=(4000, 6)))
     misses = np.mean([d[-1] > steer.ratio_bound(d[:-1]) for d in draws])
     assert abs(misses - steer.RISK) < 0.015
+
+
+def _comm_plan(comm_share):
+    return {"roofline": {"comm_s": comm_share, "roofline_s": 1 - comm_share}}
+
+
+def test_the_learned_bound_skips_what_the_global_ratio_trains():
+    """The roofline overestimates communication-heavy layouts: measured/predicted falls with the
+    communication share. The global ratio's bound spans every layout; the model's is the one of
+    the candidate's layout, so a communication-heavy point is skipped that the global bound trains."""
+    shares = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    wobble = [0.01, -0.01, 0.02, 0.0, -0.02, 0.01, -0.01, 0.0]
+    trials = [_trial(i, 0.30 * math.exp(-1.2 * c + w), 0.30, plan=_comm_plan(c))
+              for i, (c, w) in enumerate(zip(shares, wobble, strict=True))]
+    learned = steer.job_steer(trials, ["mfu"], "k")
+    old = steer.job_steer(trials, ["mfu"], "k", learned=False)
+    assert "correction" not in old and learned["correction"]["names"] == ["comm_share"]
+    best = max(t.values[0] for t in trials)  # 0.30 x exp(-0.11) = 0.268, the least communication
+    heavy = {"predicted_mfu": 0.50, "peak_bytes": 10, **_comm_plan(0.75)}  # measured would be ~0.50 x 0.41
+    assert steer.dominated(old, heavy) is None  # 0.50 x the global bound (~1.0) > 0.268: trained
+    out = steer.dominated(learned, heavy)
+    assert out["dominated_by"] == 0 and out["optimistic_mfu"] < best and "comm_share" in steer.describe(out)
+    # a plan without the model's feature gets the global ratio
+    bare = steer.dominated(learned, {"predicted_mfu": 0.20, "peak_bytes": 10})
+    assert bare["ratio"] == old["ratio"] and "global ratio" in steer.describe(bare)
+    # with fewer measured trials than the feature needs, the learned rule is the global one
+    assert "correction" not in steer.job_steer(trials[:3], ["mfu"], "k")
 
 
 def test_math_key_ignores_layout_only():
@@ -151,11 +180,12 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
         assert ref.user_attrs["measured"]["mfu"] == s["reference_mfu"] > s["predicted_mfu"] * s["ratio"]
         assert s["ratio_trials"] >= steer.MIN_MEASURED
         assert f"#{t.number:<3d} skipped" in out.stdout
-    # the ratio is the bound from the trials finished before
+    # steer "predicted" (the space's): the ratio is the global bound from the trials finished before
     first = skipped[0]
     before = [t for t in trained if t.number < first.number and t.state == TrialState.COMPLETE]
     assert first.user_attrs["steered"]["ratio"] == pytest.approx(
         _bound([t.user_attrs["measured"]["mfu"] / t.user_attrs["plan"]["predicted_mfu"] for t in before]))
+    assert first.user_attrs["steered"]["ratio_source"].startswith("global ratio")
     # skips do not use the budget, up to one skip per trained trial (steer.counted; how many are
     # skipped depends on the MFU measured, so on the machine's load): the study stops when the
     # trained trials plus the skips past that cap reach the budget, or every point was seen
@@ -187,7 +217,7 @@ def test_processes_of_a_trial_skip_together(tmp_path):
     seed, budget = _seed_with_order(space, WIDE_THEN_NARROW), len(WIDE_THEN_NARROW) - 1
     run = tmp_path / "steer2"
     out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--processes", 2,
-              "--timeout", 180, "--no-progress")
+              "--timeout", 180, "--steer", "learned", "--no-progress")  # the learned bound's path, end to end
     trials = load(run, "steer_space").get_trials()
     assert not [t.user_attrs.get("failure_message") for t in trials if t.user_attrs.get("failure_kind")]
     skipped = [t for t in trials if t.user_attrs.get("steered")]
