@@ -14,9 +14,10 @@ space file written into the run folder (so it can be re-run by hand), planned by
     python benchmarks/bench_recipes.py --report                       # re-print from stored results
 
 Prints, per recipe: fits (peak / usable HBM GiB per chip, and the compiled breakdown:
-arguments, temporaries, outputs, host temporaries), the analytic state per chip (parameters +
-AdamW moments, float32, sharded over the slice), predicted and published MFU, their ratio, and
-the plan's wall time (the whole `paxsearch run`, process start to exit).
+arguments, temporaries, outputs, and the outputs aliased to arguments), the analytic state
+per chip (parameters + AdamW moments, float32, sharded over the slice), predicted and
+published MFU, their ratio, and the plan's wall time (the whole `paxsearch run`, process
+start to exit).
 """
 from __future__ import annotations
 
@@ -87,8 +88,7 @@ def state_bytes_per_chip(r: P.Recipe) -> float:
 
 
 def figures(r: P.Recipe, result: dict | None) -> dict:
-    plan = (result or {}).get("plan") or {}
-    mem = plan.get("memory") or {}
+    plan = mem = (result or {}).get("plan") or {}  # the plan dict holds the compiled breakdown's fields
     pred = plan.get("predicted_mfu")
     pub = P.recipe_converted_mfu(r)
     oom = (result or {}).get("failure_kind") == "predicted_oom"
@@ -99,7 +99,7 @@ def figures(r: P.Recipe, result: dict | None) -> dict:
         "argument_gib": mem["argument_bytes"] / GiB if mem.get("argument_bytes") is not None else None,
         "temp_gib": mem["temp_bytes"] / GiB if mem.get("temp_bytes") is not None else None,
         "output_gib": mem["output_bytes"] / GiB if mem.get("output_bytes") is not None else None,
-        "host_temp_gib": mem["host_temp_bytes"] / GiB if mem.get("host_temp_bytes") is not None else None,
+        "alias_gib": mem["alias_bytes"] / GiB if mem.get("alias_bytes") is not None else None,
         "state_gib": state_bytes_per_chip(r) / GiB,
         "predicted_mfu": pred, "published_mfu": pub, "ratio": pred / pub if pred else None,
         "wall_s": (result or {}).get("wall_s"), "failure": (result or {}).get("failure_kind"),
@@ -112,7 +112,7 @@ def _f(x, fmt):
 
 
 def report(rows: list[tuple[P.Recipe, str]], results: dict) -> str:
-    lines = ["| recipe | remat (ours) | fits | peak / HBM GiB | args / temp / out / host temp GiB | state GiB "
+    lines = ["| recipe | remat (ours) | fits | peak / HBM GiB | args / temp / out / alias GiB | state GiB "
              "(analytic) | predicted MFU | published MFU (ours) | predicted / published | plan s | outcome |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, tag in rows:
@@ -124,7 +124,7 @@ def report(rows: list[tuple[P.Recipe, str]], results: dict) -> str:
         lines.append(
             f"| {name} | {remat} | {fits} | {_f(g['peak_gib'], '.2f')} / {_f(g['hbm_gib'], '.2f')} "
             f"| {_f(g['argument_gib'], '.2f')} / {_f(g['temp_gib'], '.2f')} / {_f(g['output_gib'], '.2f')} / "
-            f"{_f(g['host_temp_gib'], '.2f')} | {g['state_gib']:.2f} | {_f(g['predicted_mfu'], '.2%')} "
+            f"{_f(g['alias_gib'], '.2f')} | {g['state_gib']:.2f} | {_f(g['predicted_mfu'], '.2%')} "
             f"| {g['published_mfu']:.2%} | {_f(g['ratio'], '.2f')} | {_f(g['wall_s'], '.0f')} "
             f"| {g['failure'] or ('planned' if res else 'not run')} |")
     for r, tag in rows:

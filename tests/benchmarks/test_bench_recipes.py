@@ -40,12 +40,12 @@ def test_generated_space_is_the_recipes_nearest_config(r, tmp_path):
 def test_report_reads_a_plan_and_an_oom():
     r = P.RECIPES_BY_NAME["v6e-256 Llama3.1-8B"]
     big = P.RECIPES_BY_NAME["v6e-256 Llama3.1-70B"]
-    mem = {"argument_bytes": 1 * GiB, "temp_bytes": 20 * GiB, "output_bytes": GiB, "host_temp_bytes": 0}
+    mem = {"argument_bytes": 1 * GiB, "temp_bytes": 20 * GiB, "output_bytes": GiB, "alias_bytes": GiB}
     planned = {"plan": {"predicted_mfu": P.recipe_converted_mfu(r) * 1.1, "fits": True, "peak_bytes": 22 * GiB,
-                        "hbm_bytes": 31.25 * GiB, "memory": mem}, "failure_kind": None, "wall_s": 321.0}
+                        "hbm_bytes": 31.25 * GiB, **mem}, "failure_kind": None, "wall_s": 321.0}
     oom = {"plan": None, "failure_kind": "predicted_oom", "failure_message": "predicted OOM: 40 GiB", "wall_s": 99.0}
     text = R.report([(r, ""), (big, "")], {r.name: planned, big.name: oom})
-    assert "| yes | 22.00 / 31.25 | 1.00 / 20.00 / 1.00 / 0.00 |" in text and "| 1.10 | 321 | planned |" in text
+    assert "| yes | 22.00 / 31.25 | 1.00 / 20.00 / 1.00 / 1.00 |" in text and "| 1.10 | 321 | planned |" in text
     assert "| **no** |" in text and "predicted_oom: predicted OOM: 40 GiB" in text
     # the analytic state: float32 parameters and both AdamW moments over the slice
     assert R.state_bytes_per_chip(r) == 12 * flops.param_count(P.recipe_model(r)) / 256
