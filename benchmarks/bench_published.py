@@ -86,19 +86,21 @@ def roofline_commit() -> str:
                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
 
-def plan_row(row: P.Published, out: str, timeout: int, model_fields: dict | None = None) -> dict:
-    """Run `paxsearch run` on the row's space; return its stored trial (plan, failure)."""
+def plan_row(row, out: str, timeout: int, model_fields: dict | None = None, text: str | None = None,
+             extra_args: list[str] | None = None) -> dict:
+    """Run `paxsearch run` on the row's space (or on `text`, a space file's text, with `extra_args`
+    added to the command); return its stored trial (plan, failure)."""
     import optuna
 
     run_dir = os.path.join(out, slug(row.name))
     os.makedirs(run_dir, exist_ok=True)
     space = os.path.join(run_dir, "space.py")
     with open(space, "w") as f:
-        f.write(space_text(row, timeout, model_fields))
+        f.write(text if text is not None else space_text(row, timeout, model_fields))
     study_dir = os.path.join(run_dir, "run")
     shutil.rmtree(study_dir, ignore_errors=True)  # a fresh study: an old one has used up its one-trial budget
     cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", space, "--run-dir", study_dir, "--no-progress",
-           "--trials", "1", "--workers", "1", "--target", row.target]
+           "--trials", "1", "--workers", "1", "--target", row.target, *(extra_args or [])]
     print(f"[{row.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
     before = roofline_commit()  # the worker imports the roofline after its compile: record both ends
     t0 = time.perf_counter()

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from . import sharding
 from .config import ModelConfig
 from .errors import ConfigError
+from .xent import token_xent
 
 
 def check(m: ModelConfig) -> None:
@@ -34,10 +35,9 @@ def unembedding(params, m: ModelConfig):
 
 
 def token_losses(logits_BSV, targets_BS, weights_BS):
-    """(sum of weighted token losses, sum of weights); logits taken in float32."""
-    logits = logits_BSV.astype(jnp.float32)
-    token_loss = jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, targets_BS[..., None], -1)[..., 0]
-    return jnp.sum(token_loss * weights_BS), jnp.sum(weights_BS)
+    """(sum of weighted token losses, sum of weights); logits taken in float32, and no float32
+    copy of them kept for the backward pass (trainer/xent.py)."""
+    return jnp.sum(token_xent(logits_BSV, targets_BS) * weights_BS), jnp.sum(weights_BS)
 
 
 def tiled_loss_sums(hidden_BSE, unembed_EV, targets_BS, weights_BS, tiles: int, dtype, unroll: bool = False):
