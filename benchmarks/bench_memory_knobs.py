@@ -1,15 +1,16 @@
 """Per-chip memory of each memory knob (issue 19, section 4), compiled for a TPU topology on
 this CPU machine (plan mode, needs libtpu), against the same config without it.
 
-    python benchmarks/bench_memory_knobs.py [v5e-4 [NAME_SUBSTRING]]
+    python benchmarks/bench_memory_knobs.py [v5e-4 [NAME_SUBSTRING]]    # e.g. v5e-4 16384: the larger rows
 
-Prints a Markdown table: argument, temp and peak bytes per chip (XLA's memory_analysis of
+Prints a Markdown table: argument, temp, host temp and peak bytes per chip (XLA's memory_analysis of
 the compiled step) and the peak's change against the base config. The configs are those of
 tests/trainer/test_memory_knobs_tpu.py: a 6.3M-parameter Llama-style model (d_model 256,
 2 layers, vocabulary 4096, seq 256), bf16 activations, fp32 parameters, data parallelism over
-the 4 chips, 4 rows per chip, remat 'full'; vocab tiling also on a larger vocabulary and
-sequence (8192 x 512, where the TPU compiler does hold the logits: at 4096 x 256 it fuses the
-loss into the unembedding and tiling has nothing to remove).
+the 4 chips, 4 rows per chip, remat 'full'; vocab tiling and custom remat also on a larger
+model (vocabulary 16384, seq 1024, 6 layers), where the TPU compiler does hold the logits (up to
+64 MiB of bfloat16 logits per chip it fuses the loss into the unembedding and tiling has
+nothing to remove) and the saved activations outweigh the offload's staging buffers.
 """
 import dataclasses
 import os
@@ -26,7 +27,8 @@ MODEL = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=4, head_di
                     dtype="bfloat16", param_dtype="float32", mlp="gated", activation="silu", position="rope")
 BASE = TrainConfig(model=MODEL, mesh=MeshConfig(ici=(4, 1, 1)), per_device_batch=4, remat="full")
 QKV_INPUT = ("decoder_input", "query_proj", "key_proj", "value_proj")
-BIG_VOCAB = dataclasses.replace(MODEL, vocab_size=8192, seq_len=512)
+BIG = dataclasses.replace(MODEL, vocab_size=16384, seq_len=1024, n_layers=6)
+BIG_NAME = "vocab 16384, seq 1024, 6 layers"
 VARIANTS = {
     "base (remat full)": BASE,
     "optimizer.zero1": dataclasses.replace(BASE, optimizer=dataclasses.replace(BASE.optimizer, zero1=True)),
@@ -34,25 +36,24 @@ VARIANTS = {
         BASE, optimizer=dataclasses.replace(BASE.optimizer, offload_state=True)),
     "offload_params": dataclasses.replace(BASE, offload_params=True),
     "model.vocab_tiles=4": dataclasses.replace(BASE, model=dataclasses.replace(MODEL, vocab_tiles=4)),
-    "vocab 8192, seq 512": dataclasses.replace(BASE, model=BIG_VOCAB),
-    "vocab 8192, seq 512, vocab_tiles=4": dataclasses.replace(
-        BASE, model=dataclasses.replace(BIG_VOCAB, vocab_tiles=4)),
+    BIG_NAME: dataclasses.replace(BASE, model=BIG),
+    f"{BIG_NAME}, vocab_tiles=4": dataclasses.replace(BASE, model=dataclasses.replace(BIG, vocab_tiles=4)),
     "grad_accum_steps=2": dataclasses.replace(BASE, grad_accum_steps=2),
     "custom: input+qkv=device": dataclasses.replace(BASE, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
     "custom: input+qkv=offload": dataclasses.replace(
         BASE, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
-    "vocab 8192, seq 512, custom: input+qkv=device": dataclasses.replace(
-        BASE, model=BIG_VOCAB, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
-    "vocab 8192, seq 512, custom: input+qkv=offload": dataclasses.replace(
-        BASE, model=BIG_VOCAB, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
+    f"{BIG_NAME}, custom: input+qkv=device": dataclasses.replace(
+        BASE, model=BIG, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "device"))),
+    f"{BIG_NAME}, custom: input+qkv=offload": dataclasses.replace(
+        BASE, model=BIG, remat=remat.custom(**dict.fromkeys(QKV_INPUT, "offload"))),
 }
 
 
 def main(slice_name: str = "v5e-4", only: str = "") -> None:
     devices = topology.topology_devices(slice_name)
     mib = lambda b: f"{b / 2 ** 20:.1f}"
-    print(f"| config ({slice_name}) | argument MiB | temp MiB | peak MiB | peak vs base | compile s |")
-    print("|---|---|---|---|---|---|")
+    print(f"| config ({slice_name}) | argument MiB | temp MiB | host temp MiB | peak MiB | peak vs base | compile s |")
+    print("|---|---|---|---|---|---|---|")
     base_peak = None
     for name, cfg in VARIANTS.items():
         if only not in name:
@@ -61,8 +62,9 @@ def main(slice_name: str = "v5e-4", only: str = "") -> None:
         plan = build_program(cfg, devices, count_flops=False).plan
         base_peak = base_peak or plan.peak_bytes  # the first row printed
         m = plan.memory
-        print(f"| {name} | {mib(m.argument_bytes)} | {mib(m.temp_bytes)} | {mib(plan.peak_bytes)} | "
-              f"{(plan.peak_bytes / base_peak - 1) * 100:+.1f}% | {time.perf_counter() - t:.0f} |", flush=True)
+        change = (plan.peak_bytes / base_peak - 1) * 100
+        print(f"| {name} | {mib(m.argument_bytes)} | {mib(m.temp_bytes)} | {mib(m.host_temp_bytes)} | "
+              f"{mib(plan.peak_bytes)} | {change:+.1f}% | {time.perf_counter() - t:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

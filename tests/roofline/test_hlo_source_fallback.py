@@ -1,64 +1,75 @@
 """A planning trial never loses its memory figure to a reporting failure (trainer/plan.py
 optimized_hlo, issue 11).
 
-On v5p-128 with fsdp 16 x tensor 4 and full remat (MaxText's 32B config) the compile
-succeeds but compiled.as_text() raises "INTERNAL: RET_CHECK ... async-update instruction
-should have 1 operands but sees 3" (jax/jaxlib 0.10.2, libtpu 0.0.52): printing rebuilds the
-module from its proto, and the proto of the loss's gather, offloaded to the SparseCores as an
-async start/update/done, does not rebuild. The executable's hlo_modules() fails the same way.
-The plan keeps memory_analysis() of the compile and takes the optimized module that XLA
-itself dumps: a plan on compile-only devices compiles with --xla_dump_to into a temporary
-folder, so this costs no second compile (tests/trainer/test_plan_phases.py counts the compiles).
+On v5p the TPU compiler offloads a gather over vocabulary-sharded logits to the SparseCores
+as an async start/update/done, and compiled.as_text() of such a program raises "INTERNAL:
+RET_CHECK ... async-update instruction should have 1 operands but sees 3" (jax/jaxlib 0.10.2,
+libtpu 0.0.52): printing rebuilds the module from its proto, and that proto does not rebuild.
+The executable's hlo_modules() fails the same way. The trainer's own step met it through the
+loss's target-logit gather (MaxText's 32B config on v5p-128); since trainer/xent.py takes the
+target's logit as a masked sum, the step has no such gather and prints. The fallback stays:
+any program XLA cannot print keeps memory_analysis() of its compile and takes the optimized
+module that XLA itself dumps (a plan on compile-only devices compiles with --xla_dump_to into
+a temporary folder, so this costs no second compile: tests/trainer/test_plan_phases.py counts
+the compiles). Here that is proved on the smallest program that still fails: the old loss,
+a take_along_axis cross-entropy over [16, 2048, 32768] bfloat16 logits, compiled for v5p-128.
 """
 import dataclasses
+import tempfile
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from paxsearch.search.planning import targets as T
 from paxsearch.trainer import plan as plan_lib
-from paxsearch.trainer import presets
+from paxsearch.trainer import topology
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 from paxsearch.trainer.predict import hardware_for, predict
+from paxsearch.trainer.roofline.model import analyze
 
 from ..search_util import needs_libtpu
 
-# The smallest config found that still fails as_text(): MaxText's 32B config with 1 layer,
-# d_model 512, 4 heads x 128, d_ff 1024, batch 1 per chip; vocab 32768 and seq 2048 kept. The
-# failing instruction is the loss's gather over the [batch, seq, vocab / tensor] logits: at
-# seq 512 (or vocab 4096) XLA does not offload it and as_text() works. The test asserts that
-# as_text() still fails for it, so a jax that fixes the bug makes the test say so.
-SMALLEST_FAILING = dataclasses.replace(presets.source("maxtext-v5e-32b").model, n_layers=1, d_model=512, n_heads=4,
-                                       head_dim=128, d_ff=1024)
-SMALLEST_BATCH = 1
 SMALL = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=128, seq_len=32)
 
 
-def v5p_cfg(model, per_device_batch):
-    return TrainConfig(model=model, mesh=MeshConfig(ici=(1, 16, 4)), per_device_batch=per_device_batch,
-                       remat="full")
+def _gather_loss(logits_BSV, targets_BS):
+    """The cross-entropy as the trainer took it before trainer/xent.py: the target's logit by a gather."""
+    x = logits_BSV.astype(jnp.float32)
+    target_BS = jnp.take_along_axis(x, targets_BS[..., None], axis=-1)[..., 0]
+    return jnp.mean(jax.nn.logsumexp(x, axis=-1) - target_BS)
 
 
 @needs_libtpu
 @pytest.mark.slow
-def test_v5p_gather_offload_plan_keeps_memory_and_gets_hlo_from_the_xla_dump():
-    target = T.parse_target("tpu:v5p-128")
-    program, plan = T.compile_for_target(v5p_cfg(SMALLEST_FAILING, SMALLEST_BATCH), target)
-    # the bug is real for this config: printing the compiled step fails (a fixed jax fails here)
-    with pytest.raises(jax.errors.JaxRuntimeError, match="async-update instruction should have 1 operands"):
-        program.compiled_step.as_text()
-    # ... yet the plan has its memory figure, XLA's own
-    mem = program.compiled_step.memory_analysis()
-    assert plan["temp_bytes"] == mem.temp_size_in_bytes > 0 and plan["argument_bytes"] == mem.argument_size_in_bytes
-    assert plan["peak_bytes"] == program.plan.peak_bytes > 0 and plan["fits"] is True
-    # ... and a roofline from the optimized module of the XLA dump
-    assert plan["hlo_source"] == program.plan.hlo_source == "xla_dump"
-    assert program.plan.hlo_text.startswith("HloModule jit_train_step, is_scheduled=true")
-    assert "async-update" in program.plan.hlo_text  # the instruction the proto could not rebuild
-    assert "error" not in plan["roofline"]
-    assert plan["predicted_step_time"] > 0 and 0 < plan["predicted_mfu"] < 1
-    assert plan["flops_source"] == "optimized HLO, loop trip counts applied"
-    assert plan["xla_flops_per_step"] >= plan["model_flops_per_step"] / plan["num_devices"]
+def test_a_v5p_program_that_cannot_print_gets_its_hlo_from_the_xla_dump():
+    devices = topology.topology_devices("v5p-128")
+    mesh = Mesh(np.array(devices).reshape(16, 4), ("fsdp", "tensor"))
+    step = jax.jit(jax.value_and_grad(_gather_loss),
+                   in_shardings=(NamedSharding(mesh, P("fsdp", None, "tensor")), NamedSharding(mesh, P("fsdp", None))))
+    lowered = step.lower(jax.ShapeDtypeStruct((16, 2048, 32768), jnp.bfloat16),
+                         jax.ShapeDtypeStruct((16, 2048), jnp.int32))
+    with tempfile.TemporaryDirectory() as folder:
+        compiled = lowered.compile(compiler_options=plan_lib._dump_options(folder))
+        # the bug is real for this program: printing it fails (a fixed jax fails here)
+        with pytest.raises(jax.errors.JaxRuntimeError, match="async-update instruction should have 1 operands"):
+            compiled.as_text()
+        # ... yet memory_analysis() of the same compile stands
+        assert plan_lib.memory_estimate(compiled).temp_bytes == compiled.memory_analysis().temp_size_in_bytes > 0
+        # ... and the module comes from the dump of that one compile
+        text, source, error = plan_lib.optimized_hlo(compiled, lowered, folder)
+    assert source == "xla_dump" and error is None
+    assert text.startswith("HloModule") and "is_scheduled=true" in text.splitlines()[0]
+    assert "async-update" in text  # the instruction the proto could not rebuild
+    # without a dump of its own, the fallback compiles once more with one
+    again, source_again, _ = plan_lib.optimized_hlo(compiled, lowered)
+    assert source_again == "xla_dump" and "async-update" in again
+    # the roofline replays the dumped module: the logits' elementwise work and the collectives over tensor
+    roofline = analyze(text, hardware_for(devices), mesh=mesh)
+    assert roofline.step_time_s > 0 and roofline.flops_per_step >= 16 * 2048 * 32768 / 64
 
 
 @pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
