@@ -12,7 +12,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -28,7 +28,8 @@ from . import placement as placement_lib
 from . import sharding, validate
 from . import step as step_lib
 from .config import TrainConfig
-from .results import MemoryEstimate, PlanResult
+from .results import FLOPS_FROM_HLO, FLOPS_FROM_PROBES, FLOPS_LOOP_BODY_ONCE, FLOPS_NO_LOOPS, MemoryEstimate, PlanResult
+from .roofline import StepWork, step_work
 
 BATCH_KEYS_INT = ("inputs", "targets", "segment_ids", "positions")
 
@@ -193,20 +194,19 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
             cfg, mesh, global_batch, rules, platform, phases=phases, compiler_options=_dump_options(dump_folder))
         compile_seconds = phases["lower_s"] + phases["compile_s"]
-        xla_flops, xla_bytes = _cost(compiled)
-        stages = dict(mesh.shape).get("stage", 1)
-        t1 = time.perf_counter()
-        if count_flops and cfg.model.scan_layers and stages > 1:
-            xla_flops, xla_bytes = _pipeline_corrected_cost(cfg, mesh, global_batch, rules, platform, stages)
-        elif count_flops and (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg)):
-            xla_flops, xla_bytes = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
-        phases["flop_probes_s"] = time.perf_counter() - t1
         memory = memory_estimate(compiled)
         n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
         t2 = time.perf_counter()
         hlo_text, hlo_source, hlo_error = (optimized_hlo(compiled, lowered, dump_folder) if keep_hlo
                                            else (None, None, None))
         phases["hlo_text_s"] = time.perf_counter() - t2
+        stages = dict(mesh.shape).get("stage", 1)
+        once = _cost(compiled)
+        t1 = time.perf_counter()
+        xla_flops, xla_bytes, flops_source = _counted_cost(
+            cfg, compiled, once, hlo_text if keep_hlo else None, count_flops, stages,
+            probes=lambda probe: _cost(_lower_and_compile(probe, mesh, global_batch, rules, platform, unroll=True)[-1]))
+        phases["flop_probes_s"] = time.perf_counter() - t1
     del lowered
     plan = PlanResult(
         memory=memory, peak_bytes=memory.peak_bytes, xla_flops_per_step=xla_flops,
@@ -217,7 +217,7 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
         mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
         pipeline_bubble=pipeline_lib.bubble_fraction(stages, cfg.pipeline.microbatches, cfg.pipeline.repeats),
-        phases={k: round(v, 3) for k, v in phases.items()})
+        phases={k: round(v, 3) for k, v in phases.items()}, flops_source=flops_source)
     return Program(cfg, mesh, model, tx, schedule, placement.stored, batch_sh, abstract_state, batch, compiled, plan,
                    rules, placement.device)
 
@@ -323,30 +323,72 @@ def _has_step_loops(cfg: TrainConfig) -> bool:
     return cfg.grad_accum_steps > 1 or cfg.model.vocab_tiles > 1
 
 
-def _loop_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str) -> tuple[float, float]:
-    """XLA's cost_analysis() counts a scan body once. Compile unrolled 1- and 2-layer probes
-    of the same step (microbatch and vocab-tile loops unrolled too) and extrapolate:
-    cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
+def _counted_cost(cfg: TrainConfig, compiled, once: tuple[float, float], hlo_text: str | None, count_flops: bool,
+                  stages: int,
+                  probes: Callable[[TrainConfig], tuple[float, float]]) -> tuple[float, float, str]:
+    """(FLOPs, bytes accessed, how they were counted) per device of the compiled step.
+
+    XLA's cost_analysis() (`once`) counts a loop body once: the layers' scan, gradient-accumulation
+    microbatches, vocab tiles and pipeline iterations run many times. With count_flops, the
+    executed FLOPs are read from the optimized HLO with every loop's trip count applied (the
+    roofline's step_work: the module this compile made, no further compile; the bytes are then
+    the roofline's HBM bytes, as the prediction's). Where no module
+    text can be had or a loop's trip count cannot be read, two unrolled probes are compiled
+    instead (`probes(cfg) -> (flops, bytes)`, _loop_corrected_cost). Both agree within 1%
+    (tests/trainer/test_plan_phases.py); the probes cost two compiles, ~60% of a small step's
+    build on CPU."""
+    flops, bytes_ = once
+    if not count_flops:
+        return flops, bytes_, FLOPS_LOOP_BODY_ONCE
+    work = _hlo_work(compiled, hlo_text)
+    if work is not None:
+        return work.flops_per_step, work.hbm_bytes_per_step, FLOPS_FROM_HLO
+    if not (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg) or stages > 1):
+        return flops, bytes_, FLOPS_NO_LOOPS
+    if stages > 1 and cfg.model.scan_layers:
+        return (*_pipeline_corrected_cost(cfg, probes, stages), FLOPS_FROM_PROBES)
+    return (*_loop_corrected_cost(cfg, probes), FLOPS_FROM_PROBES)
+
+
+def _hlo_work(compiled, hlo_text: str | None) -> StepWork | None:
+    """The roofline's step_work of the optimized module (`hlo_text`, else compiled.as_text()),
+    or None where there is no text or a loop's trip count could not be read."""
+    if hlo_text is None:
+        try:
+            hlo_text = compiled.as_text()
+        except (jax.errors.JaxRuntimeError, NotImplementedError):
+            return None
+    if not hlo_text:
+        return None
+    try:
+        work = step_work(hlo_text)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return None if work.unknown_trip_counts else work
+
+
+def _loop_corrected_cost(cfg: TrainConfig, probes) -> tuple[float, float]:
+    """Compile unrolled 1- and 2-layer probes of the same step (microbatch and vocab-tile loops
+    unrolled too) and extrapolate: cost(L) = cost(1) + (L - 1) * (cost(2) - cost(1))."""
     costs = []
     for n in (1, 2):
-        probe = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=n, scan_layers=False))
-        costs.append(_cost(_lower_and_compile(probe, mesh, global_batch, rules, platform, unroll=True)[-1]))
+        costs.append(probes(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=n,
+                                                                                scan_layers=False))))
     (f1, b1), (f2, b2) = costs
     n = cfg.model.n_layers
     return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)
 
 
-def _pipeline_corrected_cost(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str,
-                             stages: int) -> tuple[float, float]:
+def _pipeline_corrected_cost(cfg: TrainConfig, probes, stages: int) -> tuple[float, float]:
     """Executed FLOPs (and bytes) of a pipelined step, bubble included: the unrolled probes of
     _loop_corrected_cost compile the layers unpipelined (every stage's devices running every
     layer on their batch rows), from which the cost of one layer c and of the rest are read;
     a device of the pipeline runs n_layers / (S x R) layers on a microbatch in each of the
     M x R + S - 1 iterations, i.e. n_layers x c x (M x R + S - 1) / (M x R x S)."""
     p, n = cfg.pipeline, cfg.model.n_layers
-    f_all, b_all = _loop_corrected_cost(cfg, mesh, global_batch, rules, platform)
-    one = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=1, scan_layers=False))
-    f_one, b_one = _cost(_lower_and_compile(one, mesh, global_batch, rules, platform, unroll=True)[-1])
+    f_all, b_all = _loop_corrected_cost(cfg, probes)
+    f_one, b_one = probes(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=1,
+                                                                              scan_layers=False)))
     share = pipeline_lib.iterations(stages, p.microbatches, p.repeats) / (p.microbatches * p.repeats * stages)
 
     def scaled(total: float, first: float) -> float:

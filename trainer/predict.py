@@ -16,6 +16,7 @@ import numpy as np
 
 from . import flops as flops_lib
 from . import hardware
+from .results import FLOPS_FROM_HLO
 from .roofline import Hardware, analyze
 
 
@@ -63,13 +64,13 @@ def predict(program: Any, hw: Hardware) -> Prediction:
             error = f"roofline failed: {type(e).__name__}: {e}"
     if roof is None:
         return Prediction(None, None, None, float(plan.xla_flops_per_step), float(plan.xla_bytes_accessed_per_step),
-                          "XLA cost_analysis (loop body once)", float(hw.peak_flops),
+                          plan.flops_source, float(hw.peak_flops),
                           {"predicted": True, "error": error}, plan.hlo_source)
     step = roof.step_time_s
     mfu = roof.predicted_mfu(plan.model_flops_per_step, num_devices, hw.peak_flops)
     return Prediction(float(step) if step else None, float(mfu) if mfu is not None else None,
                       float(plan.tokens_per_step / step) if step else None, float(roof.flops_per_step),
-                      float(roof.hbm_bytes_per_step), "optimized HLO, loop trip counts applied", float(hw.peak_flops),
+                      float(roof.hbm_bytes_per_step), FLOPS_FROM_HLO, float(hw.peak_flops),
                       roof.to_dict(), plan.hlo_source)
 
 

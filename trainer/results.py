@@ -23,14 +23,21 @@ class MemoryEstimate:
                 + self.temp_bytes + self.generated_code_bytes)
 
 
+# How PlanResult.xla_flops_per_step was counted (also the prediction's "flops_source")
+FLOPS_FROM_HLO = "optimized HLO, loop trip counts applied"  # trainer/roofline step_work
+FLOPS_FROM_PROBES = "XLA cost_analysis of unrolled 1- and 2-layer probes"  # two more compiles
+FLOPS_LOOP_BODY_ONCE = "XLA cost_analysis (loop body once)"  # not loop-corrected (count_flops=False)
+FLOPS_NO_LOOPS = "XLA cost_analysis (a step without loops)"  # exact as it stands
+
+
 @dataclass(frozen=True)
 class PlanResult:
     """Ahead-of-time figures for one train step of a config on a set of devices."""
 
     memory: MemoryEstimate
     peak_bytes: int  # memory.peak_bytes, per device
-    xla_flops_per_step: float  # per device, loop trip counts corrected
-    xla_bytes_accessed_per_step: float  # per device, loop trip counts corrected
+    xla_flops_per_step: float  # per device, loop trip counts corrected where flops_source says so
+    xla_bytes_accessed_per_step: float  # per device, likewise
     model_flops_per_step: int  # analytic, whole step over all devices (see flops.py)
     param_count: int
     global_batch: int
@@ -47,9 +54,11 @@ class PlanResult:
     # bubble_fraction; 0 without a stage axis); it lowers MFU, model FLOPs never count it
     pipeline_bubble: float = 0.0
     # seconds of each phase of build_program: lower_s (trace and lower to StableHLO), compile_s
-    # (XLA: SPMD partitioning and the backend), flop_probes_s (the unrolled FLOP probes, 0 without
-    # count_flops), hlo_text_s (the optimized module as text)
+    # (XLA: SPMD partitioning and the backend), flop_probes_s (counting the loop-corrected FLOPs:
+    # from the optimized HLO, or the unrolled probes where it cannot be read; 0 without count_flops),
+    # hlo_text_s (the optimized module as text)
     phases: dict[str, float] = field(default_factory=dict)
+    flops_source: str = FLOPS_LOOP_BODY_ONCE  # one of the FLOPS_* above
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

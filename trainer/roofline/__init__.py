@@ -182,7 +182,7 @@ from __future__ import annotations
 
 from .chip import DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, Hardware
 from .collectives import CollectiveCost, DeviceLayout, collectives, replica_groups, transfer_key
-from .cost import SPLASH_MATMULS, conv_flops, instr_bytes, instr_flops, op_seconds, splash_flops
+from .cost import SPLASH_MATMULS, conv_flops, instr_bytes, instr_flops, op_seconds, op_work, splash_flops
 from .hlo import (
     COLLECTIVES,
     DTYPE_BYTES,
@@ -197,7 +197,7 @@ from .hlo import (
     shape_dims,
     trip_count,
 )
-from .model import OVERLAP_FRACTION, Roofline, analyze
+from .model import OVERLAP_FRACTION, Roofline, StepWork, analyze, step_work
 from .schedule import ScheduleReplay, events, exposed_by_schedule
 
 __all__ = [
@@ -205,5 +205,6 @@ __all__ = [
     "collectives", "replica_groups", "instr_flops", "instr_bytes", "conv_flops", "splash_flops", "shape_bytes",
     "hbm_shape_bytes", "shape_dims", "trip_count", "exposed_by_schedule", "events", "ScheduleReplay",
     "OVERLAP_FRACTION", "ICI_STEP_LATENCY_S", "DCN_STEP_LATENCY_S", "COLLECTIVES", "DTYPE_BYTES",
-    "HloModule", "Computation", "Instr", "CallGraph", "op_seconds", "transfer_key", "SPLASH_MATMULS",
+    "HloModule", "Computation", "Instr", "CallGraph", "op_seconds", "op_work", "transfer_key", "SPLASH_MATMULS",
+    "StepWork", "step_work",
 ]

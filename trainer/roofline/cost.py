@@ -230,14 +230,23 @@ def _fusion_is_collective(module: HloModule, ins: Instr) -> bool:
     return called is not None and any(collective_kind(i.opcode) for i in called.instrs)
 
 
-def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
-    """(FLOPs, HBM bytes, seconds = max(FLOPs / sustained FLOP/s, bytes / HBM bandwidth)) of one instruction
-    that runs on its own, once; None for what has no work of its own (bookkeeping, control
-    flow, collectives and their -done halves, TPU async-collective wrappers)."""
+def op_work(module: HloModule, comp: Computation, ins: Instr) -> tuple[float, float] | None:
+    """(FLOPs, HBM bytes) of one instruction that runs on its own, once; None for what has no
+    work of its own (bookkeeping, control flow, collectives and their -done halves, TPU
+    async-collective wrappers)."""
     if ins.opcode in _NO_TRAFFIC or collective_kind(ins.opcode) or ins.opcode.endswith("-done"):
         return None
     f = instr_flops(module, comp, ins)
     if f == 0 and ins.opcode == "fusion" and _fusion_is_collective(module, ins):
         return None  # a TPU async-collective wrapper: its traffic is the collective's
-    b = instr_bytes(module, comp, ins)
+    return f, instr_bytes(module, comp, ins)
+
+
+def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
+    """(FLOPs, HBM bytes, seconds = max(FLOPs / sustained FLOP/s, bytes / HBM bandwidth)) of one
+    instruction that runs on its own, once (op_work); None for what has no work of its own."""
+    work = op_work(module, comp, ins)
+    if work is None:
+        return None
+    f, b = work
     return f, b, max(f / hw.sustained_flops, b / hw.hbm_bandwidth)

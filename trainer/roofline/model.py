@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import op_seconds
+from .cost import op_seconds, op_work
 from .hlo import call_graph, parse_module
 from .schedule import exposed_by_schedule
 
@@ -73,6 +73,40 @@ class Roofline:
         }
 
 
+@dataclass(frozen=True)
+class StepWork:
+    """FLOPs and HBM bytes per device of one step, as analyze counts them, without hardware."""
+
+    flops_per_step: float
+    hbm_bytes_per_step: float
+    unknown_trip_counts: list[str]  # loops counted once: their trip count could not be read
+
+
+def step_work(hlo_text: str) -> StepWork:
+    """The FLOPs and HBM bytes of one compiled step, read from its optimized HLO with every
+    loop's trip count applied (what analyze counts; no hardware figures, no collectives)."""
+    module = parse_module(hlo_text)
+    graph = call_graph(module)
+    flops = bytes_ = 0.0
+    for comp, ins, mult in _running_ops(module, graph):
+        work = op_work(module, comp, ins)
+        if work is not None:
+            flops += work[0] * mult
+            bytes_ += work[1] * mult
+    return StepWork(flops, bytes_, list(graph.unknown_trip_counts))
+
+
+def _running_ops(module, graph):
+    """(computation, instruction, times it runs per step) of every instruction that runs on
+    its own: not inside a fusion, in a computation that is called."""
+    for comp in module.computations.values():
+        mult = graph.multiplier.get(comp.name, 0.0)
+        if mult == 0 or comp.name in graph.fused:
+            continue
+        for ins in comp.instrs:
+            yield comp, ins, mult
+
+
 def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_names=None,
             num_devices: int | None = None, overlap_fraction: float = OVERLAP_FRACTION) -> Roofline:
     """The roofline of one compiled step. Pass the jax `mesh` it was compiled for (or its
@@ -85,20 +119,16 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     module = parse_module(hlo_text)
     graph = call_graph(module)
     flops = bytes_ = compute = memory = roof = 0.0
-    for comp in module.computations.values():
-        mult = graph.multiplier.get(comp.name, 0.0)
-        if mult == 0 or comp.name in graph.fused:
+    for comp, ins, mult in _running_ops(module, graph):
+        cost = op_seconds(module, comp, ins, hw)
+        if cost is None:
             continue
-        for ins in comp.instrs:
-            cost = op_seconds(module, comp, ins, hw)
-            if cost is None:
-                continue
-            f, b, t = cost
-            flops += f * mult
-            bytes_ += b * mult
-            compute += f / hw.sustained_flops * mult
-            memory += b / hw.hbm_bandwidth * mult
-            roof += t * mult
+        f, b, t = cost
+        flops += f * mult
+        bytes_ += b * mult
+        compute += f / hw.sustained_flops * mult
+        memory += b / hw.hbm_bandwidth * mult
+        roof += t * mult
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
     colls = collectives(module, graph, layout, hw, num_devices, homes)
     comm = sum(c.seconds for c in colls)
