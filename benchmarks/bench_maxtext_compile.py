@@ -51,20 +51,26 @@ def model_of(row: P.Published, layers: int | None = None):
 
 def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> list[str]:
     """MaxText 0.2.5 config overrides that build the row's model, mesh, batch and remat."""
-    m = model_of(row, layers)
     d, f, t = row.ici
+    return maxtext_common_argv(base_yml, row.target, model_of(row, layers), row.maxtext_per_device_batch,
+                               row.remat, P.ATTENTION[row.attention]) + [
+        f"ici_data_parallelism={d}", f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}"]
+
+
+def maxtext_common_argv(base_yml: str, target: str, m, per_device_batch: int, remat: str, attention: str) -> list[str]:
+    """The overrides every comparison shares: the model's dims, the slice, the batch, remat and
+    attention, bf16 activations over fp32 weights, AdamW, synthetic data; the mesh is the caller's."""
     return [
-        "train_compile", base_yml, "run_name=peer", f"compile_topology={row.target.split(':')[1]}",
+        "train_compile", base_yml, "run_name=peer", f"compile_topology={target.split(':')[1]}",
         "compile_topology_num_slices=1", "decoder_block=default", f"base_emb_dim={m.d_model}",
         f"base_num_query_heads={m.n_heads}", f"base_num_kv_heads={m.n_kv_heads or m.n_heads}",
         f"head_dim={m.head_dim}", f"base_mlp_dim={m.d_ff}", f"base_num_decoder_layers={m.n_layers}",
         f"mlp_activations=[\"{m.activation}\"]", f"logits_via_embedding={str(m.tie_embeddings).lower()}",
         f"vocab_size={m.vocab_size}", f"max_target_length={m.seq_len}",
-        f"per_device_batch_size={row.maxtext_per_device_batch}", f"ici_data_parallelism={d}",
-        f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}",
+        f"per_device_batch_size={per_device_batch}",
         # MaxText 0.2.5 keeps the 2023 remat names ("minimal" saves every projection and MLP dot);
         # its attention names are ours (published.ATTENTION: flash, or plain attention = dot_product)
-        f"remat_policy={row.remat}", f"attention={P.ATTENTION[row.attention]}", "dtype=bfloat16",
+        f"remat_policy={remat}", f"attention={attention}", "dtype=bfloat16",
         "weight_dtype=float32", "enable_dropout=false", "dataset_type=synthetic", "enable_checkpointing=false",
         "opt_type=adamw", "skip_jax_distributed_system=true",
     ]
@@ -72,12 +78,22 @@ def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> 
 
 def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) -> None:
     """In this (fresh) process: compile MaxText's step for the row; write the figures to out_path."""
+    compile_maxtext_step(row.name, row.target, row.flags, lambda base_yml: maxtext_argv(row, base_yml, layers),
+                         model_of(row, layers), row.global_batch, out_path)
+
+
+def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, model, global_batch: int,
+                         out_path: str) -> None:
+    """In this (fresh) process: compile MaxText's step (`argv_for(base_yml)`, train_compile's
+    argv) for target `target_name` with our flag set `flags`; read it as the planner reads ours
+    (memory_analysis, the optimized HLO through the roofline, MFU with our model FLOPs of
+    `model` at `global_batch`); write the figures to out_path."""
     from paxsearch.search.planning import targets as T
     from paxsearch.trainer import flagsets, topology
 
-    target = T.parse_target(row.target)
+    target = T.parse_target(target_name)
     os.environ.update(T.target_env(target))
-    os.environ.update(flagsets.env_for(row.flags, "tpu"))
+    os.environ.update(flagsets.env_for(flags, "tpu"))
     import jax
     import maxtext
     from maxtext.trainers.pre_train import train_compile as tc
@@ -102,8 +118,8 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
         return compiled
 
     tc.get_topology_mesh, jax.stages.Lowered.compile = topology_mesh, keep
-    argv = maxtext_argv(row, os.path.join(os.path.dirname(maxtext.__file__), "configs", "base.yml"), layers)
-    res = {"name": row.name, "argv": argv, "jax": jax.__version__, "flags": row.flags,
+    argv = argv_for(os.path.join(os.path.dirname(maxtext.__file__), "configs", "base.yml"))
+    res = {"name": name, "argv": argv, "jax": jax.__version__, "flags": flags,
            "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", ""),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     t0 = time.perf_counter()
@@ -130,7 +146,7 @@ def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) 
             mesh = captured["mesh"]
             hw = hardware_for(list(mesh.devices.flat), target.chip)
             roof = R.analyze(text, hw, mesh=mesh)
-            model_flops = flops_lib.model_flops_per_step(model_of(row, layers), row.global_batch)
+            model_flops = flops_lib.model_flops_per_step(model, global_batch)
             res.update(roofline=roof.to_dict(), model_flops_per_step=model_flops,
                        predicted_step_time=roof.step_time_s,
                        predicted_mfu=roof.predicted_mfu(model_flops, mesh.devices.size, hw.peak_flops))
