@@ -45,7 +45,7 @@ class Peer:
     target: str
     preset: str
     axes: dict  # our mesh axes by name (trainer/config.py mesh_shape); MaxText's ici_<axis>_parallelism
-    per_device_batch: int
+    per_device_batch: int  # MaxText's per_device_batch_size: rows per chip over all chips (stage and context too)
     maxtext: tuple[str, ...] = ()  # MaxText overrides beyond the mesh
     pipeline: dict = field(default_factory=dict)  # our PipelineConfig fields
     remat: str = "full"
@@ -57,7 +57,7 @@ class Peer:
         return int(self.target.split("-")[-1]) // 2  # v5p-N names TensorCores: N / 2 chips
 
     @property
-    def global_batch(self) -> int:
+    def global_batch(self) -> int:  # ours is set to it (our per_device_batch counts the batch axes' devices only)
         return self.per_device_batch * self.chips
 
 
@@ -81,8 +81,11 @@ def model_of(peer: Peer):
     return presets.get(peer.preset)
 
 
+MAXTEXT_AXIS = {"stage": "pipeline"}  # our mesh axis -> MaxText's ici_<name>_parallelism
+
+
 def maxtext_argv(peer: Peer, base_yml: str) -> list[str]:
-    mesh = [f"ici_{axis}_parallelism={size}" for axis, size in peer.axes.items()]
+    mesh = [f"ici_{MAXTEXT_AXIS.get(axis, axis)}_parallelism={size}" for axis, size in peer.axes.items()]
     return MC.maxtext_common_argv(base_yml, peer.target, model_of(peer), peer.per_device_batch, peer.remat,
                                   peer.attention) + mesh + list(peer.maxtext)
 
@@ -98,7 +101,7 @@ def compile_ours(peer: Peer, out_path: str) -> None:
     from paxsearch.trainer.config import MeshConfig, PipelineConfig, TrainConfig, mesh_shape
 
     cfg = TrainConfig(model=model_of(peer), mesh=MeshConfig(ici=mesh_shape(**peer.axes)),
-                      per_device_batch=peer.per_device_batch, remat=peer.remat, flags=peer.flags,
+                      per_device_batch=None, global_batch=peer.global_batch, remat=peer.remat, flags=peer.flags,
                       pipeline=PipelineConfig(**peer.pipeline))
     cfg = replace(cfg, model=replace(cfg.model, attention=peer.attention))
     res: dict = {"name": peer.name, "config": repr(cfg), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

@@ -72,7 +72,7 @@ class PlanResult:
         return {"peak_bytes": int(self.peak_bytes), "argument_bytes": int(mem.argument_bytes),
                 "output_bytes": int(mem.output_bytes), "temp_bytes": int(mem.temp_bytes),
                 "alias_bytes": int(mem.alias_bytes), "generated_code_bytes": int(mem.generated_code_bytes),
-                "xla_flops_per_step": float(self.xla_flops_per_step),
+                "xla_flops_per_step": float(self.xla_flops_per_step), "flops_source": self.flops_source,
                 "model_flops_per_step": float(self.model_flops_per_step), "param_count": int(self.param_count),
                 "compile_seconds": float(self.compile_seconds), "global_batch": int(self.global_batch),
                 "tokens_per_step": int(self.tokens_per_step), "num_devices": int(self.num_devices),

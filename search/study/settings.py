@@ -33,7 +33,8 @@ class StudySettings:
     timeout: wall-clock seconds per trial, compile and training included.
     pruner: for single-objective studies, an Optuna pruner on intermediate loss.
     workers: trials run at once by one driver (one worker process each).
-    seed: seed of the tuner. count_flops: compile loop-corrected FLOP probes (HFU), ~2x compile.
+    seed: seed of the tuner. count_flops: count the executed FLOPs (HFU) with every loop's trip
+    count, from the step's optimized HLO (two unrolled probe compiles where it cannot be read).
     tokens: a training-token budget per trial ("2M", 65536): every trial trains
     round(tokens / (global batch x seq_len)) steps (steps_for_tokens), and the objective loss
     is its held-out eval loss. None: each config's own steps.
