@@ -191,14 +191,30 @@ class PipelinedLayers(nn.Module):
         if self.is_initializing():  # the parameters are made; the init batch need not split into microbatches
             return x_BSE
 
+        per_stage = columns // self.repeats
+
         def layer(w, h, segment_ids, positions):
             return block.apply({"params": w}, h, segment_ids, positions)[0]
 
         if self.remat != "none":
             layer = jax.checkpoint(layer, policy=remat_lib.policy(self.remat), prevent_cse=False)
 
-        def stage_fn(w, h, segment_ids, positions):
-            return jax.lax.scan(lambda h, w_l: (layer(w_l, h, segment_ids, positions), None), h, w)[0]
+        def stage_fn(w_row, first, h, segment_ids, positions):
+            chunk = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, first, per_stage, 0), w_row)
+
+            def step(h, w_l):
+                return layer(w_l, checkpoint_name(h, remat_lib.PIPELINE_LAYER_INPUT), segment_ids, positions), None
+
+            return jax.lax.scan(step, h, chunk)[0]
+
+        if self.remat != "none":
+            # The whole chunk is rematerialized too, keeping what the layers' policy keeps and each
+            # layer's input: the chunk's weights, sliced out of the stage's loop-invariant row, are
+            # sliced again in the backward pass instead of kept once per iteration and layer (16B,
+            # 4 stages x 8 layers, 11 iterations: 22 GiB a chip; benchmarks/RESULTS.md)
+            stage_fn = jax.checkpoint(stage_fn, policy=remat_lib.keeping(remat_lib.policy(self.remat),
+                                                                         remat_lib.PIPELINE_LAYER_INPUT),
+                                      prevent_cse=False)
 
         micro = lambda a: pipeline_lib.to_microbatches(a, self.microbatches)
         x_MbSE = nn.with_logical_constraint(micro(x_BSE), (None, "batch", "length", "act_embed"))

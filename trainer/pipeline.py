@@ -144,8 +144,13 @@ def from_microbatches(x_M: jax.Array) -> jax.Array:
 def run(stage_fn: Callable, weights: Any, x_MbSE: jax.Array, side_Mb: tuple, *, stages: int, repeats: int,
         constrain_stages: Callable[[jax.Array], jax.Array] = lambda x: x,
         constrain_buffer: Callable[[jax.Array], jax.Array] = lambda x: x) -> jax.Array:
-    """Run the pipeline. `stage_fn(w, x, *side)` applies one stage's chunk of layers `w`
-    (leaves [per_stage, ...]) to one microbatch; `weights` has leaves [S, R x per_stage, ...];
+    """Run the pipeline. `stage_fn(w_row, first, x, *side)` applies one stage's chunk of layers,
+    rows first .. first + per_stage - 1 of its weights `w_row` (leaves [R x per_stage, ...]), to
+    one microbatch. It should index its layers inside the function it rematerializes: a chunk
+    sliced out here would be a new array every iteration, and the backward pass would keep one
+    copy of the chunk's (cast) weights per iteration and layer (on a 16B model pipelined 4 x 8
+    layers over 11 iterations, 22 GiB a chip, benchmarks/RESULTS.md), where indexing the
+    loop-invariant row again costs nothing. `weights` has leaves [S, R x per_stage, ...];
     `x_MbSE` the microbatched activations [M, mb, ...]; `side_Mb` arrays [M, mb, ...] that go
     with each microbatch unchanged (segment ids, positions). Returns [M, mb, ...]: every
     microbatch through all n_layers in order."""
@@ -153,8 +158,7 @@ def run(stage_fn: Callable, weights: Any, x_MbSE: jax.Array, side_Mb: tuple, *, 
     per_stage = jax.tree.leaves(weights)[0].shape[1] // repeats
 
     def chunk_fn(w_row, repeat, x, *side):
-        w = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, repeat * per_stage, per_stage, 0), w_row)
-        return stage_fn(w, x, *side)
+        return stage_fn(w_row, repeat * per_stage, x, *side)
 
     vmapped = jax.vmap(chunk_fn, spmd_axis_name="stage")
     stage_ids = jnp.arange(stages)

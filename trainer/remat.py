@@ -90,6 +90,23 @@ def check_policy(name: str, platform: str) -> None:
             f"use it on TPU or GPU, or pick 'minimal' here")
 
 
+# A pipelined stage's layer inputs (trainer/model.py PipelinedLayers): what the stage's chunk of
+# layers keeps when it is rematerialized as a whole, besides what the layers' policy keeps
+PIPELINE_LAYER_INPUT = "pipeline_layer_input"
+
+
+def keeping(policy, *names: str):
+    """`policy`, also saving the values named `names` (jax.ad_checkpoint.checkpoint_name). Unlike
+    jax's save_from_both_policies it takes the offloading policies too: whatever `policy` decides
+    for any other value stands, offload included."""
+    named = jax.checkpoint_policies.save_only_these_names(*names)
+
+    def combined(prim, *args, **params):
+        return True if named(prim, *args, **params) else policy(prim, *args, **params)
+
+    return combined
+
+
 def policy(name: str):
     """The jax.checkpoint policy for `name`, or None for 'none' (no remat at all)."""
     cp = jax.checkpoint_policies
