@@ -16,7 +16,8 @@ batch, sequence, dtype (activations; float32 weights on both), remat policy, ste
 step dispatches) summed over the later steps; paxsearch's logging interval over the same steps.
 
 Cases: {dense, llama} x {f32, bf16} x {fsdp8: 8 simulated devices, fsdp 8, batch 1/device;
-1dev: 1 device, batch 8}. "dense" is the issue's non-gated model (gelu, tanh approximation);
+1dev: 1 device, batch 8; pp2: 8 simulated devices, 2 pipeline stages x fsdp 4, 2 microbatches,
+GPipe, global batch 8}. "dense" is the issue's non-gated model (gelu, tanh approximation);
 "llama" is MaxText's default block (SwiGLU, RoPE); both at d_model 256, 4 layers, 4 heads
 of 64, d_ff 1024, vocab 1024, seq 256, RoPE positions, untied unembedding.
 """
@@ -33,9 +34,13 @@ import time
 
 DIMS = dict(d_model=256, n_layers=4, n_heads=4, head_dim=64, d_ff=1024, vocab_size=1024, seq_len=256)
 MODELS = {"dense": dict(mlp="dense", activation="gelu"), "llama": dict(mlp="gated", activation="silu")}
-MESHES = {"fsdp8": (8, 1), "1dev": (1, 8)}  # (devices, per-device batch)
+MESHES = {"fsdp8": (8, 1), "1dev": (1, 8), "pp2": (8, 1)}  # (devices, per-device batch)
+# pp2 (issue 19 section 7): 2 pipeline stages x fsdp 4, 2 microbatches of 4 rows (MaxText needs a microbatch
+# divisible over fsdp), GPipe (MaxText: 2 layers a stage)
+PIPELINES = {"pp2": dict(stages=2, microbatches=2)}
 DTYPES = {"f32": "float32", "bf16": "bfloat16"}
-CASES = [f"{m}-{d}-{mesh}" for m in MODELS for d in DTYPES for mesh in MESHES]
+CASES = [f"{m}-{d}-{mesh}" for m in MODELS for d in DTYPES for mesh in MESHES if mesh != "pp2"]
+PIPELINE_CASES = [f"{m}-{d}-pp2" for m in MODELS for d in DTYPES]  # asked for by name (--cases)
 MAXTEXT_ACTIVATIONS = {"dense": '["gelu"]', "llama": '["silu","linear"]'}
 STEP_LINE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 
@@ -55,6 +60,7 @@ def _env(devices: int) -> dict:
 
 def maxtext_cmd(case: str, steps: int, remat: str, out_dir: str) -> list[str]:
     model, dtype, devices, pdb = _parse(case)
+    mesh = case.split("-")[2]
     d = DIMS
     return [sys.executable, "-m", "maxtext.trainers.pre_train.train",
             f"run_name={case}", f"base_output_directory={out_dir}", "dataset_type=synthetic",
@@ -65,7 +71,17 @@ def maxtext_cmd(case: str, steps: int, remat: str, out_dir: str) -> list[str]:
             f"base_num_decoder_layers={d['n_layers']}", f"vocab_size={d['vocab_size']}",
             f"max_target_length={d['seq_len']}", f"mlp_activations={MAXTEXT_ACTIVATIONS[model]}",
             f"dtype={dtype}", "weight_dtype=float32", f"per_device_batch_size={pdb}",
-            f"ici_fsdp_parallelism={devices}", f"remat_policy={remat}"]
+            f"remat_policy={remat}"] + _maxtext_mesh(mesh, devices)
+
+
+def _maxtext_mesh(mesh: str, devices: int) -> list[str]:
+    pipe = PIPELINES.get(mesh)
+    if pipe is None:
+        return [f"ici_fsdp_parallelism={devices}"]
+    stages = pipe["stages"]
+    return [f"ici_pipeline_parallelism={stages}", f"ici_fsdp_parallelism={devices // stages}",
+            f"num_pipeline_microbatches={pipe['microbatches']}",
+            f"num_layers_per_pipeline_stage={DIMS['n_layers'] // stages}"]
 
 
 def run_maxtext(case: str, steps: int, warmup: int, remat: str) -> dict:
@@ -84,13 +100,29 @@ def run_maxtext(case: str, steps: int, warmup: int, remat: str) -> dict:
 
 def paxsearch_side(case: str, steps: int, warmup: int, remat: str, prefetch: int) -> dict:
     """Runs in its own process (device count set before JAX starts)."""
-    from paxsearch.trainer.config import CheckpointConfig, EvalConfig, LogConfig, MeshConfig, ModelConfig, TrainConfig
+    from paxsearch.trainer.config import (
+        CheckpointConfig,
+        EvalConfig,
+        LogConfig,
+        MeshConfig,
+        ModelConfig,
+        PipelineConfig,
+        TrainConfig,
+        mesh_shape,
+    )
     from paxsearch.trainer.train import train
 
     model, dtype, devices, pdb = _parse(case)
     m = ModelConfig(**DIMS, **MODELS[model], position="rope", dtype=dtype, param_dtype="float32",
                     attention="dot_product", tie_embeddings=False)
-    cfg = TrainConfig(model=m, mesh=MeshConfig(ici=(1, devices, 1)), per_device_batch=pdb, steps=steps,
+    pipe = PIPELINES.get(case.split("-")[2])
+    if pipe is None:
+        layout = dict(mesh=MeshConfig(ici=(1, devices, 1)), per_device_batch=pdb)
+    else:  # MaxText's global batch: per_device_batch_size x every device (ours counts the batch axes' only)
+        stages = pipe["stages"]
+        layout = dict(mesh=MeshConfig(ici=mesh_shape(stage=stages, fsdp=devices // stages)), per_device_batch=None,
+                      global_batch=pdb * devices, pipeline=PipelineConfig(pipe["microbatches"]))
+    cfg = TrainConfig(model=m, **layout, steps=steps,
                       remat=remat, warmup_steps_for_timing=warmup, eval=EvalConfig(enabled=False),
                       checkpoint=CheckpointConfig(enabled=False),
                       log=LogConfig(every_steps=steps, tensorboard=False))
@@ -112,7 +144,7 @@ def run_paxsearch(case: str, steps: int, warmup: int, remat: str, prefetch: int)
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {CASES}")
+    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {CASES + PIPELINE_CASES}")
     p.add_argument("--repeats", type=int, default=3, help="alternated MaxText/paxsearch pairs per case")
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--warmup", type=int, default=5, help="first steps excluded on both sides")
