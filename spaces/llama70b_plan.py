@@ -44,7 +44,13 @@ vocab_tiles=1, grad_accum_steps=1, zero1=False):
         MFU 67.4% (roofline: compute 21.88 s, memory 1.60 s, exposed communication 1.41 s);
         compile 422 s, 467 s wall
     mesh=4x32x1x1 (4 stages, GPipe, 8 microbatches) remat=full: refused by the TPU compiler,
-        95.95 GiB a chip > 95.73 usable, 28 s
+        95.95 GiB a chip > 95.73 usable, 28 s. Re-planned 2026-12-04 (idle machine) after the
+        pipelined stage's chunk-level remat (trainer/model.py): fits, 89.2 GiB a chip, predicted
+        MFU 42.4%, step 37.8 s; 45 s the trial, 52 s the command. The largest of its 82.5 GiB of
+        temporaries (an XLA dump's buffer assignment; some share space): two 32 GiB [8, 32, 8192,
+        8192] microbatch buffers that the partitioner all-gathers over fsdp in the backward loop
+        (not fixed yet), the 11 x 20 saved layer inputs (27.5 GiB), the logits of 8 rows (15.7 GiB,
+        vocab_tiles=1)
     TPE's first point (mesh=2x16x4x1 dcn=stage microbatches=16 remat=minimal): refused, 289.7 GiB, 24 s
 
 Run:  paxsearch run spaces/llama70b_plan.py --dry-run   (size, and what the static checks remove)
