@@ -146,11 +146,12 @@ def run(stage_fn: Callable, weights: Any, x_MbSE: jax.Array, side_Mb: tuple, *, 
         constrain_buffer: Callable[[jax.Array], jax.Array] = lambda x: x) -> jax.Array:
     """Run the pipeline. `stage_fn(w_row, first, x, *side)` applies one stage's chunk of layers,
     rows first .. first + per_stage - 1 of its weights `w_row` (leaves [R x per_stage, ...]), to
-    one microbatch. It should index its layers inside the function it rematerializes: a chunk
-    sliced out here would be a new array every iteration, and the backward pass would keep one
-    copy of the chunk's (cast) weights per iteration and layer (on a 16B model pipelined 4 x 8
-    layers over 11 iterations, 22 GiB a chip, benchmarks/RESULTS.md), where indexing the
-    loop-invariant row again costs nothing. `weights` has leaves [S, R x per_stage, ...];
+    one microbatch. It should slice its chunk out of `w_row` inside the function it
+    rematerializes (model.PipelinedLayers checkpoints the whole chunk): a chunk sliced out here
+    would be a new array every iteration, and the backward pass would keep one copy of the
+    chunk's (cast) weights per iteration and layer (on a 16B model pipelined 4 x 8 layers over 11
+    iterations, 22 GiB a chip, benchmarks/RESULTS.md), where slicing the loop-invariant row again
+    costs nothing. `weights` has leaves [S, R x per_stage, ...];
     `x_MbSE` the microbatched activations [M, mb, ...]; `side_Mb` arrays [M, mb, ...] that go
     with each microbatch unchanged (segment ids, positions). Returns [M, mb, ...]: every
     microbatch through all n_layers in order."""
