@@ -237,6 +237,10 @@ class TransformerLM(nn.Module):
     pipeline_stages: int = 1
     pipeline_microbatches: int = 1
     pipeline_repeats: int = 1
+    # the logical batch axis of what runs after the layers: "stage_batch" splits the final norm,
+    # the unembedding and the loss of a pipelined model over the stage devices too
+    # (plan.make_model sets it where the global batch divides over data x stage x fsdp)
+    head_batch: str = "batch"
     # context parallelism (trainer/context.py): > 1 when the mesh's context axis splits the sequence;
     # the model then takes and returns sequences in the load-balanced layout (step.make_loss_sums
     # puts the batch into it); plan.make_model sets it from the mesh
@@ -269,6 +273,7 @@ class TransformerLM(nn.Module):
             x_BSE = PipelinedLayers(c, self.pipeline_stages, self.pipeline_microbatches, self.pipeline_repeats,
                                     self.remat, impl, self.mlp_grad_barrier, self.context_shards, name="pipeline")(
                 x_BSE, segment_ids_BS, positions_BS)
+            x_BSE = nn.with_logical_constraint(x_BSE, (self.head_batch, "length", "act_embed"))
         elif c.scan_layers:
             scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                               in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
@@ -288,4 +293,4 @@ class TransformerLM(nn.Module):
         else:
             logits_BSV = nn.DenseGeneral(c.vocab_size, use_bias=False, dtype=dt, param_dtype=pdt, name="unembed",
                                          kernel_init=_init(("embed", "vocab")))(x_BSE)
-        return nn.with_logical_constraint(logits_BSV, ("batch", "length", "act_vocab"))
+        return nn.with_logical_constraint(logits_BSV, (self.head_batch, "length", "act_vocab"))

@@ -88,16 +88,18 @@ def resolved_rules(cfg: TrainConfig, mesh) -> tuple:
     return sharding.rules_for(cfg.mesh.rules, cfg.model, dict(mesh.shape))
 
 
-def make_model(cfg: TrainConfig, platform: str, stages: int = 1, context: int = 1):
+def make_model(cfg: TrainConfig, platform: str, stages: int = 1, context: int = 1, head_over_stage: bool = False):
     """The model with cfg.model.attention resolved for `platform` (attention.implementation),
     on CPU the MLP-gradient fusion barrier (model.grads_behind_barrier), with `stages`
-    > 1 (the mesh's stage axis) the layers pipelined as cfg.pipeline says, and with `context` > 1
+    > 1 (the mesh's stage axis) the layers pipelined as cfg.pipeline says (and with
+    `head_over_stage` what follows them split over the stage devices too), and with `context` > 1
     (the mesh's context axis) the sequence split over it (trainer/context.py)."""
     model = step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
                                            mlp_grad_barrier=platform == "cpu", context_shards=context)
     if stages > 1:
         model = model.clone(pipeline_stages=stages, pipeline_microbatches=cfg.pipeline.microbatches,
-                            pipeline_repeats=cfg.pipeline.repeats)
+                            pipeline_repeats=cfg.pipeline.repeats,
+                            head_batch="stage_batch" if head_over_stage else "batch")
     return model
 
 
@@ -136,8 +138,11 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
     t0 = time.perf_counter()
     # pipelined over the stage axis only with stacked layers: the FLOP probes (scan_layers=False)
     # compile the same layers unpipelined (_pipeline_corrected_cost)
-    stages = dict(mesh.shape).get("stage", 1) if cfg.model.scan_layers else 1
-    model = make_model(cfg, platform, stages, dict(mesh.shape).get("context", 1))
+    sizes = dict(mesh.shape)
+    stages = sizes.get("stage", 1) if cfg.model.scan_layers else 1
+    rows = global_batch // max(cfg.grad_accum_steps, 1)  # the rows one forward pass holds
+    head_over_stage = rows % (sizes.get("data", 1) * sizes.get("stage", 1) * sizes.get("fsdp", 1)) == 0
+    model = make_model(cfg, platform, stages, sizes.get("context", 1), head_over_stage)
     schedule = step_lib.learning_rate_schedule(cfg.optimizer, cfg.steps)
     tx = step_lib.make_optimizer(cfg.optimizer, cfg.steps)
     with mesh_context(mesh, rules):

@@ -45,6 +45,9 @@ LOGICAL_RULES: Rules = (
     # pipeline (trainer/pipeline.py): the stacked layers' stage dimension and the stages' activations
     ("stage", "stage"),
     ("act_stage", "stage"),
+    # what runs after a pipeline (final norm, unembedding, loss) splits its batch over the stage
+    # devices too, as MaxText's data sharding does, instead of every stage repeating it
+    ("stage_batch", ("data", "stage", "fsdp")),
 )
 
 

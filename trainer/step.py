@@ -58,7 +58,7 @@ def make_loss_sums(model: TransformerLM, unroll: bool = False):
         if m.vocab_tiles > 1:
             hidden = model.apply({"params": params}, *args, return_hidden=True)
             return tiling.tiled_loss_sums(hidden, tiling.unembedding(params, m), batch["targets"], batch["weights"],
-                                          m.vocab_tiles, DTYPES[m.dtype], unroll)
+                                          m.vocab_tiles, DTYPES[m.dtype], unroll, model.head_batch)
         return weighted_xent(model.apply({"params": params}, *args), batch["targets"], batch["weights"])
 
     return loss_sums

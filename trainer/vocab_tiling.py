@@ -40,9 +40,11 @@ def token_losses(logits_BSV, targets_BS, weights_BS):
     return jnp.sum(token_xent(logits_BSV, targets_BS) * weights_BS), jnp.sum(weights_BS)
 
 
-def tiled_loss_sums(hidden_BSE, unembed_EV, targets_BS, weights_BS, tiles: int, dtype, unroll: bool = False):
+def tiled_loss_sums(hidden_BSE, unembed_EV, targets_BS, weights_BS, tiles: int, dtype, unroll: bool = False,
+                    batch_axis: str = "batch"):
     """token_losses of hidden_BSE @ unembed_EV, computed over `tiles` sequence chunks.
-    `unroll` unrolls the chunk loop (for XLA's cost analysis, which counts a loop body once)."""
+    `unroll` unrolls the chunk loop (for XLA's cost analysis, which counts a loop body once);
+    `batch_axis`: the logical batch axis of the chunks' logits (the model's head_batch)."""
     b, s, e = hidden_BSE.shape
     c = s // tiles
 
@@ -52,7 +54,7 @@ def tiled_loss_sums(hidden_BSE, unembed_EV, targets_BS, weights_BS, tiles: int, 
     @jax.checkpoint  # default policy: nothing saved, the backward recomputes the chunk's logits
     def chunk_sums(h_BCE, t_BC, w_BC):
         logits_BCV = jnp.dot(h_BCE.astype(dtype), unembed_EV.astype(dtype))
-        logits_BCV = sharding.constrain(logits_BCV, ("batch", "length", "act_vocab"))
+        logits_BCV = sharding.constrain(logits_BCV, (batch_axis, "length", "act_vocab"))
         return token_losses(logits_BCV, t_BC, w_BC)
 
     def body(carry, xs):

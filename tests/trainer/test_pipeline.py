@@ -114,7 +114,10 @@ def _loss_and_grads(cfg, params, batch):
     devices = jax.devices()
     mesh = mesh_lib.build_mesh(cfg.mesh, devices)
     stages = dict(mesh.shape)["stage"]
-    model = plan_lib.make_model(cfg, "cpu", stages)
+    # pipelined: the head (final norm, unembedding) split over the stage devices too, as build_program
+    # makes it where the batch divides over data x stage x fsdp (BATCH 16 over 8 devices does)
+    model = plan_lib.make_model(cfg, "cpu", stages, head_over_stage=stages > 1)
+    assert model.head_batch == ("stage_batch" if stages > 1 else "batch")
     rules = plan_lib.resolved_rules(cfg, mesh)
     with plan_lib.mesh_context(mesh, rules):
         boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), batch["inputs"], batch["positions"],
