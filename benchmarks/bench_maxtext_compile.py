@@ -155,18 +155,23 @@ def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, mode
 
 
 def run_maxtext(row: P.Published, out: str, timeout: int, layers: int | None = None) -> dict:
-    path = os.path.join(out, B.slug(row.name) + ".maxtext.json")
     cmd = [sys.executable, __file__, "--maxtext-row", row.name, "--out", out]
     cmd += ["--layers", str(layers)] if layers else []
-    print(f"[{row.name}] MaxText: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    return run_compile_child(row.name, "MaxText", cmd, os.path.join(out, B.slug(row.name) + ".maxtext.json"), out,
+                             timeout)
+
+
+def run_compile_child(name: str, label: str, cmd: list[str], path: str, out: str, timeout: int) -> dict:
+    """Run one compile in its own process (`cmd`, in folder `out`: MaxText writes maxtext_output/
+    there); the JSON it wrote to `path`, or an error record in its place when it wrote nothing."""
+    print(f"[{name}] {label}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     try:
-        proc = subprocess.run(cmd, cwd=out, stdout=sys.stderr, timeout=timeout)  # MaxText writes maxtext_output/ there
-        rc = proc.returncode
+        rc: int | str = subprocess.run(cmd, cwd=out, stdout=sys.stderr, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         rc = "timeout"
     if not os.path.exists(path):
         with open(path, "w") as f:
-            json.dump({"name": row.name, "error": f"the MaxText compile process ended ({rc}) and wrote nothing"}, f)
+            json.dump({"name": name, "error": f"the {label} compile process ended ({rc}) and wrote nothing"}, f)
     with open(path) as f:
         return json.load(f)
 

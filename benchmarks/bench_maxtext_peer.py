@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -117,18 +116,9 @@ def compile_ours(peer: Peer, out_path: str) -> None:
 
 
 def run_side(peer: Peer, side: str, out: str, timeout: int) -> dict:
-    path = os.path.join(out, f"{slug(peer.name)}.{side}.json")
     cmd = [sys.executable, __file__, f"--{side}-config", peer.name, "--out", out]
-    print(f"[{peer.name}] {side}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    try:
-        rc = subprocess.run(cmd, cwd=out, stdout=sys.stderr, timeout=timeout).returncode
-    except subprocess.TimeoutExpired:
-        rc = "timeout"
-    if not os.path.exists(path):
-        with open(path, "w") as f:
-            json.dump({"name": peer.name, "error": f"the {side} compile process ended ({rc}) and wrote nothing"}, f)
-    with open(path) as f:
-        return json.load(f)
+    return MC.run_compile_child(peer.name, side, cmd, os.path.join(out, f"{slug(peer.name)}.{side}.json"), out,
+                                timeout)
 
 
 def figures(res: dict, side: str) -> dict:

@@ -361,7 +361,7 @@ def _hlo_work(compiled, hlo_text: str | None) -> StepWork | None:
     if hlo_text is None:
         try:
             hlo_text = compiled.as_text()
-        except (jax.errors.JaxRuntimeError, NotImplementedError):
+        except (jax.errors.JaxRuntimeError, NotImplementedError):  # no text view: the caller compiles probes
             return None
     if not hlo_text:
         return None
