@@ -97,6 +97,8 @@ def compile_ours(peer: Peer, out_path: str) -> None:
     target = T.parse_target(peer.target)
     os.environ.update(T.target_env(target))  # before JAX starts, as a plan-only worker's are
     os.environ.update(flagsets.env_for(peer.flags, "tpu"))
+    # compiled to the end, as MaxText's side is: the generated code measured, not bounded (hlo_passes)
+    os.environ[T.PLAN_COMPILE_ENV] = "full"
     from paxsearch.trainer.config import MeshConfig, PipelineConfig, TrainConfig, mesh_shape
 
     cfg = TrainConfig(model=model_of(peer), mesh=MeshConfig(ici=mesh_shape(**peer.axes)),

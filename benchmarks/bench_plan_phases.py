@@ -36,6 +36,7 @@ def child(args) -> None:
     from paxsearch.trainer import presets
     from paxsearch.trainer.config import MeshConfig, TrainConfig
 
+    os.environ[T.PLAN_COMPILE_ENV] = "full"  # both modes are full compiles (the HLO passes: bench_plan_method.py)
     if args.child == "twice":
         plan_lib._compile_only = lambda devices: False  # the dump only from a second compile
     target = T.parse_target(args.target)

@@ -24,15 +24,16 @@ v5e-256 slice set CHIPS = 256 below (MaxText's own v5e recipe for this model,
 MaxText/configs/v5e/llama3/llama3_8b.sh, runs per_device_batch_size=1, remat_policy=full,
 8192 tokens, fsdp over the slice), and expect compiles ~1.5x longer.
 
-Compile time: one point takes the TPU compiler ~3 minutes of CPU (measured on the 2-core
-development machine shared with other jobs: 375 s wall for 1x64x1/flash/batch 1/full;
-582 s for the same point on v5e-256 with dot_product). Points the analytic pre-screen
-refuses (memory of the state alone) and duplicates are settled without compiling.
+Plan time: a point is planned from the TPU compiler's HLO passes, its code generation never
+run (trainer/hlo_passes.py; README "A plan stops the compiler after its HLO passes"): ~10 s a
+point on the 2-core development machine, where the full compile took 80-160 s
+(benchmarks/bench_plan_method.py; --plan-compile full compiles to the end). Points the
+analytic pre-screen refuses (memory of the state alone) and duplicates are settled without
+compiling.
 
 Run:  paxsearch run spaces/llama_plan.py --dry-run  (the space and its static feasibility, seconds)
-      paxsearch run spaces/llama_plan.py            (TPE, 8 trials: ~50 min on 2 cores, one compile
-                                                     per 2 cores; ~10 min with 16 cores)
-      paxsearch run spaces/llama_plan.py --trials 2 (a quick check that the plan compiles)
+      paxsearch run spaces/llama_plan.py            (TPE, 8 trials: a few minutes on 2 cores)
+      paxsearch run spaces/llama_plan.py --trials 48 --tuner grid   (every point)
       paxsearch report runs/llama_plan              (Pareto front, labelled "predicted")
 """
 import os
@@ -51,10 +52,10 @@ STUDY = dict(
     tuner="tpe",
     trials=8,
     target=f"tpu:v5e-{CHIPS}",
-    # XLA's TPU compiler keeps about two cores busy per compile: one compile per two cores
+    # a plan's child compile keeps about two cores busy: one plan per two cores
     workers=max(1, (os.cpu_count() or 2) // 2),
     count_flops=False,  # FLOPs come from the optimized HLO with loop trip counts
-    timeout=1800,
+    timeout=1800,  # --plan-compile full: a full compile took up to 10 minutes under load
 )
 
 

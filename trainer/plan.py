@@ -135,6 +135,19 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
                        phases: dict[str, float] | None = None, compiler_options: dict | None = None):
     """Lower and compile the train step; `phases` (when given) gets lower_s and compile_s."""
     phases = {} if phases is None else phases
+    *lowering, lowered = lower_step(cfg, mesh, global_batch, rules, platform, unroll, phases)
+    t1 = time.perf_counter()
+    with mesh_context(mesh, rules):
+        compiled = lowered.compile(compiler_options=compiler_options)
+    phases["compile_s"] = time.perf_counter() - t1
+    return (*lowering, lowered, compiled)
+
+
+def lower_step(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, unroll: bool = False,
+               phases: dict[str, float] | None = None):
+    """(model, tx, schedule, placement, batch sharding, abstract state, abstract batch, lowered step);
+    `phases` (when given) gets lower_s."""
+    phases = {} if phases is None else phases
     t0 = time.perf_counter()
     # pipelined over the stage axis only with stacked layers: the FLOP probes (scan_layers=False)
     # compile the same layers unpipelined (_pipeline_corrected_cost)
@@ -161,11 +174,8 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
                           in_shardings=(state_shardings, batch_sh),
                           out_shardings=(state_shardings, metric_sh), donate_argnums=(0,))
         lowered = step_fn.lower(abstract_state, batch)
-        t1 = time.perf_counter()
-        phases["lower_s"] = t1 - t0
-        compiled = lowered.compile(compiler_options=compiler_options)
-        phases["compile_s"] = time.perf_counter() - t1
-    return model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled
+    phases["lower_s"] = time.perf_counter() - t0
+    return model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered
 
 
 def tpu_generation(devices: Sequence) -> str | None:
@@ -178,9 +188,9 @@ def tpu_generation(devices: Sequence) -> str | None:
     return chip.name if chip else None
 
 
-def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
-                  keep_hlo: bool = False) -> Program:
-    """Check, lower and compile the train step of `cfg` on `devices` (default: all devices)."""
+def setup(cfg: TrainConfig, devices: Sequence | None = None):
+    """(devices, platform, global batch, mesh, logical rules) of `cfg` on `devices` (default: all
+    devices), after the static checks (trainer.validate; ConfigError before anything compiles)."""
     devices = list(devices if devices is not None else jax.devices())
     process_count = len({getattr(d, "process_index", 0) for d in devices})
     platform = devices[0].platform
@@ -188,8 +198,13 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     global_batch = mesh_lib.global_batch_size(cfg, len(devices))
     attention_lib.implementation(cfg.model, platform)  # a ConfigError before compiling
     mesh = mesh_lib.build_mesh(cfg.mesh, devices)
-    rules = resolved_rules(cfg, mesh)
+    return devices, platform, global_batch, mesh, resolved_rules(cfg, mesh)
 
+
+def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
+                  keep_hlo: bool = False) -> Program:
+    """Check, lower and compile the train step of `cfg` on `devices` (default: all devices)."""
+    devices, platform, global_batch, mesh, rules = setup(cfg, devices)
     phases: dict[str, float] = {}
     # For a plan on compile-only devices (a TPU topology on this CPU), compiled.as_text() can fail
     # where the compile did not (optimized_hlo): the one compile then also dumps its optimized module,
@@ -198,9 +213,7 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
     with _hlo_dump_folder(keep_hlo and _compile_only(devices)) as dump_folder:
         model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
             cfg, mesh, global_batch, rules, platform, phases=phases, compiler_options=_dump_options(dump_folder))
-        compile_seconds = phases["lower_s"] + phases["compile_s"]
         memory = memory_estimate(compiled)
-        n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
         t2 = time.perf_counter()
         hlo_text, hlo_source, hlo_error = (optimized_hlo(compiled, lowered, dump_folder) if keep_hlo
                                            else (None, None, None))
@@ -213,18 +226,31 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
             probes=lambda probe: _cost(_lower_and_compile(probe, mesh, global_batch, rules, platform, unroll=True)[-1]))
         phases["flop_probes_s"] = time.perf_counter() - t1
     del lowered
-    plan = PlanResult(
+    plan = plan_result(cfg, devices, mesh, global_batch, abstract_state, memory, phases,
+                       hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
+                       xla_flops=xla_flops, xla_bytes=xla_bytes, flops_source=flops_source)
+    return Program(cfg, mesh, model, tx, schedule, placement.stored, batch_sh, abstract_state, batch, compiled, plan,
+                   rules, placement.device)
+
+
+def plan_result(cfg: TrainConfig, devices: Sequence, mesh, global_batch: int, abstract_state,
+                memory: MemoryEstimate, phases: dict[str, float], *, hlo_text: str | None,
+                hlo_source: str | None, hlo_error: str | None, xla_flops: float, xla_bytes: float,
+                flops_source: str) -> PlanResult:
+    """The PlanResult of a compiled (or, trainer/hlo_passes.py, HLO-passes-only) step."""
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
+    stages = dict(mesh.shape).get("stage", 1)
+    return PlanResult(
         memory=memory, peak_bytes=memory.peak_bytes, xla_flops_per_step=xla_flops,
         xla_bytes_accessed_per_step=xla_bytes,
         model_flops_per_step=flops_lib.model_flops_per_step(cfg.model, global_batch),
         param_count=int(n_params), global_batch=global_batch,
         tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
-        device_kind=devices[0].device_kind, platform=platform, compile_seconds=compile_seconds,
+        device_kind=devices[0].device_kind, platform=devices[0].platform,
+        compile_seconds=phases["lower_s"] + phases["compile_s"],
         mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
         pipeline_bubble=pipeline_lib.bubble_fraction(stages, cfg.pipeline.microbatches, cfg.pipeline.repeats),
         phases={k: round(v, 3) for k, v in phases.items()}, flops_source=flops_source)
-    return Program(cfg, mesh, model, tx, schedule, placement.stored, batch_sh, abstract_state, batch, compiled, plan,
-                   rules, placement.device)
 
 
 def _compile_only(devices: Sequence) -> bool:

@@ -25,6 +25,10 @@ def add_parser(sub) -> None:
     p.add_argument("--plan-cache", default=None, metavar="on|off|DIR",
                    help="plan-only targets: reuse plans compiled by any study (on, the default: "
                         "$PAXSEARCH_CACHE/plans), compile every plan (off), or keep the plans in DIR")
+    p.add_argument("--plan-compile", default=None, choices=("passes", "full"),
+                   help="plan-only TPU targets: stop the compiler after its HLO passes and buffer assignment "
+                        "(passes, the default: seconds) or compile to the end (full: minutes, the figures of "
+                        "a real run's compile)")
     add_study_options(p, for_new=True)
     p.set_defaults(func=main)
 
@@ -39,7 +43,8 @@ def main(args) -> int:
 
     with user_errors():
         space = load_space(args.space_file)
-        settings = with_cli(space.settings, **cli_settings(args, for_new=True), plan_cache=args.plan_cache)
+        settings = with_cli(space.settings, **cli_settings(args, for_new=True), plan_cache=args.plan_cache,
+                            plan_compile=args.plan_compile)
         space.apply_sets(args.sets)
         target = check_settings(settings, space, compiles=not args.dry_run)  # a dry run needs no libtpu
         notice = planning_notice(target)  # a GPU node XLA cannot compile for here: planned analytically

@@ -23,7 +23,7 @@ def compile_plan(cfg, target: Target, devices=None, phases: dict | None = None) 
     except topology.PredictedOOM as oom:
         plan = {"peak_bytes": oom.required_bytes or oom.available_bytes, "predicted": True,
                 "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.source})", "hbm_bytes": target.hbm_bytes_per_device,
-                "plan_method": "compiled"}
+                "plan_method": getattr(oom, "plan_method", "compiled")}
         return "refused", plan, str(oom)
 
 

@@ -16,7 +16,8 @@ memory knobs, pipeline, rules on the concrete target) plus what a plan key does 
 within one study: the jax / jaxlib / libtpu versions, the compiler flags the worker compiles
 with (the flag set's contents merged into the user's XLA_FLAGS / LIBTPU_INIT_ARGS, the CPU
 device count aside), a digest of the code that builds and reads the program (trainer/ and
-targets.py: model, sharding, roofline, hardware table) and FORMAT, bumped when the record
+targets.py: model, sharding, roofline, hardware table), the plan method (targets.plan_method:
+the HLO passes or a full compile) and FORMAT, bumped when the record
 changes. A record is plain JSON data: the plan dict of the compile (or the compiler's memory
 refusal) and the compile's environment. Nothing read from it names a file, a module or a
 callable; a record that is not valid JSON, of another format or key, or of the wrong shape
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from ...trainer import flagsets
 from ...trainer import flops as flops_lib
-from .targets import Target, plan_key
+from .targets import Target, plan_key, plan_method
 
 FORMAT = 1  # bump when a record's fields or their meaning change
 ENV = "PAXSEARCH_PLAN_CACHE"  # "off", or a folder; unset: <cache root>/plans
@@ -96,7 +97,8 @@ def key_fields(cfg, target: Target, environ=None) -> dict:
     target = target.for_config(cfg)
     return {"format": FORMAT, "plan_key": plan_key(cfg, target), "target": target.name,
             "versions": {p: _version(p) for p in ("jax", "jaxlib", "libtpu")},
-            "flags": compiler_flags(cfg.flags, target.platform, environ), "code": code_digest()}
+            "flags": compiler_flags(cfg.flags, target.platform, environ), "code": code_digest(),
+            "method": plan_method(target, environ)}
 
 
 def cache_key(cfg, target: Target, environ=None) -> str:

@@ -261,25 +261,53 @@ def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
 
 # ----------------------------------------------------------------------------- one plan
 
+PLAN_COMPILE_ENV = "PAXSEARCH_PLAN_COMPILE"  # the study's plan_compile, for its workers
+
+
+def use_plan_compile(setting: str) -> None:
+    """Apply a study's `plan_compile` setting ("passes" or "full") to this process and the
+    workers it starts."""
+    os.environ[PLAN_COMPILE_ENV] = setting
+
+
+def plan_method(target: Target, environ=None) -> str:
+    """How a plan of `target` is made here: "hlo_passes" (compile-only TPU devices, unless
+    plan_compile is "full": trainer/hlo_passes.py) or "compiled" (a full compile)."""
+    setting = (os.environ if environ is None else environ).get(PLAN_COMPILE_ENV, "passes")
+    passes = target.platform == "tpu" and target.plan_only and not topo.has_tpu_hardware()
+    return "hlo_passes" if passes and setting != "full" else "compiled"
+
+
 def compile_for_target(cfg, target: Target, devices: Sequence | None = None, phases: dict | None = None):
     """(Program, plan dict) of `cfg` compiled for `target`; (None, analytic_plan) where XLA cannot
     compile for the target here (planning_notice). Raises PredictedOOM when the TPU
     compiler refuses the step for memory, ConfigError when the config cannot run there.
-    `phases`, when given, gets the seconds of each phase (PlanResult.phases and predict_s)."""
+    `phases`, when given, gets the seconds of each phase (PlanResult.phases and predict_s).
+    The plan's "plan_method" says how it was made (plan_method); where the HLO passes give no
+    plan, the step is compiled in full and "plan_method_note" says why."""
+    from ...trainer.hlo_passes import PassesError, build_plan_program
     from ...trainer.plan import build_program
 
     target = target.for_config(cfg)  # slices=auto: this trial's own slice count
     if planning_notice(target) is not None:  # cannot compile for it here: the analytic plan, no Program
         return None, analytic_plan(cfg, target)
     devices = list(devices) if devices is not None else target_devices(target)
+    method, note = plan_method(target), None
     try:
-        program = build_program(cfg, devices, count_flops=False, keep_hlo=True)
+        if method == "hlo_passes":
+            try:
+                program = build_plan_program(cfg, devices, target.slice_name or "", target.num_slices)
+            except PassesError as e:
+                method, note = "compiled", f"the HLO passes gave no plan ({e}); compiled in full"
+        if method == "compiled":
+            program = build_program(cfg, devices, count_flops=False, keep_hlo=True)
     except ConfigError:
         raise
     except Exception as e:
-        oom = topo.predicted_oom_from(e, target.hbm_bytes_per_device)
+        oom = e if isinstance(e, topo.PredictedOOM) else topo.predicted_oom_from(e, target.hbm_bytes_per_device)
         if oom is None:
             raise
+        oom.plan_method = method
         raise oom from None
     plan = program.plan
     hbm = target.hbm_bytes_per_device or topo.bytes_limit(devices[0])
@@ -296,7 +324,8 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, pha
         "fits": bool(hbm is None or plan.peak_bytes <= hbm),
         **_mesh_shapes(cfg, target),
         **prediction,
-        "plan_method": "compiled",  # screen.py: "study", "cache" or "analytic" when not compiled here
+        "plan_method": method,  # screen.py: "study", "cache" or "analytic" when not compiled here
+        **({"plan_method_note": note} if note else {}),
     }
     return program, d
 

@@ -50,6 +50,10 @@ class StudySettings:
     plan_cache: where plan-only trials keep compiled plans for every study and run folder
     (search/planning/plan_cache.py): "on" ($PAXSEARCH_PLAN_CACHE, else $PAXSEARCH_CACHE/plans),
     "off" (every plan compiled, nothing stored) or a folder.
+    plan_compile: how plan-only trials on a TPU topology compile (search/planning/targets.py):
+    "passes" (the default) stops the TPU compiler once its HLO passes and buffer assignment are
+    done, which give every figure of a plan (trainer/hlo_passes.py; the generated code's bytes
+    estimated); "full" compiles to the end, as a real run would.
     train_tokens: the tokens of the full run the objective time_to_train times ("300G", 2e11):
     time_to_train = train_tokens / (global batch x seq_len / step time), the step time measured
     (or predicted, for a plan-only trial). None: TOKENS_PER_PARAM tokens per parameter of each
@@ -74,6 +78,7 @@ class StudySettings:
     compute: int | None = None  # model FLOPs per trial (equal compute); excludes tokens
     steer: str = "none"
     plan_cache: str = "on"
+    plan_compile: str = "passes"  # plan-only TPU trials: "passes" (HLO passes only) or "full"
     train_tokens: int | None = None  # the full run's tokens (time_to_train); None: 20 per parameter
     imports: tuple[str, ...] = ()  # user modules every process imports (search/study/user_imports.py)
     extra: dict = field(default_factory=dict)  # kept empty, so that studies stored with it still load
@@ -129,6 +134,8 @@ class StudySettings:
             raise SettingsError("set one budget per trial: tokens= (equal tokens) or compute= (equal model FLOPs), "
                                 "not both")
         plan_cache = _plan_cache(self.plan_cache)
+        if self.plan_compile not in PLAN_COMPILE:
+            raise SettingsError(f"setting plan_compile={self.plan_compile!r} must be one of {', '.join(PLAN_COMPILE)}")
         train_tokens = None if self.train_tokens is None else parse_count(self.train_tokens, "train_tokens")
         return dataclasses.replace(self, objectives=objectives, trials=int(self.trials), tokens=tokens,
                                    compute=compute, plan_cache=plan_cache, train_tokens=train_tokens,
@@ -186,6 +193,9 @@ def _check_types(s: StudySettings) -> None:
             raise bad(name, value, "a list of names")
     if not isinstance(s.extra, dict):
         raise bad("extra", s.extra, "empty")
+
+
+PLAN_COMPILE = ("passes", "full")
 
 
 def _plan_cache(value) -> str:

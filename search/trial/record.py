@@ -20,6 +20,9 @@ from ...store.units import format_bytes, format_duration
 from ..study.settings import TOKENS_PER_PARAM
 from ..tuning import steer
 
+# how the line names where a plan's memory came from (targets.plan_method, screen.py)
+_MEMORY_SOURCE = {"analytic": "(analytic, lower bound)", "hlo_passes": "(HLO passes)"}
+
 
 def full_run(outcome: TrialOutcome, train_tokens: int | None = None) -> dict | None:
     """How long the full run would take on the trial's target: its tokens over the trial's
@@ -122,7 +125,7 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
         how = f" ({plan['screen']})" if plan.get("screen") else ""
         parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
                      f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} "
-                     + ("(analytic, lower bound)" if plan.get("plan_method") == "analytic" else "(compiled)")
+                     + _MEMORY_SOURCE.get(str(plan.get("plan_method")), "(compiled)")
                      + _full_run(outcome))
     elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
         loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"

@@ -197,7 +197,7 @@ def test_a_step_the_compiler_refuses_is_cached_with_its_message(tmp_path, monkey
                            seq_len=2048, dtype="bfloat16", param_dtype="float32")
     c = dataclasses.replace(BASE, model=model_8b)
     compiled = plan_outcome(c, TARGET, cache=tmp_path)
-    assert compiled.kind is Kind.PREDICTED_OOM and compiled.plan["plan_method"] == "compiled"
+    assert compiled.kind is Kind.PREDICTED_OOM and compiled.plan["plan_method"] == "hlo_passes"
     record = C.load(tmp_path, C.cache_key(c, TARGET))
     assert record["kind"] == "refused" and record["message"] == compiled.message
     assert record["env"]["jax"] and record["env"]["libtpu"]

@@ -40,8 +40,8 @@ def first(tmp_path_factory):
 def test_a_second_study_differing_in_steps_lr_and_seed_compiles_nothing(first):
     base, cache, trials = first
     methods = sorted(t.user_attrs["plan"]["plan_method"] for t in trials)
-    assert methods == ["compiled", "study"]  # the second learning rate reused the first's plan in-study
-    compiled = next(t for t in trials if t.user_attrs["plan"]["plan_method"] == "compiled")
+    assert methods == ["hlo_passes", "study"]  # the second learning rate reused the first's plan in-study
+    compiled = next(t for t in trials if t.user_attrs["plan"]["plan_method"] == "hlo_passes")
     assert _compiled_here(compiled)
     assert [p.suffix for p in cache.iterdir()] == [".json"]  # one compiled step, one entry
 
@@ -78,7 +78,7 @@ def test_a_corrupted_entry_is_compiled_again_with_one_warning(first):
     out, again = _run(base / "third", "--set", "peak_lr=0.001", "--plan-cache", broken)
     warnings = [ln for ln in out.stderr.splitlines() if "warning" in ln]
     assert len(warnings) == 1 and entry.name in warnings[0] and "compiling the plan again" in warnings[0]
-    assert again[0].user_attrs["plan"]["plan_method"] == "compiled" and _compiled_here(again[0])
+    assert again[0].user_attrs["plan"]["plan_method"] == "hlo_passes" and _compiled_here(again[0])
     rewritten = json.loads((broken / entry.name).read_text())  # stored over the broken one
     assert rewritten["plan"]["peak_bytes"] == json.loads(entry.read_text())["plan"]["peak_bytes"]
 
@@ -90,7 +90,24 @@ def test_plan_cache_off_compiles_and_stores_nothing(first):
     before = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     out, again = _run(base / "fourth", "--set", "peak_lr=0.001", "--plan-cache", "off",
                       env={"PAXSEARCH_PLAN_CACHE": str(cache)})
-    assert again[0].user_attrs["plan"]["plan_method"] == "compiled" and _compiled_here(again[0])
+    assert again[0].user_attrs["plan"]["plan_method"] == "hlo_passes" and _compiled_here(again[0])
     assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == before
     study = load(base / "fourth", "tpu_tiny_plan")
     assert study.user_attrs["settings"]["plan_cache"] == "off"
+
+
+@pytest.mark.slow  # compiles once, to the end
+@needs_libtpu
+def test_plan_compile_full_compiles_to_the_end_under_its_own_entry(first):
+    """`--plan-compile full`: the step compiled to the end (plan_method compiled), not served the
+    HLO-passes plan of the same step from the cache; the same memory but the measured code."""
+    base, cache, trials = first
+    before = {p.name for p in cache.iterdir()}
+    out, again = _run(base / "fifth", "--set", "peak_lr=0.001", "--plan-cache", cache, "--plan-compile", "full")
+    plan = again[0].user_attrs["plan"]
+    assert plan["plan_method"] == "compiled" and _compiled_here(again[0]) and "(compiled)" in out.stdout
+    assert len({p.name for p in cache.iterdir()} - before) == 1  # its own entry beside the passes' one
+    passes = next(t for t in trials if t.user_attrs["plan"]["plan_method"] == "hlo_passes").user_attrs["plan"]
+    assert plan["argument_bytes"] == passes["argument_bytes"] and plan["alias_bytes"] == passes["alias_bytes"]
+    assert 0 < plan["generated_code_bytes"] < passes["generated_code_bytes"]  # measured, under the bound
+    assert plan["peak_bytes"] <= passes["peak_bytes"]

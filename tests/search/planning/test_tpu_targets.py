@@ -25,6 +25,7 @@ from paxsearch.store import Kind
 from paxsearch.trainer import roofline as R
 from paxsearch.trainer import topology as topo
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
+from paxsearch.trainer.hlo_passes import CODE_BYTES_BOUND
 
 from ...search_util import needs_libtpu
 
@@ -155,11 +156,44 @@ def test_topology_devices(name, devices, kind):
     assert len(devs) == devices and devs[0].device_kind == kind and devs[0].platform == "tpu"
 
 
+@pytest.fixture(scope="module")
+def plans_1b():
+    """The 1B step on v5e-16 planned both ways: from the HLO passes (the default) and compiled in full."""
+    target = T.parse_target("tpu:v5e-16")
+    config = cfg(MODEL_1B, (1, 16, 1), per_device_batch=2)
+    passes = T.compile_for_target(config, target)
+    before = os.environ.get(T.PLAN_COMPILE_ENV)
+    os.environ[T.PLAN_COMPILE_ENV] = "full"
+    try:
+        full = T.compile_for_target(config, target)
+    finally:
+        os.environ.pop(T.PLAN_COMPILE_ENV) if before is None else os.environ.update({T.PLAN_COMPILE_ENV: before})
+    return passes, full
+
+
 @pytest.mark.slow  # two compiles of a 1B model for v5e-16
 @needs_libtpu
-def test_1b_memory_equals_memory_analysis_of_the_same_compiled_step():
-    target = T.parse_target("tpu:v5e-16")
-    program, plan = T.compile_for_target(cfg(MODEL_1B, (1, 16, 1), per_device_batch=2), target)
+def test_1b_plan_from_the_hlo_passes_is_the_full_compiles(plans_1b):
+    """The compile stopped after buffer assignment gives the full compile's memory (the generated
+    code aside, which it bounds from above), the same FLOPs and the same predicted step."""
+    (passes_program, passes), (_, full) = plans_1b
+    assert passes["plan_method"] == "hlo_passes" and full["plan_method"] == "compiled"
+    assert passes_program.compiled_step is None and passes["generated_code_bytes"] == CODE_BYTES_BOUND
+    for key in ("argument_bytes", "output_bytes", "alias_bytes", "param_count", "model_flops_per_step"):
+        assert passes[key] == full[key], key
+    assert passes["temp_bytes"] == pytest.approx(full["temp_bytes"], rel=1e-3)
+    assert 0 < full["generated_code_bytes"] < CODE_BYTES_BOUND  # 32.5 MB
+    # conservative: at or above the full compile's peak, by no more than the bound
+    assert full["peak_bytes"] <= passes["peak_bytes"] < full["peak_bytes"] + CODE_BYTES_BOUND
+    assert passes["xla_flops_per_step"] == pytest.approx(full["xla_flops_per_step"], rel=1e-3)
+    assert passes["predicted_step_time"] == pytest.approx(full["predicted_step_time"], rel=0.02)
+    assert passes["compile_seconds"] < full["compile_seconds"]
+
+
+@pytest.mark.slow  # two compiles of a 1B model for v5e-16
+@needs_libtpu
+def test_1b_memory_equals_memory_analysis_of_the_same_compiled_step(plans_1b):
+    program, plan = plans_1b[1]
     ma = program.compiled_step.memory_analysis()
     assert plan["argument_bytes"] == ma.argument_size_in_bytes
     assert plan["output_bytes"] == ma.output_size_in_bytes
