@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from paxsearch.trainer import hlo_passes
+from paxsearch.trainer import hlo_passes, topology
 from paxsearch.trainer import plan as plan_lib
-from paxsearch.trainer import topology
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 from paxsearch.trainer.predict import hardware_for, predict
 

@@ -115,7 +115,8 @@ def test_settings_parse():
     with pytest.raises(SettingsError, match="tuner evolution optimizes one objective.*--objective NAME"):
         StudySettings().replace(tuner="evolution")
     assert StudySettings().replace(tuner="evolution", objectives=("mfu",)).tuner == "evolution"
-    assert StudySettings().plan_compile == "passes" and StudySettings().replace(plan_compile="full").plan_compile == "full"
+    assert StudySettings().plan_compile == "passes"
+    assert StudySettings().replace(plan_compile="full").plan_compile == "full"
     with pytest.raises(SettingsError, match="plan_compile='all' must be one of passes, full"):
         StudySettings().replace(plan_compile="all")
 
