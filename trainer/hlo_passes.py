@@ -41,7 +41,7 @@ from . import plan as plan_lib
 from .errors import TrainerError
 from .results import FLOPS_FROM_HLO, MemoryEstimate
 from .roofline import step_work
-from .topology import PredictedOOM, predicted_oom_from, topology_devices
+from .topology import PredictedOOM, chip_for_device_kind, predicted_oom_from, topology_devices
 
 MODULE = "jit_train_step"  # the dumped module of step.make_train_step's jitted step
 BUFFERS = ".after_optimizations-buffer-assignment.txt"
@@ -114,6 +114,7 @@ def build_plan_program(cfg: config_lib.TrainConfig, devices: Sequence, slice_nam
     if work.unknown_trip_counts:
         raise PassesError(f"loops without a readable trip count in the optimized module: {work.unknown_trip_counts}")
     memory = memory_from_buffers(buffers)
+    _refuse_like_the_compiler(memory, devices[0])
     phases["hlo_text_s"] = time.perf_counter() - t1
     phases["flop_probes_s"] = 0.0
     plan = plan_lib.plan_result(cfg, devices, mesh, global_batch, abstract_state, memory, phases,
@@ -122,6 +123,19 @@ def build_plan_program(cfg: config_lib.TrainConfig, devices: Sequence, slice_nam
                                 flops_source=FLOPS_FROM_HLO)
     return plan_lib.Program(cfg, mesh, model, tx, schedule, placement.stored, batch_sh, abstract_state, batch,
                             None, plan, rules, placement.device)
+
+
+def _refuse_like_the_compiler(memory: MemoryEstimate, device) -> None:
+    """Raise the PredictedOOM the full compile would: the TPU compiler refuses a step whose
+    buffers (arguments, outputs, temporaries; no code) exceed the chip's usable HBM, right after
+    the buffer assignment the passes read (RESOURCE_EXHAUSTED, CompileTimeHbmOom)."""
+    chip = chip_for_device_kind(getattr(device, "device_kind", ""))
+    required = memory.peak_bytes - memory.generated_code_bytes
+    if chip is None or required <= chip.hbm_bytes:
+        return
+    raise PredictedOOM(f"predicted OOM: the step needs {required / 2**30:.2f} GiB per device, the chip has "
+                       f"{chip.hbm_bytes / 2**30:.2f} GiB usable HBM (XLA's TPU compiler, buffer assignment: "
+                       "over the HBM, which it refuses)", required, chip.hbm_bytes, "compiler")
 
 
 class _Child:

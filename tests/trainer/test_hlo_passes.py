@@ -42,7 +42,8 @@ def test_memory_flops_and_step_are_the_full_compiles(small_both_ways, v5e_8):
     p, f = passes.plan.memory, full.plan.memory
     assert passes.compiled_step is None and passes.plan.hlo_source == "xla_dump"
     assert (p.argument_bytes, p.output_bytes, p.alias_bytes) == (f.argument_bytes, f.output_bytes, f.alias_bytes)
-    assert p.temp_bytes == pytest.approx(f.temp_bytes, rel=1e-3) and p.temp_bytes > 0
+    # code generation adds a few scratch bytes to the temporaries (15,872 here and on llama3-8b)
+    assert 0 < p.temp_bytes <= f.temp_bytes < p.temp_bytes + (64 << 10)
     # the generated code is bounded, not measured: the peak is at or above the full compile's
     assert 0 < f.generated_code_bytes < hlo_passes.CODE_BYTES_BOUND == p.generated_code_bytes
     assert f.peak_bytes <= passes.plan.peak_bytes < f.peak_bytes + hlo_passes.CODE_BYTES_BOUND

@@ -155,6 +155,10 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
         if len(parts) >= 2:
             read = shape_bytes(parts[1]) if operand_bytes and operand_bytes[0] > 0 else 0.0
             return read + hbm_shape_bytes(parts[1])
+    if ins.opcode == "slice" and operand_bytes:
+        # reads its slice of the source, not the source: the same DMA as the slice-start above
+        # (XLA's dump prints that one as an async-start calling a computation of this slice)
+        return (shape_bytes(ins.shape) if operand_bytes[0] > 0 else 0.0) + out_bytes
     if ins.opcode != "fusion":
         return sum(operand_bytes) + out_bytes
     called = module.computations.get((ins.attr("calls") or "").lstrip("%"))

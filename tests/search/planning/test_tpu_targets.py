@@ -181,7 +181,7 @@ def test_1b_plan_from_the_hlo_passes_is_the_full_compiles(plans_1b):
     assert passes_program.compiled_step is None and passes["generated_code_bytes"] == CODE_BYTES_BOUND
     for key in ("argument_bytes", "output_bytes", "alias_bytes", "param_count", "model_flops_per_step"):
         assert passes[key] == full[key], key
-    assert passes["temp_bytes"] == pytest.approx(full["temp_bytes"], rel=1e-3)
+    assert passes["temp_bytes"] <= full["temp_bytes"] < passes["temp_bytes"] + (64 << 10)  # code generation's scratch
     assert 0 < full["generated_code_bytes"] < CODE_BYTES_BOUND  # 32.5 MB
     # conservative: at or above the full compile's peak, by no more than the bound
     assert full["peak_bytes"] <= passes["peak_bytes"] < full["peak_bytes"] + CODE_BYTES_BOUND
