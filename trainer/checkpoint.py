@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -22,6 +23,19 @@ def checkpoint_dir(ckpt: CheckpointConfig, run_dir: str | None) -> str | None:
     if ckpt.directory:
         return os.path.abspath(ckpt.directory)
     return os.path.abspath(os.path.join(run_dir, "checkpoints")) if run_dir else None
+
+
+class _AbandonedReadErrors(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for Orbax's reads of a restore that
+    failed: when such a task is collected (at any time, up to interpreter exit), asyncio logs its
+    exception, which the failed restore has already reported as one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("Task exception was never retrieved" in text and "async_deserialize" in text)
+
+
+_ABANDONED_READ_ERRORS = _AbandonedReadErrors()
 
 
 @contextlib.contextmanager
@@ -83,6 +97,7 @@ class Checkpointer:
                         state = self.restore(abstract_state, step)
                     except BaseException:
                         failed.set()
+                        logging.getLogger("asyncio").addFilter(_ABANDONED_READ_ERRORS)  # once: a set
                         raise
             except Exception as e:  # noqa: BLE001 - Orbax/TensorStore raise many types for a bad file
                 bad.append((step, f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"))
