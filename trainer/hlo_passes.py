@@ -11,7 +11,7 @@ the buffer assignment from the dump as soon as both are written, and kills the c
 figures are the full compile's (tests/trainer/test_hlo_passes.py, benchmarks/bench_plan_method.py),
 except the generated code's bytes, which only code generation knows: the plan counts
 `CODE_BYTES_BOUND` for them, above every program measured (MemoryEstimate.generated_code_bytes;
-3-49 MB on the tests' and the published rows' steps), so its peak is at or a little above the
+3 MB on the tests' tiny steps, 40-53 MB on the published rows'), so its peak is at or a little above the
 full compile's and a step it says fits does fit.
 
 The child needs ~2.5 s of imports before it can lower anything; so that a worker planning
@@ -49,7 +49,7 @@ OPTIMIZED = ".after_optimizations.txt"
 # written after the two above: both are complete once it exists
 WRITTEN_AFTER = ".after_optimizations_after_buffer_assignment.txt"
 # the generated code's bytes a plan from the passes counts: above every program measured
-# (benchmarks/bench_plan_method.py: 3 MB for the tests' tiny step, 49 MB for llama3-8b's)
+# (benchmarks/bench_plan_method.py: 3 MB for the tests' tiny step, 40-53 MB on the published rows)
 CODE_BYTES_BOUND = 64 << 20
 HOST_COLOR = 5  # the TPU's host memory space (S(5) in layouts)
 _ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*)$", re.M)
@@ -198,8 +198,9 @@ def _take_child(spec_path: str) -> _Child:
         child.stop()
     child = _Child()
     if not child.send(spec_path):
+        why = child.tail()
         child.stop()
-        raise PassesError(f"the HLO-passes child did not start: {child.tail()}")
+        raise PassesError(f"the HLO-passes child did not start: {why}")
     return child
 
 

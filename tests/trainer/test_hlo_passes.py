@@ -36,6 +36,7 @@ def small_both_ways(v5e_8):
     return passes, full
 
 
+@pytest.mark.slow  # quick-loop budget: two compiles (the 1B both ways is in test_tpu_targets too)
 @needs_libtpu
 def test_memory_flops_and_step_are_the_full_compiles(small_both_ways, v5e_8):
     passes, full = small_both_ways
@@ -54,6 +55,7 @@ def test_memory_flops_and_step_are_the_full_compiles(small_both_ways, v5e_8):
     assert set(passes.plan.phases) >= {"lower_s", "compile_s", "hlo_text_s"}
 
 
+@pytest.mark.slow  # quick-loop budget: a refused 8B compile
 @needs_libtpu
 def test_a_step_the_compiler_refuses_is_predicted_oom_with_its_numbers(v5e_8):
     cfg = TrainConfig(model=MODEL_8B, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1, remat="none")
@@ -65,7 +67,7 @@ def test_a_step_the_compiler_refuses_is_predicted_oom_with_its_numbers(v5e_8):
 
 
 @needs_libtpu
-def test_a_standby_child_is_not_used_under_other_compiler_flags(small_both_ways):
+def test_a_standby_child_is_not_used_under_other_compiler_flags():
     hlo_passes._start_standby()
     standby = hlo_passes._standby
     assert standby is not None and standby.proc.poll() is None
