@@ -16,7 +16,7 @@ full compile's and a step it says fits does fit.
 
 The child needs ~2.5 s of imports before it can lower anything; so that a worker planning
 trial after trial does not wait for them each time, the next child is started as soon as a plan
-is read and waits, imported, for its spec (`_standby`).
+is read (from the process's second plan on) and waits, imported, for its spec (`_standby`).
 
 Only for compile-only TPU devices (a topology planned on a machine without TPUs); elsewhere a
 step is compiled in full (plan.build_program).
@@ -105,7 +105,11 @@ def build_plan_program(cfg: config_lib.TrainConfig, devices: Sequence, slice_nam
             buffers, hlo_text = _wait_for_dump(child, folder, t0, timeout)
         finally:
             child.stop()
-            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):  # the next plan's, refused or not
+            global _plans
+            _plans += 1
+            # the next plan's child, refused or not; from a process's second plan on, so that one-plan
+            # processes (a one-trial study's worker) do not import it for nothing
+            if _plans >= 2 and not isinstance(sys.exc_info()[1], KeyboardInterrupt):
                 _start_standby()
         # the child lowered the step too (alongside ours): compile_s is the rest of its time
         phases["compile_s"] = time.perf_counter() - t0 - phases["lower_s"]
@@ -186,6 +190,7 @@ class _Child:
 
 
 _standby: _Child | None = None  # the next plan's child, started when the last plan was read
+_plans = 0  # plans this process has made
 
 
 def _take_child(spec_path: str) -> _Child:
