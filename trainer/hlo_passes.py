@@ -26,6 +26,7 @@ step is compiled in full (plan.build_program).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -178,15 +179,11 @@ class _Child:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        if self.proc.stdin and not self.proc.stdin.closed:
-            try:
+        with contextlib.suppress(OSError):  # the pipe of a killed child
+            if self.proc.stdin:
                 self.proc.stdin.close()
-            except OSError:
-                pass
-        try:
+        with contextlib.suppress(OSError):  # a log already gone
             os.unlink(self.log)
-        except OSError:
-            pass
 
 
 _standby: _Child | None = None  # the next plan's child, started when the last plan was read
