@@ -49,6 +49,7 @@ BUFFERS = ".after_optimizations-buffer-assignment.txt"
 OPTIMIZED = ".after_optimizations.txt"
 # written after the two above: both are complete once it exists
 WRITTEN_AFTER = ".after_optimizations_after_buffer_assignment.txt"
+LOWERED = "lowered.json"  # the child writes its lowering time here, in the plan's folder
 # the generated code's bytes a plan from the passes counts: above every program measured
 # (benchmarks/bench_plan_method.py: 3 MB for the tests' tiny step, 40-53 MB on the published rows)
 CODE_BYTES_BOUND = 64 << 20
@@ -100,9 +101,9 @@ def build_plan_program(cfg: config_lib.TrainConfig, devices: Sequence, slice_nam
         t0 = time.perf_counter()
         child = _take_child(_write_spec(cfg, slice_name, num_slices, folder))
         try:
-            model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered = plan_lib.lower_step(
-                cfg, mesh, global_batch, rules, platform, phases=phases)
-            del lowered
+            # shapes and shardings only: the child lowers and compiles the step
+            model, tx, schedule, placement, batch_sh, abstract_state, batch, _ = plan_lib.lower_step(
+                cfg, mesh, global_batch, rules, platform, phases={}, lower=False)
             buffers, hlo_text = _wait_for_dump(child, folder, t0, timeout)
         finally:
             child.stop()
@@ -112,7 +113,8 @@ def build_plan_program(cfg: config_lib.TrainConfig, devices: Sequence, slice_nam
             # processes (a one-trial study's worker) do not import it for nothing
             if _plans >= 2 and not isinstance(sys.exc_info()[1], KeyboardInterrupt):
                 _start_standby()
-        # the child lowered the step too (alongside ours): compile_s is the rest of its time
+        # the child's lowering (from its start), then the rest of the wait: its compile
+        phases["lower_s"] = _child_lower_s(folder)
         phases["compile_s"] = time.perf_counter() - t0 - phases["lower_s"]
     t1 = time.perf_counter()
     work = step_work(hlo_text)
@@ -254,6 +256,15 @@ def _wait_for_dump(child: _Child, folder: str, t0: float, timeout: float | None)
         time.sleep(0.05)
 
 
+def _child_lower_s(folder: str) -> float:
+    """The seconds the child took to lower the step (0.0 when it wrote none)."""
+    try:
+        with open(os.path.join(folder, LOWERED)) as f:
+            return float(json.load(f)["lower_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
 def _child_failure(folder: str, child: _Child) -> Exception:
     """The child's error as the compile's own would be raised: PredictedOOM or PassesError."""
     try:
@@ -294,9 +305,12 @@ def _child() -> int:
     try:
         devices, platform, global_batch, mesh, rules = plan_lib.setup(
             cfg, topology_devices(spec["slice"], spec["slices"]))
-        with plan_lib._no_persistent_cache_writes():
-            plan_lib._lower_and_compile(cfg, mesh, global_batch, rules, platform,
-                                        compiler_options=plan_lib._dump_options(spec["dump"]))
+        phases: dict[str, float] = {}
+        *_, lowered = plan_lib.lower_step(cfg, mesh, global_batch, rules, platform, phases=phases)
+        with open(os.path.join(os.path.dirname(spec["result"]), LOWERED), "w") as f:
+            json.dump({"lower_s": phases["lower_s"]}, f)
+        with plan_lib._no_persistent_cache_writes(), plan_lib.mesh_context(mesh, rules):
+            lowered.compile(compiler_options=plan_lib._dump_options(spec["dump"]))
     except Exception as e:  # reported to the parent as data; it raises the same kind
         oom = predicted_oom_from(e)
         result = ({"oom": {"message": str(oom), "required": oom.required_bytes, "available": oom.available_bytes}}

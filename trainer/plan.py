@@ -144,9 +144,10 @@ def _lower_and_compile(cfg: TrainConfig, mesh, global_batch: int, rules, platfor
 
 
 def lower_step(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, unroll: bool = False,
-               phases: dict[str, float] | None = None):
+               phases: dict[str, float] | None = None, lower: bool = True):
     """(model, tx, schedule, placement, batch sharding, abstract state, abstract batch, lowered step);
-    `phases` (when given) gets lower_s."""
+    `phases` (when given) gets lower_s. With lower=False the step is traced for its shapes and
+    shardings only and the lowered step is None (trainer/hlo_passes.py: its child lowers it)."""
     phases = {} if phases is None else phases
     t0 = time.perf_counter()
     # pipelined over the stage axis only with stacked layers: the FLOP probes (scan_layers=False)
@@ -173,7 +174,7 @@ def lower_step(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, 
                                                    placement.device, placement.grads),
                           in_shardings=(state_shardings, batch_sh),
                           out_shardings=(state_shardings, metric_sh), donate_argnums=(0,))
-        lowered = step_fn.lower(abstract_state, batch)
+        lowered = step_fn.lower(abstract_state, batch) if lower else None
     phases["lower_s"] = time.perf_counter() - t0
     return model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered
 
