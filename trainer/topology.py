@@ -127,6 +127,21 @@ class TpuSlice:
     def accelerator_type(self) -> str:
         return f"{self.chip.accelerator_prefix}-{self.chips * self.chip.cores_per_chip}"
 
+    @property
+    def wrap(self) -> tuple[bool, bool, bool]:
+        """Which torus dimensions have wraparound links, as the slice's hardware has them and
+        get_topology_desc(wrap=...) takes them (three entries; live hosts know them from the
+        machine). v4 and v5p: slices of 64 chips or more (every dimension a multiple of 4) are
+        tori in all three dimensions; smaller ones are open meshes. v5e and v6e: a dimension of
+        16 chips (the whole pod's edge) wraps, shorter ones do not (v5e-256: both; v5e-128, 8x16:
+        the 16). Without wraparound the compiler plans each ring over that axis as an open line:
+        the same program then keeps its windowed-einsum permutes synchronous (RESULTS.md,
+        "v5e-256 128B")."""
+        if self.chip.torus_dims == 3:
+            full = self.chips >= 64 and all(d % 4 == 0 for d in self.shape)
+            return (full, full, full)
+        return (self.shape[0] == 16, self.shape[1] == 16, False)
+
 
 def chip_for_device_kind(device_kind: str) -> ChipSpec | None:
     kind = device_kind.lower()
@@ -202,7 +217,7 @@ def topology_devices(name: str, num_slices: int = 1) -> list:
     _quiet_libtpu_env(tpu_slice)
     from jax.experimental import topologies
 
-    kwargs: dict[str, str | int] = {}
+    kwargs: dict[str, str | int | tuple[bool, ...]] = {"wrap": tpu_slice.wrap}
     if tpu_slice.chip.chip_config_name:
         kwargs["chip_config_name"] = tpu_slice.chip.chip_config_name
     if num_slices > 1:
