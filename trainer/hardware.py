@@ -13,6 +13,8 @@ Units: FLOP/s, bytes, bytes/s, seconds. Bandwidths between chips are per chip:
   ici_ports      TPU: ICI ports of the chip. GPU: 2, the GPU modelled as one bidirectional
                  ring through NVSwitch, so one direction of one "link" is NVLink / 4.
   dcn_bandwidth  the chip's share of the data-center network (GPU: its NIC), one direction.
+  host_bandwidth the device's PCIe link to its host, one direction (offloaded activations,
+                 parameters and optimizer state move over it).
 Device kinds: TPUs match `device_kinds` exactly (case aside; "TPU v5" is v5p, "TPU v5 lite"
 is v5e). GPUs match their table name as a word of CUDA's device name ("NVIDIA H100 80GB
 HBM3"), except the variants in `kind_excludes` (PCIe / NVL / 40 GB parts have other figures).
@@ -60,6 +62,9 @@ class DeviceSpec:
     cores_per_chip: Figure  # TensorCores per JAX device (v4 / v5p slice names count these)
     matmul_efficiency: Figure  # share of peak_bf16_flops a large bf16 matmul was measured to sustain
     kind_excludes: tuple[str, ...] = ()  # GPU: words of a device name that make it another part
+    # the device's PCIe link to its host, one direction (host offload moves over it); None where
+    # no figure is sourced (the roofline then leaves host transfers unpriced)
+    host_bandwidth: Figure | None = None
 
     @property
     def ici_link_bandwidth(self) -> float:
@@ -107,6 +112,8 @@ _PALLAS_MATMUL = ("https://docs.jax.dev/en/latest/pallas/tpu/matmul.html (jax-ml
                   "84.33%; timed with Python dispatch included)")
 _V5E_MATMUL = ("assumption: no published XLA matmul measurement traced for this chip; TPU v5e's measured "
                "92.3% is used (" + _PALLAS_MATMUL + ")")
+_PCIE = (_SCALING + " ('PCIe bandwidth is typically around 1.5e10 bytes / second per chip'; "
+         "taken as each direction of the full-duplex link)")
 _MAMF = ("https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md "
          "('Maximum Achievable Matmul FLOPS comparison table', BF16, mean of 100 iterations: {})")
 _JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX preallocates 75% of "
@@ -121,7 +128,7 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         Figure(ici, s["ici"]), Figure(ports, s["ports"]), Figure(dcn, s["dcn"]),
         Figure(1e-6, _ICI_LAT), Figure(20e-6, _DCN_LAT), Figure(dims, s["ports"]),
         Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])),
-        Figure(0.923, s.get("matmul", _V5E_MATMUL)))
+        Figure(0.923, s.get("matmul", _V5E_MATMUL)), (), Figure(*s.get("host", (1.5e10, _PCIE))))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -130,7 +137,8 @@ def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes)
         name, "gpu", kinds, Figure(peak, s["peak"]), Figure(hbm, s["peak"]),
         Figure(0.75 * hbm, _JAX_GPU_MEM), Figure(hbm_bw, s["peak"]), Figure(nvlink, s["peak"]),
         Figure(2, _ONE_RING), Figure(nic, s["nic"]), Figure(1e-6, _NVLINK_LAT), Figure(20e-6, _IB_LAT),
-        Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]), excludes)
+        Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]), excludes,
+        Figure(s["host"][0], s["host"][1]))
 
 
 TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
@@ -164,20 +172,26 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ici": _CLOUD + "v6e (ICI 800 GB/s both ways per chip, the page's current table; an older version "
                         "said 3,584 Gbps)",
         "ports": _CLOUD + "v6e (2D torus, 4 ICI ports per chip)",
-        "dcn": _CLOUD + "v6e (DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip)"}),
+        "dcn": _CLOUD + "v6e (DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip)",
+        "host": (3.2e10, _SCALING + " ('Trillium (TPU v6e) has 32GB/s, about 2x higher than v5' of PCIe "
+                                    "per chip; taken as each direction of the full-duplex link)")}),
     _gpu("a100", ("NVIDIA A100-SXM4-80GB",), 312e12, 80e9, 2039e9, 600e9, 200e9 / 8, 0.869, {
         "peak": "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 312 TFLOP/s bf16 dense, "
                 "80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)",
         "nic": "https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html (DGX A100: "
                "8 x 200 Gb/s ConnectX-6 for 8 GPUs, one per GPU)",
-        "matmul": _MAMF.format("A100 SXM 271.2 of 312 TFLOP/s = 86.9%, 1024x10240x5120, torch 2.6.0+cu126")},
+        "matmul": _MAMF.format("A100 SXM 271.2 of 312 TFLOP/s = 86.9%, 1024x10240x5120, torch 2.6.0+cu126"),
+        "host": (32e9, "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: PCIe Gen4 64 GB/s, "
+                       "both directions: 32 GB/s each)")},
          ("pcie", "40gb")),
     _gpu("h100", ("NVIDIA H100 80GB HBM3",), 989e12, 80e9, 3.35e12, 900e9, 400e9 / 8, 0.803, {
         "peak": "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: 989 TFLOP/s bf16 dense, 80 GB "
                 "HBM3 at 3.35 TB/s, NVLink 900 GB/s)",
         "nic": "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html (DGX H100: "
                "8 x 400 Gb/s ConnectX-7 for 8 GPUs, one per GPU)",
-        "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, 2048x2048x13312, torch 2.7.0+cu126")},
+        "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, 2048x2048x13312, torch 2.7.0+cu126"),
+        "host": (64e9, "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: PCIe Gen5 128 GB/s, both "
+                       "directions: 64 GB/s each)")},
          ("pcie", "nvl")),
     _gpu("h200", ("NVIDIA H200",), 989e12, 141e9, 4.8e12, 900e9, 400e9 / 8, 0.803, {
         "peak": "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: 989 TFLOP/s bf16 dense, 141 GB "
@@ -185,7 +199,9 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "nic": "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html (DGX H200 "
                "shares DGX H100's 8 x 400 Gb/s ConnectX-7, one per GPU)",
         "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, noted 'H200 is the same'; H200 and "
-                               "H100 SXM share the compute die and clocks")}, ("nvl",)),
+                               "H100 SXM share the compute die and clocks"),
+        "host": (64e9, "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: PCIe Gen5 128 GB/s, both "
+                       "directions: 64 GB/s each)")}, ("nvl",)),
 )}
 
 

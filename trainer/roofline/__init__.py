@@ -56,6 +56,11 @@ What is counted, per device and per step
     mapped onto the jax Mesh (logical device i is mesh.devices.flat[i]) to name the mesh
     axes it spans, and onto the devices to decide the link: DCN when a group holds devices
     of more than one slice, ICI otherwise.
+  * Host transfers (roofline/host.py): host offload's async dynamic-update-slice into, and
+    dynamic-slice out of, a buffer in host memory (`S(5)`), and copies to or from it. Each
+    moves its bytes over one direction of the chip's PCIe link (Hardware.host_bandwidth;
+    None: not priced) and is listed with the collectives (kind host-d2h / host-h2d, link
+    "host"); the schedule replay exposes what the step does not hide.
 
 Cost of one collective over a group of n devices, per device (ring algorithms):
     all-gather          input x (n - 1)          (= output x (n-1)/n)
@@ -68,7 +73,8 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   coordinates; 1 when they are unknown) runs k bidirectional rings, so it drives 2k links:
   bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way).
   DCN bandwidth: the chip's share of its host's data-center NICs. Torus wrap-around links
-  are assumed present.
+  are assumed present (the compile-only slice has them where the hardware does:
+  trainer/topology.py TpuSlice.wrap).
 
 Latency per hop (Hardware.ici_latency_s, dcn_latency_s; defaults ICI_STEP_LATENCY_S,
 DCN_STEP_LATENCY_S in chip.py). A ring collective is a chain of dependent steps, each

@@ -21,6 +21,7 @@ class Hardware:
     ici_latency_s: float = ICI_STEP_LATENCY_S  # per collective hop (ring step) over ICI
     dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
     matmul_efficiency: float = 1.0  # share of peak_flops a large bf16 matmul sustains (measured, sourced)
+    host_bandwidth: float | None = None  # one direction of the chip's link to host memory; None: not priced
 
     @property
     def sustained_flops(self) -> float:

@@ -23,6 +23,7 @@ from .hlo import (
     prod,
     shape_bytes,
 )
+from .host import host_transfer
 
 # ----------------------------------------------------------------------------- collectives
 
@@ -134,11 +135,13 @@ class CollectiveCost:
     operand_bytes: float
     group_size: int
     axes: tuple[str, ...]  # mesh axes the groups span
-    link: str  # "ici" | "dcn" | "none"
+    link: str  # "ici" | "dcn" | "host" (a transfer to / from host memory, roofline/host.py) | "none"
     bytes_per_execution: float  # bytes each device moves per execution
     seconds: float  # per step, all executions
     key: str = ""  # one transfer: "<kind>:<channel_id>", or "<computation>/<instruction>" without a channel
-    resource: str = "ici"  # what it occupies while in flight: "dcn", "ici" (a ring) or "ici:<pairs>" (a permute)
+    # what it occupies while in flight: "dcn", "ici" (a ring), "ici:<pairs>" (a permute) or
+    # "host:d2h" / "host:h2d" (one direction of the chip's PCIe link)
+    resource: str = "ici"
     exposed_s: float = 0.0  # per step: the part no scheduled work hides (set by the schedule analysis)
 
     def to_dict(self) -> dict:
@@ -385,6 +388,13 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
         if mult == 0:
             continue
         for ins in comp.instrs:
+            host = host_transfer(module, comp, ins)
+            if host is not None and hw.host_bandwidth:
+                direction, moved = host
+                out.append(CollectiveCost(f"host-{direction}", ins.name, comp.name, mult, moved, 1, (), "host", moved,
+                                          moved / hw.host_bandwidth * mult, key=f"{comp.name}/{ins.name}",
+                                          resource=f"host:{direction}"))
+                continue
             mega = megascale_transfer(ins)
             if mega is not None:
                 kind, n = mega

@@ -10,6 +10,7 @@ from .chip import Hardware
 from .collectives import CollectiveCost, chain_homes, megascale_transfer, transfer_key
 from .cost import op_seconds
 from .hlo import CallGraph, Computation, HloModule, Instr, call_graph, collective_kind
+from .host import host_transfer
 
 
 @dataclass
@@ -46,6 +47,12 @@ def _start_of(comp: Computation, name: str) -> Instr | None:
     return None
 
 
+def _host_start(module: HloModule, comp: Computation, name: str) -> str | None:
+    """The name of the host transfer's start that a -done closes (None when it closes another)."""
+    start = _start_of(comp, name)
+    return start.name if start is not None and host_transfer(module, comp, start) is not None else None
+
+
 def events(module: HloModule, comp: Computation,
            homes: dict[str, set[str]] | None = None) -> dict[str, tuple[str, list[str]]]:
     """Instruction name -> ("open" | "close" | "sync", transfer keys) in one computation.
@@ -70,11 +77,15 @@ def events(module: HloModule, comp: Computation,
             start = comp.by_name.get(ins.operands[0]) if ins.operands else None
             if start is not None and megascale_transfer(start) is not None:
                 out[ins.name] = ("close", [f"{comp.name}/{start.name}"])
+        elif host_transfer(module, comp, ins) is not None:  # async-start / copy-start to or from host memory
+            out[ins.name] = ("open", [f"{comp.name}/{ins.name}"])
         elif op == "async-start":
             called = _wrapped(module, ins)
             keys = [transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)] if called else []
             if keys:
                 out[ins.name] = ("open", keys)
+        elif op in ("async-done", "copy-done") and ins.operands and _host_start(module, comp, ins.operands[0]):
+            out[ins.name] = ("close", [f"{comp.name}/{_host_start(module, comp, ins.operands[0])}"])
         elif op == "async-done" or (op.endswith("-done") and collective_kind(op[:-5] + "-start")):
             start = _start_of(comp, ins.operands[0]) if ins.operands else None
             if start is None:
@@ -118,16 +129,22 @@ class _Links:
     """When each link resource is free again. A ring collective ("ici") occupies every ICI
     link of the chip; a collective-permute ("ici:<pairs>") one direction of a ring, so
     permutes with different source-target pairs run side by side, and beside nothing else;
-    "dcn" transfers queue on the chip's share of the host NICs."""
+    "dcn" transfers queue on the chip's share of the host NICs; "host:d2h" / "host:h2d" each on
+    one direction of the chip's PCIe link."""
 
     def __init__(self):
         self.ring_free = 0.0  # when the last ring collective ends
         self.ici_free = 0.0  # when the last ICI transfer of any kind ends
         self.permute_free: dict[str, float] = {}
         self.dcn_free = 0.0
+        self.host_free: dict[str, float] = {}
 
     def reserve(self, resource: str, now: float, seconds: float) -> float:
         """Queue a transfer issued at `now`; returns when it ends."""
+        if resource.startswith("host:"):
+            end = max(now, self.host_free.get(resource, 0.0)) + seconds
+            self.host_free[resource] = end
+            return end
         if resource == "dcn":
             begin = max(now, self.dcn_free)
             self.dcn_free = begin + seconds

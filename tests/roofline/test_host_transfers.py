@@ -1,0 +1,61 @@
+"""Host offload priced on the chip's PCIe link (trainer/roofline/host.py): the roofline finds the
+compiled step's transfers to and from host memory, counts the bytes the offloaded activations
+make, prices them at the chip's host bandwidth per direction, and the schedule replay exposes
+what the step does not hide."""
+import dataclasses
+
+import pytest
+
+from paxsearch.trainer import hardware, hlo_passes, topology
+from paxsearch.trainer import roofline as R
+from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
+from paxsearch.trainer.predict import hardware_for
+
+from ..search_util import needs_libtpu
+
+MODEL = ModelConfig(vocab_size=4096, d_model=1024, n_layers=4, n_heads=8, head_dim=128, d_ff=4096, seq_len=2048,
+                    dtype="bfloat16")
+ROWS = 2  # per device
+
+
+@pytest.fixture(scope="module")
+def v5e_8():
+    return topology.topology_devices("v5e-8")
+
+
+@pytest.fixture(scope="module")
+def offload_hlo(v5e_8):
+    return _hlo(v5e_8, "custom:decoder_input=offload,query_proj=offload")
+
+
+def _hlo(devices, remat: str) -> str:
+    cfg = TrainConfig(model=MODEL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=ROWS, remat=remat,
+                      eval=EvalConfig(enabled=False))
+    text = hlo_passes.build_plan_program(cfg, devices, "v5e-8").plan.hlo_text
+    assert text
+    return text
+
+
+@needs_libtpu
+def test_offloaded_activations_move_over_the_host_link_both_ways(v5e_8, offload_hlo):
+    hw = hardware_for(v5e_8)
+    assert hw.host_bandwidth == hardware.spec("v5e").host_bandwidth.value == 1.5e10
+    roof = R.analyze(offload_hlo, hw, num_devices=8)
+    host = [c for c in roof.collectives if c.link == "host"]
+    d2h = sum(c.bytes_per_execution * c.executions for c in host if c.kind == "host-d2h")
+    h2d = sum(c.bytes_per_execution * c.executions for c in host if c.kind == "host-h2d")
+    # the layer input [rows, seq, d_model] and the query [rows, seq, heads, head_dim], bf16, every layer
+    expected = 2 * ROWS * MODEL.seq_len * (MODEL.d_model + MODEL.n_heads * MODEL.head_dim) * MODEL.n_layers
+    assert d2h == expected and h2d == expected
+    assert sum(c.seconds for c in host) == pytest.approx((d2h + h2d) / 1.5e10)
+    exposed = sum(c.exposed_s for c in host)
+    assert 0 <= exposed <= sum(c.seconds for c in host)
+    unpriced = R.analyze(offload_hlo, dataclasses.replace(hw, host_bandwidth=None), num_devices=8)
+    assert not [c for c in unpriced.collectives if c.link == "host"]
+    assert roof.step_time_s == pytest.approx(unpriced.step_time_s + exposed, rel=1e-6)
+
+
+@needs_libtpu
+def test_a_step_without_offload_moves_nothing_to_the_host(v5e_8):
+    roof = R.analyze(_hlo(v5e_8, "full"), hardware_for(v5e_8), num_devices=8)
+    assert not [c for c in roof.collectives if c.link == "host"]

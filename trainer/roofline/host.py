@@ -1,0 +1,47 @@
+"""Transfers between a chip's HBM and its host's memory (host offload), read from the compiled
+step: XLA's TPU compiler moves an offloaded tensor as an async-start / async-done pair wrapping a
+dynamic-update-slice into a buffer in host memory (device to host) or a dynamic-slice out of one
+(host to device), or as a copy-start / copy-done whose destination or source lives there. Host
+memory is memory space 5 in the layout (`{...S(5)}`). Each transfer moves its bytes over the
+chip's PCIe link (Hardware.host_bandwidth, one direction; the two directions are separate
+queues) while the compute stream goes on: trainer/roofline/collectives.py prices it,
+trainer/roofline/schedule.py replays when it is waited for."""
+from __future__ import annotations
+
+import re
+
+from .hlo import Computation, HloModule, Instr, operand_shape, shape_bytes, split_top_level
+
+HOST_MEMORY_SPACE = 5
+_ARRAY_LAYOUT_RE = re.compile(r"\b[a-z][a-z0-9]*\[[^\]]*\](\{[^}]*\})?")
+_SPACE_RE = re.compile(r"S\((\d+)\)")
+
+
+def in_host_memory(shape: str) -> bool:
+    """True when the (first) array of `shape` lives in host memory."""
+    m = _ARRAY_LAYOUT_RE.search(shape)
+    space = _SPACE_RE.search(m.group(1) or "") if m else None
+    return space is not None and int(space.group(1)) == HOST_MEMORY_SPACE
+
+
+def host_transfer(module: HloModule, comp: Computation, ins: Instr) -> tuple[str, float] | None:
+    """("d2h" | "h2d", bytes moved) when `ins` starts a transfer between HBM and host memory."""
+    if ins.opcode == "copy-start" and ins.shape.startswith("("):  # (destination, source, context)
+        parts = split_top_level(ins.shape[1:-1])
+        if len(parts) >= 2:
+            if in_host_memory(parts[0]) and not in_host_memory(parts[1]):
+                return "d2h", shape_bytes(parts[0])
+            if in_host_memory(parts[1]) and not in_host_memory(parts[0]):
+                return "h2d", shape_bytes(parts[0])
+        return None
+    if ins.opcode != "async-start":
+        return None
+    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    root = called.root if called is not None else None
+    if root is None or called is None:
+        return None
+    if root.opcode == "dynamic-update-slice" and in_host_memory(root.shape) and len(root.operands) > 1:
+        return "d2h", shape_bytes(operand_shape(called, root.operands[1]))
+    if root.opcode == "dynamic-slice" and root.operands and in_host_memory(operand_shape(called, root.operands[0])):
+        return "h2d", shape_bytes(root.shape)
+    return None
