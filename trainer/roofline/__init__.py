@@ -131,9 +131,12 @@ Combination: overlap read from the compiled schedule.
       links: tensor all-gather 15.1 GB -> 5.7 GB per step, exposed comm 0.539 s -> 0.437 s,
       step 1.060 s -> 0.958 s (the 128B on v5e-256, fsdp 16 x tensor 16: 0.40 -> 0.49 of its
       published MFU, benchmarks/RESULTS.md).
-      The permutes in those loop bodies are plain `collective-permute` (synchronous in the
-      schedule: the two directions one after the other, between the shard's dots) and stay
-      fully exposed.
+      The permutes in those loop bodies were plain `collective-permute` there (synchronous in
+      the schedule: the two directions one after the other, between the shard's dots), and
+      such permutes stay fully exposed. That was the compiler planning an open mesh: on a
+      slice compiled with its wraparound links (trainer/topology.py TpuSlice.wrap) the same
+      permutes are start/done pairs around the shard's matmul (the 128B on v5e-256: 0.75 ->
+      1.00 of its published MFU).
     * Sharing the window. Each transfer occupies link resources while in flight, and
       transfers queue on them in issue (start) order, each taking its full time
       (bytes / bandwidth + hops x latency) once it begins:
