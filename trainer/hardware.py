@@ -128,7 +128,7 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         Figure(ici, s["ici"]), Figure(ports, s["ports"]), Figure(dcn, s["dcn"]),
         Figure(1e-6, _ICI_LAT), Figure(20e-6, _DCN_LAT), Figure(dims, s["ports"]),
         Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])),
-        Figure(0.923, s.get("matmul", _V5E_MATMUL)), (), Figure(*s.get("host", (1.5e10, _PCIE))))
+        Figure(0.923, s.get("matmul", _V5E_MATMUL)), host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -138,7 +138,7 @@ def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes)
         Figure(0.75 * hbm, _JAX_GPU_MEM), Figure(hbm_bw, s["peak"]), Figure(nvlink, s["peak"]),
         Figure(2, _ONE_RING), Figure(nic, s["nic"]), Figure(1e-6, _NVLINK_LAT), Figure(20e-6, _IB_LAT),
         Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]), excludes,
-        Figure(s["host"][0], s["host"][1]))
+        host_bandwidth=Figure(*s["host"]))
 
 
 TABLE: dict[str, DeviceSpec] = {s.name: s for s in (

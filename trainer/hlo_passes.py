@@ -42,6 +42,7 @@ from . import plan as plan_lib
 from .errors import TrainerError
 from .results import FLOPS_FROM_HLO, MemoryEstimate
 from .roofline import step_work
+from .roofline.host import HOST_MEMORY_SPACE
 from .topology import PredictedOOM, chip_for_device_kind, predicted_oom_from, topology_devices
 
 MODULE = "jit_train_step"  # the dumped module of step.make_train_step's jitted step
@@ -53,7 +54,7 @@ LOWERED = "lowered.json"  # the child writes its lowering time here, in the plan
 # the generated code's bytes a plan from the passes counts: above every program measured
 # (benchmarks/bench_plan_method.py: 3 MB for the tests' tiny step, 40-53 MB on the published rows)
 CODE_BYTES_BOUND = 64 << 20
-HOST_COLOR = 5  # the TPU's host memory space (S(5) in layouts)
+HOST_COLOR = HOST_MEMORY_SPACE  # buffer-assignment colors are memory spaces: host memory, S(5) in layouts
 _ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*)$", re.M)
 
 

@@ -36,15 +36,24 @@ _ARRAY_LAYOUT_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([^\]]*)\](\{[^}]*\})?")
 _MEMORY_SPACE_RE = re.compile(r"S\((\d+)\)")
 
 
+def _memory_space(layout: str | None) -> int:
+    m = _MEMORY_SPACE_RE.search(layout or "")
+    return int(m.group(1)) if m else 0
+
+
+def memory_space(shape: str) -> int:
+    """The memory space of the first array of a shape: 0 HBM (no `S(n)` in its layout), 1 TPU
+    VMEM, 5 host memory, ..."""
+    m = _ARRAY_LAYOUT_RE.search(shape)
+    return _memory_space(m.group(3)) if m else 0
+
+
 def hbm_shape_bytes(shape: str) -> float:
     """Bytes of a shape that live in HBM: arrays whose layout puts them in another memory
     space (`S(1)`: TPU VMEM, chosen by XLA's memory-space assignment) are left out."""
     total = 0.0
     for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
-        if dtype not in DTYPE_BYTES:
-            continue
-        m = _MEMORY_SPACE_RE.search(layout or "")
-        if m and int(m.group(1)) != 0:
+        if dtype not in DTYPE_BYTES or _memory_space(layout) != 0:
             continue
         total += DTYPE_BYTES[dtype] * prod(parse_dims(dims))
     return total

@@ -8,20 +8,14 @@ queues) while the compute stream goes on: trainer/roofline/collectives.py prices
 trainer/roofline/schedule.py replays when it is waited for."""
 from __future__ import annotations
 
-import re
-
-from .hlo import Computation, HloModule, Instr, operand_shape, shape_bytes, split_top_level
+from .hlo import Computation, HloModule, Instr, memory_space, operand_shape, shape_bytes, split_top_level
 
 HOST_MEMORY_SPACE = 5
-_ARRAY_LAYOUT_RE = re.compile(r"\b[a-z][a-z0-9]*\[[^\]]*\](\{[^}]*\})?")
-_SPACE_RE = re.compile(r"S\((\d+)\)")
 
 
 def in_host_memory(shape: str) -> bool:
     """True when the (first) array of `shape` lives in host memory."""
-    m = _ARRAY_LAYOUT_RE.search(shape)
-    space = _SPACE_RE.search(m.group(1) or "") if m else None
-    return space is not None and int(space.group(1)) == HOST_MEMORY_SPACE
+    return memory_space(shape) == HOST_MEMORY_SPACE
 
 
 def host_transfer(module: HloModule, comp: Computation, ins: Instr) -> tuple[str, float] | None:

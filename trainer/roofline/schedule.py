@@ -47,9 +47,10 @@ def _start_of(comp: Computation, name: str) -> Instr | None:
     return None
 
 
-def _host_start(module: HloModule, comp: Computation, name: str) -> str | None:
-    """The name of the host transfer's start that a -done closes (None when it closes another)."""
-    start = _start_of(comp, name)
+def _host_start(module: HloModule, comp: Computation, operands: list[str]) -> str | None:
+    """The name of the host transfer's start that a -done of `operands` closes (None when it
+    closes another)."""
+    start = _start_of(comp, operands[0]) if operands else None
     return start.name if start is not None and host_transfer(module, comp, start) is not None else None
 
 
@@ -84,8 +85,8 @@ def events(module: HloModule, comp: Computation,
             keys = [transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)] if called else []
             if keys:
                 out[ins.name] = ("open", keys)
-        elif op in ("async-done", "copy-done") and ins.operands and _host_start(module, comp, ins.operands[0]):
-            out[ins.name] = ("close", [f"{comp.name}/{_host_start(module, comp, ins.operands[0])}"])
+        elif op in ("async-done", "copy-done") and (host := _host_start(module, comp, ins.operands)):
+            out[ins.name] = ("close", [f"{comp.name}/{host}"])
         elif op == "async-done" or (op.endswith("-done") and collective_kind(op[:-5] + "-start")):
             start = _start_of(comp, ins.operands[0]) if ins.operands else None
             if start is None:
