@@ -229,6 +229,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_row_args(ap, os.path.join(ROOT, "runs", "bench_published"))
     ap.add_argument("--table", action="store_true", help="print the published table and conversion only")
+    ap.add_argument("--plan-compile", choices=("passes", "full"), default=None,
+                    help="the plans' method (paxsearch run --plan-compile); default: paxsearch's")
     args = ap.parse_args(argv)
     print(P.table())
     print()
@@ -240,7 +242,8 @@ def main(argv=None) -> int:
     for r in rows:
         res = None if args.fresh else load_result(r, args.out)
         if res is None and not args.report:
-            res = plan_row(r, args.out, args.timeout)
+            res = plan_row(r, args.out, args.timeout,
+                           extra_args=["--plan-compile", args.plan_compile] if args.plan_compile else None)
         if res is not None:
             results[r.name] = res
         if res is not None and not args.report and res.get("wall_s") and r is not rows[-1]:

@@ -65,6 +65,8 @@ class DeviceSpec:
     # the device's PCIe link to its host, one direction (host offload moves over it); None where
     # no figure is sourced (the roofline then leaves host transfers unpriced)
     host_bandwidth: Figure | None = None
+    # TPU: the TensorCore clock, which the compiler's per-op cycle estimates count; None on GPUs
+    clock_hz: Figure | None = None
 
     @property
     def ici_link_bandwidth(self) -> float:
@@ -112,6 +114,17 @@ _PALLAS_MATMUL = ("https://docs.jax.dev/en/latest/pallas/tpu/matmul.html (jax-ml
                   "84.33%; timed with Python dispatch included)")
 _V5E_MATMUL = ("assumption: no published XLA matmul measurement traced for this chip; TPU v5e's measured "
                "92.3% is used (" + _PALLAS_MATMUL + ")")
+_MXUS = (_SCALING + " (4 MXUs per TensorCore, each a 128x128 systolic array, 256x256 on v6e, doing "
+          "one multiply-add per cell and cycle: '5e13 bf16 FLOPs/s per MXU at 1.5GHz on TPU v5e')")
+
+
+def _clock(peak: float, cores: int, mxu: int) -> Figure:
+    """The TensorCore clock that gives the chip's peak: peak / (cores x 4 MXUs x mxu^2 cells x 2 FLOPs)."""
+    hz = peak / (cores * 4 * mxu * mxu * 2)
+    return Figure(hz, f"derived: {peak / 1e12:.0f} TFLOP/s / ({cores} TensorCore(s) x 4 MXUs x {mxu}x{mxu} x 2) "
+                      f"= {hz / 1e9:.3f} GHz; " + _MXUS)
+
+
 _PCIE = (_SCALING + " ('PCIe bandwidth is typically around 1.5e10 bytes / second per chip'; "
          "taken as each direction of the full-duplex link)")
 _MAMF = ("https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md "
@@ -128,7 +141,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         Figure(ici, s["ici"]), Figure(ports, s["ports"]), Figure(dcn, s["dcn"]),
         Figure(1e-6, _ICI_LAT), Figure(20e-6, _DCN_LAT), Figure(dims, s["ports"]),
         Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])),
-        Figure(0.923, s.get("matmul", _V5E_MATMUL)), host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))))
+        Figure(0.923, s.get("matmul", _V5E_MATMUL)), host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
+        clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:

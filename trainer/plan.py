@@ -296,6 +296,9 @@ def optimized_hlo(compiled, lowered, dump_folder: str | None = None) -> tuple[st
 
 # TPU: <module>.after_optimizations.txt, CPU: <module>.cpu_after_optimizations.txt
 DUMP_SUFFIX = "after_optimizations.txt"
+# TPU: the same module after code generation, each op with the compiler's cycle estimate
+# (roofline cost.compiler_cycles); read first where the compile got that far
+CODEGEN_SUFFIX = "after_codegen.txt"
 
 
 def _dumped_hlo(lowered) -> str:
@@ -313,8 +316,10 @@ def _dump_options(folder: str | None) -> dict | None:
 
 
 def _read_dump(folder: str) -> str:
-    """The optimized module an XLA dump to `folder` printed (its biggest *after_optimizations.txt)."""
-    dumps = [f for f in os.listdir(folder) if f.endswith(DUMP_SUFFIX)]
+    """The optimized module an XLA dump to `folder` printed: its biggest *after_codegen.txt (TPU,
+    with the compiler's per-op cycle estimates), else its biggest *after_optimizations.txt."""
+    names = os.listdir(folder)
+    dumps = [f for f in names if f.endswith(CODEGEN_SUFFIX)] or [f for f in names if f.endswith(DUMP_SUFFIX)]
     if not dumps:
         raise LookupError(f"the XLA dump wrote no *{DUMP_SUFFIX}")
     biggest = max(dumps, key=lambda f: os.path.getsize(os.path.join(folder, f)))

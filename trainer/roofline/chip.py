@@ -22,6 +22,9 @@ class Hardware:
     dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
     matmul_efficiency: float = 1.0  # share of peak_flops a large bf16 matmul sustains (measured, sourced)
     host_bandwidth: float | None = None  # one direction of the chip's link to host memory; None: not priced
+    # the clock the TPU compiler's per-op cycle estimates count (`estimated_cycles` of a fully
+    # compiled module); None: those estimates are not read
+    clock_hz: float | None = None
 
     @property
     def sustained_flops(self) -> float:

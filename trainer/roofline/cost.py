@@ -246,11 +246,47 @@ def op_work(module: HloModule, comp: Computation, ins: Instr) -> tuple[float, fl
     return f, instr_bytes(module, comp, ins)
 
 
+_ESTIMATED_CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
+
+
+def compiler_cycles(ins: Instr) -> int | None:
+    """The TPU compiler's own estimate of one instruction's cycles: code generation writes it
+    into the backend_config of every op it emits (a fully compiled module's text has it; the
+    module of the HLO passes, before code generation, does not). None where absent or 0."""
+    m = _ESTIMATED_CYCLES.search(ins.attrs)
+    return int(m.group(1)) or None if m else None
+
+
+def uses_mxu(module: HloModule, ins: Instr, _depth: int = 0) -> bool:
+    """Whether an instruction multiplies matrices: a dot or convolution, a fusion holding one
+    (at any depth), or a splash-attention kernel."""
+    if ins.opcode in ("dot", "convolution") or (ins.opcode == "custom-call"
+                                                 and any(n in ins.name for n, _ in SPLASH_MATMULS)):
+        return True
+    called = module.computations.get((ins.attr("calls") or "").lstrip("%")) if ins.opcode == "fusion" else None
+    return called is not None and _depth < 8 and any(uses_mxu(module, i, _depth + 1) for i in called.instrs)
+
+
+def estimate_applies(module: HloModule, ins: Instr, hw: Hardware) -> float | None:
+    """The compiler's estimate of one op in seconds where it prices the op (op_seconds), else None:
+    an op that does not multiply matrices, in a module carrying estimates, on a chip with a clock."""
+    cycles = compiler_cycles(ins) if hw.clock_hz else None
+    if cycles is None or not hw.clock_hz or uses_mxu(module, ins):
+        return None
+    return cycles / hw.clock_hz
+
+
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
-    """(FLOPs, HBM bytes, seconds = max(FLOPs / sustained FLOP/s, bytes / HBM bandwidth)) of one
-    instruction that runs on its own, once (op_work); None for what has no work of its own."""
+    """(FLOPs, HBM bytes, seconds) of one instruction that runs on its own, once (op_work);
+    None for what has no work of its own. Seconds: the roofline, max(FLOPs / sustained FLOP/s,
+    bytes / HBM bandwidth); for an op that does not multiply matrices, at least the compiler's
+    own estimate where the module carries one (estimate_applies: the VPU and XLU time of
+    elementwise fusions, reductions and relayouts, which bytes alone miss). Matmuls keep the
+    roofline's measured matmul rate (see trainer/roofline/__init__.py)."""
     work = op_work(module, comp, ins)
     if work is None:
         return None
     f, b = work
-    return f, b, max(f / hw.sustained_flops, b / hw.hbm_bandwidth)
+    roof = max(f / hw.sustained_flops, b / hw.hbm_bandwidth)
+    estimate = estimate_applies(module, ins, hw)
+    return f, b, roof if estimate is None else max(roof, estimate)
