@@ -267,9 +267,9 @@ def uses_mxu(module: HloModule, ins: Instr, _depth: int = 0) -> bool:
     return called is not None and _depth < 8 and any(uses_mxu(module, i, _depth + 1) for i in called.instrs)
 
 
-def estimate_applies(module: HloModule, ins: Instr, hw: Hardware) -> float | None:
-    """The compiler's estimate of one op in seconds where it prices the op (op_seconds), else None:
-    an op that does not multiply matrices, in a module carrying estimates, on a chip with a clock."""
+def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | None:
+    """The compiler's estimate of one op in seconds, for an op that does not multiply matrices, in
+    a module carrying estimates, on a chip with a clock; else None."""
     cycles = compiler_cycles(ins) if hw.clock_hz else None
     if cycles is None or not hw.clock_hz or uses_mxu(module, ins):
         return None
@@ -279,14 +279,14 @@ def estimate_applies(module: HloModule, ins: Instr, hw: Hardware) -> float | Non
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
     """(FLOPs, HBM bytes, seconds) of one instruction that runs on its own, once (op_work);
     None for what has no work of its own. Seconds: the roofline, max(FLOPs / sustained FLOP/s,
-    bytes / HBM bandwidth); for an op that does not multiply matrices, at least the compiler's
-    own estimate where the module carries one (estimate_applies: the VPU and XLU time of
-    elementwise fusions, reductions and relayouts, which bytes alone miss). Matmuls keep the
-    roofline's measured matmul rate (see trainer/roofline/__init__.py)."""
+    bytes / HBM bandwidth); with hw.on_chip "compiler", an op that does not multiply matrices
+    takes at least the compiler's own estimate where the module carries one (compiler_estimate:
+    the VPU and XLU time of elementwise fusions, reductions and relayouts, which bytes alone
+    miss; see trainer/roofline/__init__.py for why that is not the default)."""
     work = op_work(module, comp, ins)
     if work is None:
         return None
     f, b = work
     roof = max(f / hw.sustained_flops, b / hw.hbm_bandwidth)
-    estimate = estimate_applies(module, ins, hw)
+    estimate = compiler_estimate(module, ins, hw) if hw.on_chip == "compiler" else None
     return f, b, roof if estimate is None else max(roof, estimate)

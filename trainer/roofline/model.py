@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import estimate_applies, op_seconds, op_work
+from .cost import compiler_estimate, op_seconds, op_work
 from .hlo import call_graph, parse_module
 from .schedule import exposed_by_schedule
 
@@ -33,9 +33,13 @@ class Roofline:
     trip_counts: dict[str, int]
     unknown_trip_counts: list[str]
     overlap: str = OVERLAP_SCHEDULE  # "schedule" | "fixed_fraction" (HLO not scheduled)
-    # ops whose seconds are the TPU compiler's cycle estimates (cost.compiler_cycles): a fully
-    # compiled module's; 0 where every op is priced by the roofline (the HLO passes, GPUs, CPUs)
+    # ops without a matmul that carry the TPU compiler's cycle estimate (cost.compiler_estimate: a
+    # fully compiled TPU module's; 0 for the HLO passes' module, GPUs, CPUs), and what those
+    # estimates add over the roofline's price of the same ops, per step (priced in only with
+    # Hardware.on_chip "compiler")
     compiler_cycles_ops: int = 0
+    compiler_excess_s: float = 0.0
+    on_chip: str = "roofline"
 
     def predicted_mfu(self, model_flops_per_step: float, num_devices: int, peak_flops: float) -> float:
         if self.step_time_s <= 0:
@@ -70,8 +74,9 @@ class Roofline:
             "step_time_s": self.step_time_s,
             "overlap": self.overlap,
             "overlap_fraction": self.overlap_fraction,
-            "on_chip": "compiler_cycles" if self.compiler_cycles_ops else "roofline",
+            "on_chip": self.on_chip,
             "compiler_cycles_ops": self.compiler_cycles_ops,
+            "compiler_excess_s": self.compiler_excess_s,
             "collectives": self.collectives_summary(),
             "trip_counts": dict(self.trip_counts),
             "unknown_trip_counts": list(self.unknown_trip_counts),
@@ -124,13 +129,16 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     module = parse_module(hlo_text)
     graph = call_graph(module)
     flops = bytes_ = compute = memory = roof = 0.0
-    estimated = 0
+    estimated, excess = 0, 0.0
     for comp, ins, mult in _running_ops(module, graph):
         cost = op_seconds(module, comp, ins, hw)
         if cost is None:
             continue
-        estimated += estimate_applies(module, ins, hw) is not None
         f, b, t = cost
+        estimate = compiler_estimate(module, ins, hw)
+        if estimate is not None:
+            estimated += 1
+            excess += max(0.0, estimate - max(f / hw.sustained_flops, b / hw.hbm_bandwidth)) * mult
         flops += f * mult
         bytes_ += b * mult
         compute += f / hw.sustained_flops * mult
@@ -149,4 +157,5 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
         for c in colls:  # spread over the collectives by their share of the time
             c.exposed_s = exposed * c.seconds / comm if comm else 0.0
     return Roofline(hw.name, flops, bytes_, compute, memory, roof, comm, exposed, roof + exposed,
-                    fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how, estimated)
+                    fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how, estimated, excess,
+                    hw.on_chip)
