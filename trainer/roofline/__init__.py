@@ -77,7 +77,7 @@ On-chip time beyond FLOPs and bytes: the TPU compiler's own estimate, reported b
   max(roofline, estimate); matmuls keep the measured rate (the compiler puts v5e's 8192^3
   bf16 matmul at 87.8% of peak where it was measured at 92.3%). It is not the default: on the
   published rows (benchmarks/RESULTS.md, run 8) it brought the calibration rows from a mean
-  error of 9.5% to 5.5% but the held-out ones from 3.3% to 8.7% (v5e 128B 1.00 -> 0.87: the
+  error of 10.0% to 5.5% but the held-out ones from 3.3% to 8.0% (v5e 128B 1.00 -> 0.87: the
   windowed einsum's many small accumulations, which the compiler prices at 30-40% of the HBM
   bandwidth). The HLO passes' module is written before code generation and carries none.
 
