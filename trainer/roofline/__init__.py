@@ -76,10 +76,11 @@ On-chip time beyond FLOPs and bytes: the TPU compiler's own estimate, reported b
   (Roofline.compiler_excess_s). Hardware.on_chip "compiler" prices them in: such an op takes
   max(roofline, estimate); matmuls keep the measured rate (the compiler puts v5e's 8192^3
   bf16 matmul at 87.8% of peak where it was measured at 92.3%). It is not the default: on the
-  published rows (benchmarks/RESULTS.md, run 8) it brought the calibration rows from a mean
-  error of 10.0% to 5.5% but the held-out ones from 3.3% to 8.0% (v5e 128B 1.00 -> 0.87: the
-  windowed einsum's many small accumulations, which the compiler prices at 30-40% of the HBM
-  bandwidth). The HLO passes' module is written before code generation and carries none.
+  published rows (benchmarks/RESULTS.md, "The TPU compiler's own per-op estimates") it
+  brought the calibration rows from a mean error of 10.0% to 5.5% but the held-out ones from
+  3.3% to 8.0% (v5e 128B 1.00 -> 0.87: the windowed einsum's many small accumulations, which
+  the compiler prices at 30-40% of the HBM bandwidth). The HLO passes' module is written
+  before code generation and carries none.
 
 Cost of one collective over a group of n devices, per device (ring algorithms):
     all-gather          input x (n - 1)          (= output x (n-1)/n)

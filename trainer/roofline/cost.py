@@ -254,7 +254,8 @@ def compiler_cycles(ins: Instr) -> int | None:
     into the backend_config of every op it emits (a fully compiled module's text has it; the
     module of the HLO passes, before code generation, does not). None where absent or 0."""
     m = _ESTIMATED_CYCLES.search(ins.attrs)
-    return int(m.group(1)) or None if m else None
+    cycles = int(m.group(1)) if m else 0
+    return cycles if cycles > 0 else None
 
 
 def uses_mxu(module: HloModule, ins: Instr, _depth: int = 0) -> bool:
@@ -276,6 +277,11 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
     return cycles / hw.clock_hz
 
 
+def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware) -> float:
+    """The per-op roofline: max(FLOPs / sustained FLOP/s, bytes / HBM bandwidth)."""
+    return max(flops / hw.sustained_flops, hbm_bytes / hw.hbm_bandwidth)
+
+
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
     """(FLOPs, HBM bytes, seconds) of one instruction that runs on its own, once (op_work);
     None for what has no work of its own. Seconds: the roofline, max(FLOPs / sustained FLOP/s,
@@ -287,6 +293,6 @@ def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -
     if work is None:
         return None
     f, b = work
-    roof = max(f / hw.sustained_flops, b / hw.hbm_bandwidth)
+    roof = roofline_seconds(f, b, hw)
     estimate = compiler_estimate(module, ins, hw) if hw.on_chip == "compiler" else None
     return f, b, roof if estimate is None else max(roof, estimate)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import compiler_estimate, op_seconds, op_work
+from .cost import compiler_estimate, op_seconds, op_work, roofline_seconds
 from .hlo import call_graph, parse_module
 from .schedule import exposed_by_schedule
 
@@ -138,7 +138,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
         estimate = compiler_estimate(module, ins, hw)
         if estimate is not None:
             estimated += 1
-            excess += max(0.0, estimate - max(f / hw.sustained_flops, b / hw.hbm_bandwidth)) * mult
+            excess += max(0.0, estimate - roofline_seconds(f, b, hw)) * mult
         flops += f * mult
         bytes_ += b * mult
         compute += f / hw.sustained_flops * mult
