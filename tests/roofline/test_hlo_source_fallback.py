@@ -70,6 +70,8 @@ def test_a_v5p_program_that_cannot_print_gets_its_hlo_from_the_xla_dump():
     # the roofline replays the dumped module: the logits' elementwise work and the collectives over tensor
     roofline = analyze(text, hardware_for(devices), mesh=mesh)
     assert roofline.step_time_s > 0 and roofline.flops_per_step >= 16 * 2048 * 32768 / 64
+    # the dump read is the module after code generation: the compiler's per-op estimates with it
+    assert '"estimated_cycles"' in text and roofline.compiler_cycles_ops > 0
 
 
 @pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
