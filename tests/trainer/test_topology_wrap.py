@@ -50,6 +50,7 @@ def _permutes(name: str, fsdp: int, tensor: int) -> tuple[int, int]:
     return len(re.findall(r"= [^=]*? collective-permute\(", hlo)), hlo.count("collective-permute-start(")
 
 
+@pytest.mark.slow  # quick-loop budget: two compiles for 256- and 32-chip slices (30 CPU-s); CI runs it
 @needs_libtpu
 def test_a_full_pod_overlaps_the_tensor_axis_permutes_and_an_open_slice_does_not():
     sync, overlapped = _permutes("v5e-256", 16, 16)  # 16 x 16: both dimensions wrap
