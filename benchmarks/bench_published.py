@@ -7,7 +7,9 @@ per_device_batch_size x chips), remat and attention mapped to ours, planned thro
 `paxsearch run SPACE --target tpu:<slice> --workers 1 --trials 1`. The trial's stored plan
 gives fits, peak bytes, predicted step time and MFU, and the roofline breakdown.
 
-    python benchmarks/bench_published.py                        # every row (compiles: ~5-10 min each on 2 cores)
+    python benchmarks/bench_published.py                        # every row (HLO passes: ~5-15 s a row)
+    python benchmarks/bench_published.py --plan-compile full    # every row, full compiles (40-150 s a row): the
+                                                                # plans also report the compiler's per-op estimates
     python benchmarks/bench_published.py --only "v5e-256 16B"   # one row (repeatable)
     python benchmarks/bench_published.py --report               # re-print from the stored results, no compile
     python benchmarks/bench_published.py --table                # the published table and its conversion only
