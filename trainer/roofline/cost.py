@@ -93,9 +93,14 @@ def conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str) -> float:
 SPLASH_MATMULS = (("splash_mha_fwd", 2), ("splash_mha_dkv", 4), ("splash_mha_dq", 3))
 
 
+def splash_matmuls(ins: Instr) -> int:
+    """How many S x S matmuls one splash-attention kernel runs per head (0: not a splash kernel)."""
+    return next((k for name, k in SPLASH_MATMULS if name in ins.name), 0) if ins.opcode == "custom-call" else 0
+
+
 def splash_flops(comp: Computation, ins: Instr) -> float:
     """FLOPs of one splash-attention custom call (0 for any other custom call)."""
-    matmuls = next((k for name, k in SPLASH_MATMULS if name in ins.name), 0)
+    matmuls = splash_matmuls(ins)
     if not matmuls:
         return 0.0
     shapes = [shape_dims(operand_shape(comp, o)) for o in ins.operands]
@@ -261,8 +266,7 @@ def compiler_cycles(ins: Instr) -> int | None:
 def uses_mxu(module: HloModule, ins: Instr, _depth: int = 0) -> bool:
     """Whether an instruction multiplies matrices: a dot or convolution, a fusion holding one
     (at any depth), or a splash-attention kernel."""
-    if ins.opcode in ("dot", "convolution") or (ins.opcode == "custom-call"
-                                                 and any(n in ins.name for n, _ in SPLASH_MATMULS)):
+    if ins.opcode in ("dot", "convolution") or splash_matmuls(ins):
         return True
     called = module.computations.get((ins.attr("calls") or "").lstrip("%")) if ins.opcode == "fusion" else None
     return called is not None and _depth < 8 and any(uses_mxu(module, i, _depth + 1) for i in called.instrs)
@@ -271,8 +275,10 @@ def uses_mxu(module: HloModule, ins: Instr, _depth: int = 0) -> bool:
 def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | None:
     """The compiler's estimate of one op in seconds, for an op that does not multiply matrices, in
     a module carrying estimates, on a chip with a clock; else None."""
-    cycles = compiler_cycles(ins) if hw.clock_hz else None
-    if cycles is None or not hw.clock_hz or uses_mxu(module, ins):
+    if not hw.clock_hz:
+        return None
+    cycles = compiler_cycles(ins)
+    if cycles is None or uses_mxu(module, ins):
         return None
     return cycles / hw.clock_hz
 
@@ -282,6 +288,18 @@ def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware) -> float:
     return max(flops / hw.sustained_flops, hbm_bytes / hw.hbm_bandwidth)
 
 
+def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
+             estimate: bool = True) -> tuple[float, float, float, float | None] | None:
+    """(FLOPs, HBM bytes, roofline seconds, the compiler's estimate or None) of one instruction
+    that runs on its own, once (op_work, roofline_seconds, compiler_estimate; the estimate is
+    not looked up when not `estimate`); None for what has no work of its own."""
+    work = op_work(module, comp, ins)
+    if work is None:
+        return None
+    f, b = work
+    return f, b, roofline_seconds(f, b, hw), compiler_estimate(module, ins, hw) if estimate else None
+
+
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
     """(FLOPs, HBM bytes, seconds) of one instruction that runs on its own, once (op_work);
     None for what has no work of its own. Seconds: the roofline, max(FLOPs / sustained FLOP/s,
@@ -289,10 +307,13 @@ def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -
     takes at least the compiler's own estimate where the module carries one (compiler_estimate:
     the VPU and XLU time of elementwise fusions, reductions and relayouts, which bytes alone
     miss; see trainer/roofline/__init__.py for why that is not the default)."""
-    work = op_work(module, comp, ins)
-    if work is None:
+    costs = op_costs(module, comp, ins, hw, estimate=hw.on_chip == "compiler")
+    if costs is None:
         return None
-    f, b = work
-    roof = roofline_seconds(f, b, hw)
-    estimate = compiler_estimate(module, ins, hw) if hw.on_chip == "compiler" else None
-    return f, b, roof if estimate is None else max(roof, estimate)
+    f, b, roof, estimate = costs
+    return f, b, priced_seconds(roof, estimate, hw)
+
+
+def priced_seconds(roof: float, estimate: float | None, hw: Hardware) -> float:
+    """An op's seconds from its roofline and its compiler estimate, as hw.on_chip says."""
+    return max(roof, estimate) if estimate is not None and hw.on_chip == "compiler" else roof

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import compiler_estimate, op_seconds, op_work, roofline_seconds
+from .cost import op_costs, op_work, priced_seconds
 from .hlo import call_graph, parse_module
 from .schedule import exposed_by_schedule
 
@@ -131,14 +131,14 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     flops = bytes_ = compute = memory = roof = 0.0
     estimated, excess = 0, 0.0
     for comp, ins, mult in _running_ops(module, graph):
-        cost = op_seconds(module, comp, ins, hw)
-        if cost is None:
+        costs = op_costs(module, comp, ins, hw)
+        if costs is None:
             continue
-        f, b, t = cost
-        estimate = compiler_estimate(module, ins, hw)
+        f, b, roof_s, estimate = costs
+        t = priced_seconds(roof_s, estimate, hw)
         if estimate is not None:
             estimated += 1
-            excess += max(0.0, estimate - roofline_seconds(f, b, hw)) * mult
+            excess += max(0.0, estimate - roof_s) * mult
         flops += f * mult
         bytes_ += b * mult
         compute += f / hw.sustained_flops * mult
