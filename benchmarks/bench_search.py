@@ -6,16 +6,17 @@ steering by predictions, and harness overhead.
    config trains exactly as long as its search trial does: the sweep's token budget (8,192
    tokens, steps = tokens / (global batch x seq_len)), so both sides do the same training.
    paxsearch runs the same space for the single objective MFU in up to three arms, one after
-   the other in this script: `tpe` (today's default tuner), `tpe --steer predicted` (a trial
-   predicted dominated is skipped after compiling, search/tuning/steer.py, with one global
-   measured/predicted bound) and `tpe --steer learned` (its bound per point from the
+   the other in this script: `tpe` (today's default tuner), `tpe+global` (`--steer global`: a
+   trial predicted dominated is skipped after compiling, search/tuning/steer.py, with one global
+   measured/predicted bound) and `tpe+steer` (`--steer predicted`: its bound per point from the
    correction model learned on the study's measured trials, store/correction.py). For each arm: the
    wall time, proposals and trained trials until it first completed a trial of the naive loop's
    best config, and the time until it first measured an MFU within 5% of that best (MFU on a
    loaded machine is noisy, and near-ties swap). Goal: <= 0.3 of the naive time, the same best
    config. `--reference tpe` takes the unsteered tpe arm's best instead of running the naive
-   loop; `--replay N` replays both steering rules offline on the tpe arm's measurements (see
-   replay()).
+   loop; `--replay N` replays no steering and both steering rules offline on the tpe arm's
+   measurements (see replay()), scored on independent runs of the same configs with
+   `--truth-from` (the best of one noisy run is its luckiest measurement).
 2. Harness overhead per trial: timings.overhead_s of every paxsearch trial (wall time outside
    compilation and training: proposing, storage, worker round trip). Goal: median <= 1 s.
 
@@ -24,8 +25,10 @@ steering by predictions, and harness overhead.
     python benchmarks/bench_search.py --arms tpe           # one search arm only
     python benchmarks/bench_search.py --seed 1 --naive-from runs/bench_search/result.json  # another tuner seed
     python benchmarks/bench_search.py --overhead-only --trials 12
-    python benchmarks/bench_search.py --arms tpe,tpe+steer,tpe+learned --reference tpe --replay 200
+    python benchmarks/bench_search.py --arms tpe,tpe+global,tpe+steer --reference tpe --replay 200
     python benchmarks/bench_search.py --replay-from runs/bench_search/result.json --replay 500
+    python benchmarks/bench_search.py --replay-from RUN_A --truth-from RUN_B --replay 500  # scored on run B
+    python benchmarks/bench_search.py --arms tpe+global,tpe+steer --reference tpe --tpe-from RESULT_JSON
 
 Results go to stdout as JSON lines and to --out (default runs/bench_search/result.json).
 """
@@ -45,8 +48,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPACE = os.path.join(REPO, "spaces", "mesh_sweep.py")
 DEFAULT_SETS = ["model_size=small", "remat=none", "attention=dot_product", "rules=default", "flags=default"]
-ARMS = {"tpe": ["--tuner", "tpe"], "tpe+steer": ["--tuner", "tpe", "--steer", "predicted"],
-        "tpe+learned": ["--tuner", "tpe", "--steer", "learned"]}
+ARMS = {"tpe": ["--tuner", "tpe"], "tpe+global": ["--tuner", "tpe", "--steer", "global"],
+        "tpe+steer": ["--tuner", "tpe", "--steer", "predicted"]}
 WITHIN = 0.05  # "near best": measured MFU >= (1 - WITHIN) x the naive loop's best
 
 
@@ -99,10 +102,24 @@ def naive(sets: list[str]) -> dict:
     return {"configs": len(points), "total_s": time.perf_counter() - t0, "best": best, "rows": rows}
 
 
-def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], seed: int) -> dict:
+def space_with_tokens(tokens: int, folder: str) -> str:
+    """A copy of the sweep's space (same name, so the same study name) training `tokens` tokens a
+    trial instead of its 8,192: longer timed intervals, less noise in each measured MFU."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, os.path.basename(SPACE))
+    with open(path, "w") as f:
+        f.write(f"import runpy\n_base = runpy.run_path({SPACE!r})\n"
+                "globals().update({k: v for k, v in _base.items() if not k.startswith('__')})\n"
+                f"STUDY = dict(STUDY, tokens={int(tokens)})\n")
+    return path
+
+
+def search(sets: list[str], trials: int | None, run_dir: str, arm: list[str], seed: int,
+           tokens: int | None = None) -> dict:
     # the naive loop has no memory budget, so neither does this run (the sweep's own 10 MiB
     # budget would rule out configs the naive loop may find best)
-    cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", SPACE, "--run-dir", run_dir, "--objective", "mfu",
+    space = space_with_tokens(tokens, os.path.join(run_dir, "space")) if tokens else SPACE
+    cmd = [sys.executable, "-m", "paxsearch.search.cli", "run", space, "--run-dir", run_dir, "--objective", "mfu",
            "--no-progress", "--memory-budget", "1GiB", "--seed", str(seed), *arm]
     cmd += [a for s in sets for a in ("--set", s)]
     if trials:
@@ -156,67 +173,102 @@ def time_to_best(found: dict, base: dict) -> dict:
             "skipped": sum(r["skipped"] for r in rows), "goal_ratio": 0.3}
 
 
-def replay(found: dict, orders: int, seed: int = 0) -> dict:
+RULES = ("none", "global", "learned")  # replayed: no steering, --steer global, --steer predicted (the model)
+CURVE_AT = (3, 5, 8, 10, 15)  # trainings at which the replay reports the best true MFU found so far
+
+
+def _key(decisions) -> str:
+    return json.dumps(decisions, sort_keys=True)
+
+
+def truth_of(runs: list[list[dict]]) -> dict[str, float]:
+    """Each config's mean measured MFU over independent runs (study rows): the 'true' MFU the
+    replay scores against, so that the best config is not the one whose measurement in the
+    steered run was luckiest (the winner's curse of a single noisy measurement)."""
+    values: dict[str, list[float]] = {}
+    for rows in runs:
+        for r in rows:
+            if r["mfu"] is not None:
+                values.setdefault(_key(r["decisions"]), []).append(float(r["mfu"]))
+    return {k: float(np.mean(v)) for k, v in values.items()}
+
+
+def replay(found: dict, orders: int, seed: int = 0, truth: dict[str, float] | None = None) -> dict:
     """Steering replayed offline on an unsteered arm's measurements (every config trained once):
     for `orders` random orders of its configs, walk each order, skipping a config when the rule
     (search/tuning/steer.py, objective MFU) finds its stored plan dominated by the configs trained
-    before it, with the global ratio ("predicted") or the learned correction ("learned"). Reports,
-    per rule, the proposals and trainings until the arm's best config is trained, how often it
-    was skipped (never reached), and how many configs were trained. Both rules walk the same
-    orders over the same measurements, so a difference is the rule's alone (not the machine's
-    noise, nor TPE's adaptation)."""
+    before it: never ("none"), with the global ratio ("global", --steer global) or with the learned
+    correction ("learned", --steer predicted). The rules see the arm's measurements; they are scored on `truth` (config -> MFU,
+    independent runs of the same configs, truth_of) when given, else on the same measurements.
+    Reports, per rule, the trainings until the best config (by truth) and the first near-best one
+    (within WITHIN of it) were trained, how often each was never trained (skipped), how many
+    configs were trained, and the mean best true MFU found after k trainings (CURVE_AT, as a
+    fraction of the best's). Every rule walks the same orders over the same measurements, so a
+    difference is the rule's alone (not the machine's noise, nor TPE's adaptation)."""
     rows = [r for r in found["rows"] if r["mfu"] is not None and (r.get("plan") or {}).get("predicted_mfu")]
-    best = max(range(len(rows)), key=lambda i: rows[i]["mfu"])
+    if truth is not None:
+        rows = [r for r in rows if _key(r["decisions"]) in truth]
+    score = [truth[_key(r["decisions"])] if truth is not None else float(r["mfu"]) for r in rows]
+    best = max(range(len(rows)), key=lambda i: score[i])
     perms = [np.random.default_rng([seed, k]).permutation(len(rows)) for k in range(orders)]
-    out: dict = {"configs": len(rows), "best": rows[best]["decisions"], "best_mfu": rows[best]["mfu"],
-                 "near_best": sum(r["mfu"] >= (1 - WITHIN) * rows[best]["mfu"] for r in rows)}
+    out: dict = {"configs": len(rows), "best": rows[best]["decisions"], "best_mfu": score[best],
+                 "scored_on": "independent runs (truth)" if truth is not None else "the steered measurements",
+                 "near_best": sum(v >= (1 - WITHIN) * score[best] for v in score)}
     walks = {}
-    for rule in ("predicted", "learned"):
-        walks[rule] = [_walk(rows, perm, best, rule == "learned") for perm in perms]
-        reached = [w["proposals"] for w in walks[rule] if w["proposals"] is not None]
+    for rule in RULES:
+        walks[rule] = [_walk(rows, score, perm, best, rule) for perm in perms]
+        w = walks[rule]
+        reached = [x["trained_to_best"] for x in w if x["trained_to_best"] is not None]
+        near = [x["trained_to_near"] for x in w if x["trained_to_near"] is not None]
         out[rule] = {"orders": orders, "best_skipped": orders - len(reached),
-                     "proposals_to_best_mean": float(np.mean(reached)) if reached else None,
-                     "trained_to_best_mean": float(np.mean([w["trained_to_best"] for w in walks[rule]
-                                                            if w["trained_to_best"] is not None] or [np.nan])),
-                     "trained_mean": float(np.mean([w["trained"] for w in walks[rule]])),
-                     "near_missed": sum(w["trained_to_near"] is None for w in walks[rule]),
-                     "trained_to_near_mean": float(np.mean([w["trained_to_near"] for w in walks[rule]
-                                                             if w["trained_to_near"] is not None] or [np.nan]))}
-    pairs = zip(walks["predicted"], walks["learned"], strict=True)
-    both = [(r["trained_to_best"], p["trained_to_best"]) for r, p in pairs
-            if r["trained_to_best"] is not None and p["trained_to_best"] is not None]
-    out["paired"] = {"orders_both_reached": len(both), "learned_fewer": sum(p < r for r, p in both),
-                     "equal": sum(p == r for r, p in both), "learned_more": sum(p > r for r, p in both)}
+                     "trained_to_best_mean": float(np.mean(reached)) if reached else None,
+                     "near_missed": orders - len(near),
+                     "trained_to_near_mean": float(np.mean(near)) if near else None,
+                     "trained_mean": float(np.mean([x["trained"] for x in w])),
+                     "best_found_after": {k: float(np.mean([x["curve"][min(k, len(x["curve"])) - 1] for x in w]))
+                                          / score[best] for k in CURVE_AT}}
     return out
 
 
-def _walk(rows: list[dict], perm, best: int, learned: bool) -> dict:
-    """One order of `rows` steered by the rule: when the best row was trained, when the first row
-    within WITHIN of it was, and how many were."""
+def _walk(rows: list[dict], score: list[float], perm, best: int, rule: str) -> dict:
+    """One order of `rows` steered by `rule`: when the best row was trained, when the first row
+    within WITHIN of it was, how many were, and the best score trained after each training."""
     from paxsearch.search.tuning import steer
     from paxsearch.store import correction
 
     trained: list[int] = []
+    curve: list[float] = []
     at = near = None
-    for step, i in enumerate(perm):
+    for i in perm:
         job = None
-        if len(trained) >= steer.MIN_MEASURED:
+        if rule != "none" and len(trained) >= steer.MIN_MEASURED:
             done = [rows[j] for j in trained]
             logs = [correction.log_ratio(r["mfu"], r["plan"]["predicted_mfu"]) for r in done]
             job = {"objectives": ["mfu"], "ratio": steer.ratio_bound([np.exp(x) for x in logs]),
                    "ratio_trials": len(done), "references": [{"number": j, "mfu": rows[j]["mfu"], "memory_bytes": 0}
                                                              for j in trained]}
-            model = correction.fit([r["plan"] for r in done], logs) if learned else None
+            model = correction.fit([r["plan"] for r in done], logs) if rule == "learned" else None
             if model is not None and not model.is_global:
                 job["correction"] = model.to_dict()
         if steer.dominated(job, rows[i]["plan"]) is None:
             trained.append(int(i))
+            curve.append(max(curve[-1], score[i]) if curve else score[i])
             if i == best:
-                at = (step + 1, len(trained))
-            if near is None and rows[i]["mfu"] >= (1 - WITHIN) * rows[best]["mfu"]:
+                at = len(trained)
+            if near is None and score[i] >= (1 - WITHIN) * score[best]:
                 near = len(trained)
-    return {"proposals": at[0] if at else None, "trained_to_best": at[1] if at else None, "trained": len(trained),
-            "trained_to_near": near}
+    return {"trained_to_best": at, "trained": len(trained), "trained_to_near": near, "curve": curve}
+
+
+def _tpe_rows(path: str) -> list[dict]:
+    """The study rows of an unsteered arm: its run folder, or the tpe arm of a result file."""
+    if os.path.isdir(path):
+        return study_rows(path)
+    with open(path) as f:
+        earlier = json.load(f)
+    if "tpe" not in earlier["arms"]:
+        sys.exit(f"bench_search: {path} has no tpe arm; run it with --arms tpe,...")
+    return earlier["arms"]["tpe"]["search"]["rows"]
 
 
 def overhead(found: dict) -> dict:
@@ -247,6 +299,15 @@ def main() -> None:
     ap.add_argument("--replay-from", default=None, metavar="RESULT_JSON",
                     help="only replay (--replay orders, default 200) on the tpe arm of an earlier result file, "
                          "or on the study in an unsteered arm's run folder")
+    ap.add_argument("--tokens", type=int, default=None,
+                    help="training tokens per search trial (default: the sweep's 8,192); more gives each measured "
+                         "MFU a longer timed interval (search arms only, not the naive loop)")
+    ap.add_argument("--tpe-from", default=None, metavar="RESULT_JSON",
+                    help="take the unsteered tpe arm from an earlier result file of the same --set, --seed and "
+                         "--tokens instead of running it again")
+    ap.add_argument("--truth-from", action="append", default=[], metavar="RUN_OR_JSON",
+                    help="score the replay on the mean MFU of these independent unsteered runs of the same configs "
+                         "(run folders or result files; repeatable) instead of on the replayed measurements")
     ap.add_argument("--out", default=os.path.join("runs", "bench_search", "result.json"))
     args = ap.parse_args()
     sets = args.sets if args.sets is not None else DEFAULT_SETS
@@ -254,24 +315,30 @@ def main() -> None:
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         sys.exit(f"bench_search: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    truth = truth_of([_tpe_rows(path) for path in args.truth_from]) if args.truth_from else None
     if args.replay_from:
-        if os.path.isdir(args.replay_from):  # an unsteered arm's run folder
-            found = {"rows": study_rows(args.replay_from)}
-        else:
-            with open(args.replay_from) as f:
-                earlier = json.load(f)
-            if "tpe" not in earlier["arms"]:
-                sys.exit(f"bench_search: {args.replay_from} has no tpe arm to replay; run it with --arms tpe,...")
-            found = earlier["arms"]["tpe"]["search"]
-        print(json.dumps(replay(found, args.replay or 200, args.seed), indent=2, default=str))
+        found = {"rows": _tpe_rows(args.replay_from)}
+        print(json.dumps(replay(found, args.replay or 200, args.seed, truth), indent=2, default=str))
         return
-    if args.reference == "tpe" and "tpe" not in arms:
-        sys.exit("bench_search: --reference tpe needs the tpe arm; add it to --arms")
+    if args.tokens and args.reference == "naive" and not args.overhead_only:
+        sys.exit("bench_search: --tokens changes the search arms' training only; use it with --reference tpe")
+    if args.reference == "tpe" and "tpe" not in arms and not args.tpe_from:
+        sys.exit("bench_search: --reference tpe needs the tpe arm; add it to --arms, or give --tpe-from")
     stamp = int(time.time())
-    result: dict = {"sets": sets, "seed": args.seed, "arms": {}}
+    result: dict = {"sets": sets, "seed": args.seed, "tokens": args.tokens, "arms": {}}
+    if args.tpe_from:  # the unsteered arm of an earlier run of the same space, seed and tokens
+        with open(args.tpe_from) as f:
+            earlier = json.load(f)
+        same = {k: earlier.get(k) for k in ("sets", "seed", "tokens")}
+        if "tpe" not in earlier["arms"] or same != {"sets": sets, "seed": args.seed, "tokens": args.tokens}:
+            sys.exit(f"bench_search: {args.tpe_from} has no tpe arm of --set {sets} --seed {args.seed} "
+                     f"--tokens {args.tokens} (it has {same})")
+        result["arms"]["tpe"] = earlier["arms"]["tpe"]
+        arms = [a for a in arms if a != "tpe"]
     for arm in arms:
         run_dir = os.path.join(os.path.dirname(args.out), f"search-{arm}-{stamp}")
-        found = search(sets, args.trials or (12 if args.overhead_only else 1000), run_dir, ARMS[arm], args.seed)
+        found = search(sets, args.trials or (12 if args.overhead_only else 1000), run_dir, ARMS[arm], args.seed,
+                       args.tokens)
         result["arms"][arm] = {"overhead": overhead(found), "search": found}
     if not args.overhead_only:
         if args.reference == "tpe":
@@ -288,11 +355,11 @@ def main() -> None:
         else:
             base = naive(sets)
         result["naive"] = base
-        for arm in arms:
+        for arm in result["arms"]:
             arm_result = result["arms"][arm]
             arm_result["time_to_best"] = time_to_best(arm_result["search"], base) if base["best"] else None
-    if args.replay and "tpe" in arms:
-        result["replay"] = replay(result["arms"]["tpe"]["search"], args.replay, args.seed)
+    if args.replay and "tpe" in result["arms"]:
+        result["replay"] = replay(result["arms"]["tpe"]["search"], args.replay, args.seed, truth)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2, default=str)

@@ -64,8 +64,10 @@ class PassesError(TrainerError, RuntimeError):
 
 def memory_from_buffers(text: str) -> MemoryEstimate:
     """compiled.memory_analysis()'s figures from a buffer-assignment dump: arguments (entry
-    parameters), outputs (maybe-live-out), aliased (both), temporaries (preallocated-temp of HBM,
-    host temporaries of the host color); the generated code at CODE_BYTES_BOUND (never generated)."""
+    parameters), outputs (maybe-live-out) and aliased (both) of HBM, as the full compile counts
+    them (an offloaded parameter, in host memory, is no HBM argument); temporaries
+    (preallocated-temp of HBM, host temporaries of the host color); the generated code at
+    CODE_BYTES_BOUND (never generated)."""
     argument = output = alias = temp = host_temp = 0
     for size_text, rest in _ALLOCATION.findall(text):
         size = int(size_text)
@@ -73,10 +75,10 @@ def memory_from_buffers(text: str) -> MemoryEstimate:
         space = int(color.group(1)) if color else 0
         parameter = re.search(r"\bparameter \d+", rest) is not None
         live_out = "maybe-live-out" in rest
-        if parameter:
+        if space == 0 and parameter:
             argument += size
             alias += size if live_out else 0
-        output += size if live_out else 0
+        output += size if live_out and space == 0 else 0
         if "preallocated-temp" in rest:
             if space == 0:
                 temp += size

@@ -27,11 +27,11 @@ def add_study_options(p, *, for_new: bool) -> None:
                        help="processes per trial (jax.distributed, devices split between them)")
         p.add_argument("--target", default=None, help="devices of one trial, e.g. cpu:8")
         p.add_argument("--seed", type=int, default=None, help="seed of the tuner")
-        p.add_argument("--steer", default=None, choices=("none", "predicted", "learned"),
-                       help="predicted: skip a trial after compiling when its predicted MFU (times one global "
-                            "measured/predicted bound) and compiled memory say a finished trial dominates it; "
-                            "learned: the same with a bound per point from a model learned from the measured "
-                            "trials (default none)")
+        p.add_argument("--steer", default=None, choices=("none", "predicted", "global", "learned"),
+                       help="predicted: skip a trial after compiling when its predicted MFU (times its own "
+                            "measured/predicted bound, from a model learned from the measured trials) and "
+                            "compiled memory say a finished trial dominates it; global: the same with one bound "
+                            "for every point; learned: predicted's earlier name (default none)")
     else:
         p.add_argument("--trust-stored-space", action="store_true",
                        help="when the study's space file is not on this machine, run the copy stored in the "

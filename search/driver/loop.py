@@ -341,4 +341,4 @@ class Driver:
             return None
         key = storage_lib.retry(lambda: trial.user_attrs.get("math_key"))
         trials = storage_lib.retry(self.ctx.study.get_trials, deepcopy=False)
-        return steer.job_steer(trials, self.objectives, key, learned=self.ctx.settings.steer == "learned")
+        return steer.job_steer(trials, self.objectives, key, self.ctx.settings.steer)

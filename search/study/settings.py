@@ -14,7 +14,7 @@ OBJECTIVES = {"loss": "minimize", "mfu": "maximize", "memory": "minimize",
 TOKENS_PER_PARAM = 20  # the full run's default token count per parameter (Chinchilla, Hoffmann et al. 2022)
 TUNERS = ("tpe", "nsga2", "random", "grid", "evolution")
 PRUNERS = ("none", "median", "hyperband")
-STEERS = ("none", "predicted", "learned")  # search/tuning/steer.py
+STEERS = ("none", "predicted", "global", "learned")  # search/tuning/steer.py; "learned" = "predicted"
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -42,11 +42,12 @@ class StudySettings:
     compute / (model FLOPs per token) tokens (tokens_for_compute), so trials of different model
     sizes compare their (held-out) loss at equal compute, not at equal tokens. Excludes tokens.
     steer: "predicted" skips a measured trial, after compiling and before training, when the
-    roofline's prediction times one global bound of the measured/predicted ratio says a finished
-    trial dominates it (search/tuning/steer.py); "learned" the same with each point's bound from
-    a model of that ratio over plan features learned from the study's measured trials
-    (store/correction.py; it predicts better but skipped the best config more often on
-    bench_search, so it is not the default); "none" trains every proposal.
+    roofline's prediction times the point's own bound of the measured/predicted ratio says a
+    finished trial dominates it (search/tuning/steer.py): the bound from a model of that ratio
+    over plan features, learned from the study's measured trials (store/correction.py), the
+    global ratio while too few have run; "learned" is the same rule (its earlier name);
+    "global" uses one global bound for every point (the rule before the model); "none" (the
+    default) trains every proposal.
     plan_cache: where plan-only trials keep compiled plans for every study and run folder
     (search/planning/plan_cache.py): "on" ($PAXSEARCH_PLAN_CACHE, else $PAXSEARCH_CACHE/plans),
     "off" (every plan compiled, nothing stored) or a folder.

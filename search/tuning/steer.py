@@ -14,7 +14,10 @@ Point p is predicted dominated by a finished trial q when, for every objective:
     gets a wider margin and one it overestimates a narrower one. Features enter only as the
     measured trials afford them (p <= (n - 3) / 2); with none the bound is the global
     ratio's (log-normal: exp(mean + t(n-1) x sd x sqrt(1 + 1/n)) of the log ratios), which is
-    what `steer predicted` uses for every point; `steer learned` uses the model.
+    what `steer global` uses for every point; `steer predicted` (or its earlier name `learned`)
+    uses the model. The model replaced the global bound as the rule of `predicted` once it
+    reached the best config in fewer trainings and skipped it less (benchmarks/RESULTS.md,
+    "Predictions that learn from measurements").
     No fixed factor: R is read from the study, it is wide while few trials have been measured
     (Student's t), and nothing is skipped before MIN_MEASURED trials have both figures. (The
     largest ratio seen is not a bound: a new trial exceeds the largest of n with probability
@@ -131,10 +134,11 @@ def ratio(trials) -> tuple[float | None, int]:
     return ratio_bound([math.exp(x) for x in logs]), len(logs)
 
 
-def job_steer(trials, objectives, key: str | None, learned: bool = True) -> dict | None:
+def job_steer(trials, objectives, key: str | None, rule: str = "predicted") -> dict | None:
     """What a worker needs to decide (None: nothing may be skipped yet). `key`: the trial's
-    math_key (references of another math are left out when loss is an objective). `learned`:
-    send the correction model (steer learned), else the global ratio alone (steer predicted)."""
+    math_key (references of another math are left out when loss is an objective). `rule`: the
+    study's steer setting; "global" sends the global ratio alone, "predicted" (and its earlier
+    name "learned") the correction model too, once the measured trials afford a feature."""
     r, n = ratio(trials)
     if r is None:
         return None
@@ -150,7 +154,7 @@ def job_steer(trials, objectives, key: str | None, learned: bool = True) -> dict
     if not refs:
         return None
     out = {"objectives": list(objectives), "ratio": r, "ratio_trials": n, "references": refs}
-    if learned:
+    if rule != "global":
         model = correction.fit(*measured_ratios(trials))
         if model is not None and not model.is_global:
             out["correction"] = model.to_dict()

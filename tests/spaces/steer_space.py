@@ -10,7 +10,7 @@ WIDTHS = {"wide": dict(d_model=128, n_heads=4, head_dim=32, d_ff=512),
           "narrow": dict(d_model=8, n_heads=2, head_dim=4, d_ff=16)}
 
 STUDY = dict(objectives=["mfu"], trials=12, tuner="grid", target="cpu:8", timeout=120, count_flops=False,
-             steer="predicted")
+             steer="global")
 
 
 def space():

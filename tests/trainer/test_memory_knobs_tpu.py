@@ -1,12 +1,14 @@
 """Plan mode: each memory knob compiled for a TPU topology (v5e-4, libtpu, no TPU) against the
-same config without it; XLA's per-chip memory moves the way the knob promises."""
+same config without it; XLA's per-chip memory moves the way the knob promises. Each plan comes
+from the compiler's HLO passes and buffer assignment (trainer/hlo_passes.py), as a plan-only
+study's do by default: their memory is the full compile's (tests/trainer/test_hlo_passes.py) at a
+fraction of its time; the figures in the comments are the full compile's."""
 import dataclasses
 
 import pytest
 
 from paxsearch.trainer import remat
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
-from paxsearch.trainer.plan import build_program
 
 from ..search_util import HAS_LIBTPU
 
@@ -40,9 +42,10 @@ _plans: dict = {}
 def memory(name):
     """The compiled plan of VARIANTS[name] for v5e-4 (each compiled once per module)."""
     if name not in _plans:
+        from paxsearch.trainer import hlo_passes
         from paxsearch.trainer import topology as topo
 
-        _plans[name] = build_program(VARIANTS[name], topo.topology_devices("v5e-4"), count_flops=False).plan
+        _plans[name] = hlo_passes.build_plan_program(VARIANTS[name], topo.topology_devices("v5e-4"), "v5e-4").plan
     return _plans[name]
 
 
@@ -52,7 +55,8 @@ def _param_bytes():
     return 4 * memory("base").param_count
 
 
-# nine TPU compiles, ~10-20 s each on an idle 2-core machine (the figures: benchmarks/bench_memory_knobs.py)
+# nine TPU plans from the HLO passes (full compiles: ~10-20 s each on an idle 2-core machine; the figures:
+# benchmarks/bench_memory_knobs.py)
 pytestmark = [pytest.mark.slow, pytest.mark.tpu,
               pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed (pip install 'paxsearch[tpu]')")]
 
@@ -100,3 +104,17 @@ def test_custom_remat_keeps_what_it_names_on_device_or_offloads_it():
     assert offload.memory.temp_bytes < device.memory.temp_bytes
     assert offload.memory.host_temp_bytes > 0 == device.memory.host_temp_bytes
     assert offload.peak_bytes < device.peak_bytes
+
+
+def test_the_passes_count_offloaded_arguments_as_the_full_compile_does():
+    """Moments and parameters in host memory are no HBM arguments nor outputs, in the HLO passes'
+    buffer assignment as in the full compile's memory analysis (one full compile of each)."""
+    from paxsearch.trainer import topology as topo
+    from paxsearch.trainer.plan import build_program
+
+    for name in ("offload_state", "offload_params"):
+        passes = memory(name).memory
+        full = build_program(VARIANTS[name], topo.topology_devices("v5e-4"), count_flops=False).plan.memory
+        assert (passes.argument_bytes, passes.output_bytes, passes.alias_bytes) == (
+            full.argument_bytes, full.output_bytes, full.alias_bytes), name
+        assert passes.temp_bytes <= full.temp_bytes < passes.temp_bytes + (64 << 10)

@@ -108,8 +108,9 @@ def test_the_learned_bound_skips_what_the_global_ratio_trains():
     wobble = [0.01, -0.01, 0.02, 0.0, -0.02, 0.01, -0.01, 0.0]
     trials = [_trial(i, 0.30 * math.exp(-1.2 * c + w), 0.30, plan=_comm_plan(c))
               for i, (c, w) in enumerate(zip(shares, wobble, strict=True))]
-    learned = steer.job_steer(trials, ["mfu"], "k")
-    old = steer.job_steer(trials, ["mfu"], "k", learned=False)
+    learned = steer.job_steer(trials, ["mfu"], "k")  # --steer predicted
+    assert steer.job_steer(trials, ["mfu"], "k", "learned") == learned  # its earlier name
+    old = steer.job_steer(trials, ["mfu"], "k", "global")
     assert "correction" not in old and learned["correction"]["names"] == ["comm_share"]
     best = max(t.values[0] for t in trials)  # 0.30 x exp(-0.11) = 0.268, the least communication
     heavy = {"predicted_mfu": 0.50, "peak_bytes": 10, **_comm_plan(0.75)}  # measured would be ~0.50 x 0.41
@@ -180,7 +181,7 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
         assert ref.user_attrs["measured"]["mfu"] == s["reference_mfu"] > s["predicted_mfu"] * s["ratio"]
         assert s["ratio_trials"] >= steer.MIN_MEASURED
         assert f"#{t.number:<3d} skipped" in out.stdout
-    # steer "predicted" (the space's): the ratio is the global bound from the trials finished before
+    # steer "global" (the space's): the ratio is the global bound from the trials finished before
     first = skipped[0]
     before = [t for t in trained if t.number < first.number and t.state == TrialState.COMPLETE]
     assert first.user_attrs["steered"]["ratio"] == pytest.approx(
@@ -217,7 +218,7 @@ def test_processes_of_a_trial_skip_together(tmp_path):
     seed, budget = _seed_with_order(space, WIDE_THEN_NARROW), len(WIDE_THEN_NARROW) - 1
     run = tmp_path / "steer2"
     out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--processes", 2,
-              "--timeout", 180, "--steer", "learned", "--no-progress")  # the learned bound's path, end to end
+              "--timeout", 180, "--steer", "predicted", "--no-progress")  # the learned bound's path, end to end
     trials = load(run, "steer_space").get_trials()
     assert not [t.user_attrs.get("failure_message") for t in trials if t.user_attrs.get("failure_kind")]
     skipped = [t for t in trials if t.user_attrs.get("steered")]
