@@ -198,8 +198,9 @@ def replay(found: dict, orders: int, seed: int = 0, truth: dict[str, float] | No
     for `orders` random orders of its configs, walk each order, skipping a config when the rule
     (search/tuning/steer.py, objective MFU) finds its stored plan dominated by the configs trained
     before it: never ("none"), with the global ratio ("global", --steer global) or with the learned
-    correction ("learned", --steer predicted). The rules see the arm's measurements; they are scored on `truth` (config -> MFU,
-    independent runs of the same configs, truth_of) when given, else on the same measurements.
+    correction ("learned", --steer predicted). The rules see the arm's measurements; they are
+    scored on `truth` (config -> MFU, independent runs of the same configs, truth_of) when
+    given, else on the same measurements.
     Reports, per rule, the trainings until the best config (by truth) and the first near-best one
     (within WITHIN of it) were trained, how often each was never trained (skipped), how many
     configs were trained, and the mean best true MFU found after k trainings (CURVE_AT, as a
