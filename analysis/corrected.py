@@ -4,7 +4,8 @@ The correction is store/correction.py's model of log(measured / predicted MFU) o
 features, fit on the study's measured trials: the one steering uses (search/tuning/steer.py).
 A trial that was not measured (skipped as predicted dominated, pruned, failed after compiling)
 gets the model fit on every measured trial; a measured trial gets the model fit on the others
-(leave-one-out), so its corrected figure never saw its own measurement.
+(leave-one-out), so its corrected figure never saw its own measurement. Each corrected figure
+comes with the model's 90% prediction interval of the measured MFU (low, high).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from ..store import correction
 from .load import decision_columns
 
 COLUMN = "corrected_mfu"
+LOW, HIGH = "corrected_mfu_low", "corrected_mfu_high"  # the model's 90% prediction interval
+LEVEL = 0.9
 _NESTED = ("plan.roofline", "plan.mesh_shape")  # stored as JSON text in the frame (load._scalar)
 
 
@@ -57,30 +60,35 @@ def corrected_table(frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     model = correction.fit(plans, logs)
     if model is None:
         return pd.DataFrame(), None
-    corrected = pd.Series(np.nan, index=rows.index)
-    loo = correction.leave_one_out(plans, logs)
-    for index, plan, log in zip(measured.index, plans, loo, strict=True):
-        if log is not None:
-            corrected[index] = plan["predicted_mfu"] * math.exp(log)
+    figures = {name: pd.Series(np.nan, index=rows.index) for name in (COLUMN, LOW, HIGH)}
+
+    def put(index, fitted: correction.Correction | None, plan: dict, predicted: float) -> None:
+        value = fitted.corrected(plan, predicted) if fitted else None
+        span = fitted.interval(plan, predicted, LEVEL) if fitted else None
+        if value is not None and span is not None:
+            figures[COLUMN][index], (figures[LOW][index], figures[HIGH][index]) = value, span
+
+    loo = correction.leave_one_out_models(plans, logs)
+    for index, plan, fitted in zip(measured.index, plans, loo, strict=True):
+        put(index, fitted, plan, float(plan["predicted_mfu"]))
     for index, row in rows[~is_measured].iterrows():
-        value = model.corrected(_plan(row), float(row["plan.predicted_mfu"]))
-        if value is not None:
-            corrected[index] = value
-    table = rows.assign(**{COLUMN: corrected})
+        put(index, model, _plan(row), float(row["plan.predicted_mfu"]))
+    table = rows.assign(**figures)
     table["mfu"] = pd.to_numeric(table["mfu"], errors="coerce").where(is_measured)
-    columns = ["number", *decision_columns(frame), "outcome", "plan.predicted_mfu", COLUMN, "mfu"]
+    columns = ["number", *decision_columns(frame), "outcome", "plan.predicted_mfu", COLUMN, LOW, HIGH, "mfu"]
     return table[columns].sort_values("number"), _note(model, table[is_measured])
 
 
 def _note(model: correction.Correction, measured: pd.DataFrame) -> str:
     """What the correction is and its leave-one-out error against the roofline's."""
     both = measured[measured[COLUMN].notna()]
-    text = (f"Corrected MFU = predicted x exp(the {model.describe()}); on measured trials, the model fit on "
-            "the other trials (leave-one-out).")
+    text = (f"Corrected MFU = predicted x exp(the {model.describe()}), with its {LEVEL:.0%} prediction "
+            "interval (low, high); on measured trials, the model fit on the other trials (leave-one-out).")
     if len(both):
         actual = both["mfu"].astype(float)
         err_pred = float(np.mean(np.abs(both["plan.predicted_mfu"].astype(float) / actual - 1)))
         err_corr = float(np.mean(np.abs(both[COLUMN].astype(float) / actual - 1)))
+        inside = float(np.mean((both[LOW] <= actual) & (actual <= both[HIGH])))
         text += (f" Mean |figure / measured - 1| over {len(both)} measured trials: predicted {err_pred:.1%}, "
-                 f"corrected {err_corr:.1%}.")
+                 f"corrected {err_corr:.1%}; measured inside the interval: {inside:.0%}.")
     return text

@@ -26,6 +26,8 @@ _TITLES = {
     "plan.predicted_step_time": "predicted step time",
     "plan.predicted_mfu": "predicted MFU",
     "corrected_mfu": "corrected MFU",
+    "corrected_mfu_low": "corrected, low",
+    "corrected_mfu_high": "corrected, high",
     "plan.compile_seconds": "compile time",
     "plan.pipeline_bubble": "pipeline bubble",
     "env.device_kind": "device kind",
@@ -79,7 +81,8 @@ def value(column: str, raw: Any) -> str:
             return f"{number:.3f}"
         if column.endswith("bytes"):
             return format_bytes(number)
-        if column in ("mfu", "hfu", "plan.predicted_mfu", "corrected_mfu", "plan.pipeline_bubble"):
+        if column in ("mfu", "hfu", "plan.predicted_mfu", "corrected_mfu", "corrected_mfu_low", "corrected_mfu_high",
+                      "plan.pipeline_bubble"):
             return f"{100 * number:.2f}%"
         if column.endswith(("_time", "_s", "seconds")):
             return f"{number:.4g} s"

@@ -149,6 +149,16 @@ class Correction:
         out = self.predict(plan)
         return None if out is None else predicted_mfu * math.exp(out[0])
 
+    def interval(self, plan: dict, predicted_mfu: float, level: float = 0.9) -> tuple[float, float] | None:
+        """The two-sided `level` prediction interval of the measured MFU of `plan`, predicted
+        `predicted_mfu`: predicted x exp(mean -+ t(dof) x predictive sd)."""
+        out = self.predict(plan)
+        if out is None:
+            return None
+        mean, sd = out
+        t = t_quantile(0.5 + level / 2, self.dof)
+        return predicted_mfu * math.exp(mean - t * sd), predicted_mfu * math.exp(mean + t * sd)
+
     def upper_ratio(self, plan: dict, risk: float) -> float | None:
         """The upper one-sided (1 - risk) prediction bound of a new trial's measured / predicted."""
         out = self.predict(plan)
@@ -209,12 +219,17 @@ def fit(plans: Sequence[dict], log_ratios: Sequence[float], *, max_features: int
                       tuple(tuple(float(v) for v in r) for r in inv), s, dof, n)
 
 
+def leave_one_out_models(plans: Sequence[dict], log_ratios: Sequence[float], **kw) -> list[Correction | None]:
+    """For each measured trial, the model fit on all the others (None where they are too few)."""
+    return [fit([p for j, p in enumerate(plans) if j != i], [r for j, r in enumerate(log_ratios) if j != i], **kw)
+            for i in range(len(plans))]
+
+
 def leave_one_out(plans: Sequence[dict], log_ratios: Sequence[float], **kw) -> list[float | None]:
     """For each measured trial, the mean log ratio the model fit on all the others predicts
     for it (None where the others are too few, or its plan lacks a feature)."""
     out: list[float | None] = []
-    for i in range(len(plans)):
-        model = fit([p for j, p in enumerate(plans) if j != i], [r for j, r in enumerate(log_ratios) if j != i], **kw)
-        pred = model.predict(plans[i]) if model else None
+    for plan, model in zip(plans, leave_one_out_models(plans, log_ratios, **kw), strict=True):
+        pred = model.predict(plan) if model else None
         out.append(pred[0] if pred else None)
     return out

@@ -277,7 +277,7 @@ def test_predicted_corrected_and_measured_mfu_side_by_side(measured_run, measure
     text = measured_report["markdown"].read_text()
     section = text.split("## Predicted, corrected and measured MFU\n", 1)[1].split("\n## ", 1)[0]
     header = next(line for line in section.splitlines() if line.startswith("| trial"))
-    assert "| predicted MFU | corrected MFU | MFU |" in header
+    assert "| predicted MFU | corrected MFU | corrected, low | corrected, high | MFU |" in header
     assert "leave-one-out" in section and "log_step_time" in section  # what the model is, in words
     assert 'id="corrected"' in measured_report["html"].read_text()
 
@@ -285,6 +285,8 @@ def test_predicted_corrected_and_measured_mfu_side_by_side(measured_run, measure
     table, note = corrected_table(frame)
     table = table.set_index("number")
     assert table["corrected_mfu"].notna().all()  # every trial with a prediction
+    assert (table["corrected_mfu_low"] < table["corrected_mfu"]).all()  # inside its 90% interval
+    assert (table["corrected_mfu"] < table["corrected_mfu_high"]).all()
     unmeasured = table[table["mfu"].isna()]
     assert len(unmeasured) and set(unmeasured["outcome"]) <= {"predicted_oom", "compile_error", "runtime_oom"}
     measured = frame[frame["number"].isin(table.index[table["mfu"].notna()])].sort_values("number")
@@ -298,4 +300,6 @@ def test_predicted_corrected_and_measured_mfu_side_by_side(measured_run, measure
     row = frame.set_index("number").loc[last]
     assert table.loc[last, "corrected_mfu"] == pytest.approx(
         correction.fit(plans, logs).corrected(_plan(row), 0.3))
-    assert "Mean |figure / measured - 1|" in note
+    low, high = correction.fit(plans, logs).interval(_plan(row), 0.3, 0.9)
+    assert (table.loc[last, "corrected_mfu_low"], table.loc[last, "corrected_mfu_high"]) == pytest.approx((low, high))
+    assert "Mean |figure / measured - 1|" in note and "measured inside the interval" in note

@@ -54,7 +54,7 @@ def test_it_recovers_a_known_linear_relation():
 
 def test_the_upper_bound_covers_held_out_points_at_its_level():
     rng = np.random.default_rng(1)
-    misses, two_sided = [], []
+    misses, two_sided, outside = [], [], []
     for _ in range(1500):
         plans = _draw(rng, 13)
         logs = [_truth(p) + rng.normal(0, 0.2) for p in plans]
@@ -63,8 +63,11 @@ def test_the_upper_bound_covers_held_out_points_at_its_level():
         misses.append(math.log(model.upper_ratio(plans[-1], 0.05)) < logs[-1])
         mean, sd = model.predict(plans[-1])
         two_sided.append(abs(logs[-1] - mean) > stats.t.ppf(0.975, model.dof) * sd)
+        low, high = model.interval(plans[-1], 1.0, 0.9)  # the report's interval, on MFU of predicted 1
+        outside.append(not math.log(low) <= logs[-1] <= math.log(high))
     assert abs(np.mean(misses) - 0.05) < 0.015
     assert abs(np.mean(two_sided) - 0.05) < 0.015
+    assert abs(np.mean(outside) - 0.10) < 0.02
 
 
 def test_too_few_trials_fall_back_to_the_global_ratio():
