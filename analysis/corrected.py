@@ -66,7 +66,8 @@ def corrected_table(frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
         value = fitted.corrected(plan, predicted) if fitted else None
         span = fitted.interval(plan, predicted, LEVEL) if fitted else None
         if value is not None and span is not None:
-            figures[COLUMN][index], (figures[LOW][index], figures[HIGH][index]) = value, span
+            figures[COLUMN][index] = value
+            figures[LOW][index], figures[HIGH][index] = span
 
     loo = correction.leave_one_out_models(plans, logs)
     for index, plan, fitted in zip(measured.index, plans, loo, strict=True):

@@ -215,10 +215,8 @@ def replay(found: dict, orders: int, seed: int = 0, truth: dict[str, float] | No
     out: dict = {"configs": len(rows), "best": rows[best]["decisions"], "best_mfu": score[best],
                  "scored_on": "independent runs (truth)" if truth is not None else "the steered measurements",
                  "near_best": sum(v >= (1 - WITHIN) * score[best] for v in score)}
-    walks = {}
     for rule in RULES:
-        walks[rule] = [_walk(rows, score, perm, best, rule) for perm in perms]
-        w = walks[rule]
+        w = [_walk(rows, score, perm, best, rule) for perm in perms]
         reached = [x["trained_to_best"] for x in w if x["trained_to_best"] is not None]
         near = [x["trained_to_near"] for x in w if x["trained_to_near"] is not None]
         out[rule] = {"orders": orders, "best_skipped": orders - len(reached),
