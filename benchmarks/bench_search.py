@@ -240,15 +240,11 @@ def _walk(rows: list[dict], score: list[float], perm, best: int, rule: str) -> d
     at = near = None
     for i in perm:
         job = None
-        if rule != "none" and len(trained) >= steer.MIN_MEASURED:
+        if rule != "none":  # what the driver sends a worker (steer.steer_job), from the rows trained so far
             done = [rows[j] for j in trained]
             logs = [correction.log_ratio(r["mfu"], r["plan"]["predicted_mfu"]) for r in done]
-            job = {"objectives": ["mfu"], "ratio": steer.ratio_bound([np.exp(x) for x in logs]),
-                   "ratio_trials": len(done), "references": [{"number": j, "mfu": rows[j]["mfu"], "memory_bytes": 0}
-                                                             for j in trained]}
-            model = correction.fit([r["plan"] for r in done], logs) if rule == "learned" else None
-            if model is not None and not model.is_global:
-                job["correction"] = model.to_dict()
+            refs = [{"number": j, "mfu": rows[j]["mfu"], "memory_bytes": 0} for j in trained]
+            job = steer.steer_job(["mfu"], [r["plan"] for r in done], logs, refs, rule)
         if steer.dominated(job, rows[i]["plan"]) is None:
             trained.append(int(i))
             curve.append(max(curve[-1], score[i]) if curve else score[i])

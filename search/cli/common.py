@@ -7,6 +7,7 @@ import os
 
 from ...store.outcome import kind_of
 from ..errors import ShutDown
+from ..study.settings import STEERS
 
 
 def add_study_options(p, *, for_new: bool) -> None:
@@ -27,7 +28,7 @@ def add_study_options(p, *, for_new: bool) -> None:
                        help="processes per trial (jax.distributed, devices split between them)")
         p.add_argument("--target", default=None, help="devices of one trial, e.g. cpu:8")
         p.add_argument("--seed", type=int, default=None, help="seed of the tuner")
-        p.add_argument("--steer", default=None, choices=("none", "predicted", "global", "learned"),
+        p.add_argument("--steer", default=None, choices=STEERS,
                        help="predicted: skip a trial after compiling when its predicted MFU (times its own "
                             "measured/predicted bound, from a model learned from the measured trials) and "
                             "compiled memory say a finished trial dominates it; global: the same with one bound "

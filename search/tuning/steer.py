@@ -125,23 +125,27 @@ def measured_ratios(trials) -> tuple[list[dict], list[float]]:
     return plans, logs
 
 
-def ratio(trials) -> tuple[float | None, int]:
-    """(the global bound R of the finished trials' measured / predicted MFU ratios, how many
-    there are); None below MIN_MEASURED."""
-    _, logs = measured_ratios(trials)
-    if len(logs) < max(2, MIN_MEASURED):
-        return None, len(logs)
-    return ratio_bound([math.exp(x) for x in logs]), len(logs)
+def steer_job(objectives, plans: list[dict], logs: list[float], references: list[dict],
+              rule: str = "predicted") -> dict | None:
+    """What a worker needs to decide, from the measured trials' plans and log measured / predicted
+    MFU ratios and the references a trial may be dominated by (None: nothing may be skipped yet,
+    below MIN_MEASURED ratios or with no reference). `rule`: the study's steer setting; "global"
+    sends the global ratio alone, "predicted" (and its earlier name "learned") the correction
+    model too, once the measured trials afford a feature."""
+    if len(logs) < max(2, MIN_MEASURED) or not references:
+        return None
+    out = {"objectives": list(objectives), "ratio": ratio_bound([math.exp(x) for x in logs]),
+           "ratio_trials": len(logs), "references": references}
+    if rule != "global":
+        model = correction.fit(plans, logs)
+        if model is not None and not model.is_global:
+            out["correction"] = model.to_dict()
+    return out
 
 
 def job_steer(trials, objectives, key: str | None, rule: str = "predicted") -> dict | None:
-    """What a worker needs to decide (None: nothing may be skipped yet). `key`: the trial's
-    math_key (references of another math are left out when loss is an objective). `rule`: the
-    study's steer setting; "global" sends the global ratio alone, "predicted" (and its earlier
-    name "learned") the correction model too, once the measured trials afford a feature."""
-    r, n = ratio(trials)
-    if r is None:
-        return None
+    """steer_job over the study's trials. `key`: the trial's math_key (references of another
+    math are left out when loss is an objective)."""
     refs = []
     for t in trials:
         if not _scored(t) or ("loss" in objectives and t.user_attrs.get("math_key") != key):
@@ -151,14 +155,7 @@ def job_steer(trials, objectives, key: str | None, rule: str = "predicted") -> d
         if mfu is None or memory is None:
             continue
         refs.append({"number": t.number, "mfu": float(mfu), "memory_bytes": int(memory)})
-    if not refs:
-        return None
-    out = {"objectives": list(objectives), "ratio": r, "ratio_trials": n, "references": refs}
-    if rule != "global":
-        model = correction.fit(*measured_ratios(trials))
-        if model is not None and not model.is_global:
-            out["correction"] = model.to_dict()
-    return out
+    return steer_job(objectives, *measured_ratios(trials), refs, rule)
 
 
 def bound_for(steer: dict, plan: dict) -> tuple[float, str]:
