@@ -61,6 +61,8 @@ class DeviceSpec:
     torus_dims: Figure  # 2 (v5e, v6e), 3 (v4, v5p); 1 for an NVSwitch GPU node
     cores_per_chip: Figure  # TensorCores per JAX device (v4 / v5p slice names count these)
     matmul_efficiency: Figure  # share of peak_bf16_flops a large bf16 matmul was measured to sustain
+    # share of hbm_bandwidth an XLA elementwise op was measured to sustain (the bytes it must move / its time)
+    hbm_efficiency: Figure
     kind_excludes: tuple[str, ...] = ()  # GPU: words of a device name that make it another part
     # the device's PCIe link to its host, one direction (host offload moves over it); None where
     # no figure is sourced (the roofline then leaves host transfers unpriced)
@@ -112,6 +114,15 @@ _PALLAS_MATMUL = ("https://docs.jax.dev/en/latest/pallas/tpu/matmul.html (jax-ml
                   "docs/pallas/tpu/matmul.ipynb, the 'XLA matmul' cell's output: jnp.matmul of bf16 "
                   "8192x8192x8192 on one TPU v5e, 6.047 ms = 181.8 TFLOP/s = 92.30% of 197 TFLOP/s; 4096^3: "
                   "84.33%; timed with Python dispatch included)")
+_SCALE_HBM = ("measured: XLA's bf16 x * 2 over 16384x16384 on one TPU v5e (device timing, 2026-05-04) at "
+              "80.3% of 819 GB/s (its 1,073,741,824 bytes read and written / its time): github.com/AMLeng/"
+              "tpu-kernels src/tpu_kernels/ops/scale/PERF.md@078449150061f876e1dd285f9fe48969d725204a; the same "
+              "chip's XLA RMSNorm and softmax of (32768, 8192) bf16 (rmsnorm/PERF.md, softmax/PERF.md there) then "
+              "come out 4.6% and 4.4% slower than measured (tests/roofline/test_hbm_efficiency.py)")
+_V5E_HBM = ("assumption: no published measurement of an XLA elementwise op traced for this chip; TPU v5e's "
+            "measured 80.3% is used (" + _SCALE_HBM + ")")
+_GPU_HBM = ("assumption: no measurement traced; bytes are priced at the product page's bandwidth (1), as "
+            "before this figure existed")
 _V5E_MATMUL = ("assumption: no published XLA matmul measurement traced for this chip; TPU v5e's measured "
                "92.3% is used (" + _PALLAS_MATMUL + ")")
 _MXUS = (_SCALING + " (4 MXUs per TensorCore, each a 128x128 systolic array, 256x256 on v6e, doing "
@@ -146,7 +157,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         Figure(ici, s["ici"]), Figure(ports, s["ports"]), Figure(dcn, s["dcn"]),
         Figure(1e-6, _ICI_LAT), Figure(20e-6, _DCN_LAT), Figure(dims, s["ports"]),
         Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])),
-        Figure(*s.get("matmul", (0.923, _V5E_MATMUL))), host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
+        Figure(*s.get("matmul", (0.923, _V5E_MATMUL))), Figure(*s.get("hbm_eff", (0.803, _V5E_HBM))),
+        host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
         clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128))
 
 
@@ -156,7 +168,8 @@ def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes)
         name, "gpu", kinds, Figure(peak, s["peak"]), Figure(hbm, s["peak"]),
         Figure(0.75 * hbm, _JAX_GPU_MEM), Figure(hbm_bw, s["peak"]), Figure(nvlink, s["peak"]),
         Figure(2, _ONE_RING), Figure(nic, s["nic"]), Figure(1e-6, _NVLINK_LAT), Figure(20e-6, _IB_LAT),
-        Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]), excludes,
+        Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]),
+        Figure(1.0, _GPU_HBM), excludes,
         host_bandwidth=Figure(*s["host"]))
 
 
@@ -176,7 +189,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ici": _CLOUD + "v5e (ICI 1,600 Gbps per chip one way = 400 GB/s both ways)",
         "ports": _CLOUD + "v5e (2D torus, 4 ICI ports per chip)",
         "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)",
-        "matmul": (0.923, _PALLAS_MATMUL)}),
+        "matmul": (0.923, _PALLAS_MATMUL), "hbm_eff": (0.803, _SCALE_HBM)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",

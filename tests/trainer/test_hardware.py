@@ -97,7 +97,7 @@ def _expected(entry) -> dict:
                 "hbm_bandwidth": entry.hbm_bandwidth.value, "ici_link_bandwidth": entry.ici_link_bandwidth,
                 "dcn_bandwidth": entry.dcn_bandwidth.value, "physical_dims": entry.torus_dims.value}
     expected.update(ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
-                    matmul_efficiency=entry.matmul_efficiency.value)
+                    matmul_efficiency=entry.matmul_efficiency.value, hbm_efficiency=entry.hbm_efficiency.value)
     return expected
 
 

@@ -75,12 +75,13 @@ On-chip time beyond FLOPs and bytes: the TPU compiler's own estimate, reported b
   estimate and what the estimates add over the roofline's price of them
   (Roofline.compiler_excess_s). Hardware.on_chip "compiler" prices them in: such an op takes
   max(roofline, estimate); matmuls keep the measured rate (the compiler puts v5e's 8192^3
-  bf16 matmul at 87.8% of peak where it was measured at 92.3%). It is not the default: on the
-  published rows (benchmarks/RESULTS.md, "The TPU compiler's own per-op estimates") it
-  brought the calibration rows from a mean error of 10.0% to 5.5% but the held-out ones from
-  3.3% to 8.0% (v5e 128B 1.00 -> 0.87: the windowed einsum's many small accumulations, which
-  the compiler prices at 30-40% of the HBM bandwidth). The HLO passes' module is written
-  before code generation and carries none.
+  bf16 matmul at 87.8% of peak where it was measured at 92.3%). It is not the default: ops
+  measured on a real v5e contradict it (tests/roofline/test_hbm_efficiency.py): XLA's bf16
+  x * 2, RMSNorm and softmax ran in 0.41-0.51x the time the compiler estimates for them,
+  within 5% of the roofline at the measured HBM efficiency (below). On the published rows
+  (benchmarks/RESULTS.md, "The TPU compiler's own per-op estimates") it also brought the
+  held-out ones from a mean error of 3.3% to 8.0%. The HLO passes' module is written before
+  code generation and carries none.
 
 Cost of one collective over a group of n devices, per device (ring algorithms):
     all-gather          input x (n - 1)          (= output x (n-1)/n)
@@ -193,7 +194,7 @@ Combination: overlap read from the compiled schedule.
   topological order, not the execution order): the former fixed rule
       exposed comm = max(0, comm - OVERLAP_FRACTION x per-op roofline),  OVERLAP_FRACTION = 0.5
   and Roofline.overlap says "fixed_fraction".
-  compute_s (= flops / sustained FLOP/s) and memory_s (= bytes / bandwidth) are reported
+  compute_s (= flops / sustained FLOP/s) and memory_s (= bytes / sustained bandwidth) are reported
   beside it.
 Matmul efficiency (Hardware.matmul_efficiency, default 1). A chip's dense bf16 peak is not
   what its matmuls sustain: the FLOPs are priced at peak x the share of peak that a large,
@@ -203,8 +204,13 @@ Matmul efficiency (Hardware.matmul_efficiency, default 1). A chip's dense bf16 p
   FLOPS" measurements of stas00/ml-engineering). One figure per chip, the best measured
   shape, not fitted to any training run: smaller or oddly shaped matmuls run lower still, so
   the prediction stays a lower bound on step time and an upper bound on MFU. Simulated CPU
-  devices keep 1: their peak is itself a measured matmul rate. MFU stays against the
-  nominal peak (the MFU convention):
+  devices keep 1: their peak is itself a measured matmul rate.
+HBM efficiency (Hardware.hbm_efficiency, default 1), the same for bytes: an op's HBM bytes are
+  priced at the bandwidth x the share an XLA elementwise op was measured to sustain (TPU v5e
+  80.3%: XLA's bf16 x * 2 over 16384^2 on one chip; assumed for v4, v5p and v6e, which have
+  no measurement of their own; GPUs and simulated CPU devices keep 1). Checked on two other
+  ops measured on that chip: XLA's RMSNorm and softmax of (32768, 8192) bf16 come out 4.6%
+  and 4.4% slower than measured. MFU stays against the nominal peak (the MFU convention):
     predicted MFU = model FLOPs per step / devices / predicted step time / peak
   (model FLOPs as in trainer/flops.py).
 """

@@ -21,6 +21,7 @@ class Hardware:
     ici_latency_s: float = ICI_STEP_LATENCY_S  # per collective hop (ring step) over ICI
     dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
     matmul_efficiency: float = 1.0  # share of peak_flops a large bf16 matmul sustains (measured, sourced)
+    hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
     host_bandwidth: float | None = None  # one direction of the chip's link to host memory; None: not priced
     # the clock the TPU compiler's per-op cycle estimates count (`estimated_cycles` of a fully
     # compiled module); None: those estimates are not read
@@ -33,3 +34,8 @@ class Hardware:
     def sustained_flops(self) -> float:
         """FLOP/s the per-op roofline prices FLOPs at: peak x matmul efficiency."""
         return self.peak_flops * self.matmul_efficiency
+
+    @property
+    def sustained_hbm_bandwidth(self) -> float:
+        """Bytes/s the per-op roofline prices HBM traffic at: bandwidth x HBM efficiency."""
+        return self.hbm_bandwidth * self.hbm_efficiency

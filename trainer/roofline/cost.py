@@ -284,8 +284,8 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
 
 
 def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware) -> float:
-    """The per-op roofline: max(FLOPs / sustained FLOP/s, bytes / HBM bandwidth)."""
-    return max(flops / hw.sustained_flops, hbm_bytes / hw.hbm_bandwidth)
+    """The per-op roofline: max(FLOPs / sustained FLOP/s, bytes / sustained HBM bandwidth)."""
+    return max(flops / hw.sustained_flops, hbm_bytes / hw.sustained_hbm_bandwidth)
 
 
 def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,

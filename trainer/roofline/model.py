@@ -142,7 +142,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
         flops += f * mult
         bytes_ += b * mult
         compute += f / hw.sustained_flops * mult
-        memory += b / hw.hbm_bandwidth * mult
+        memory += b / hw.sustained_hbm_bandwidth * mult
         roof += t * mult
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
     colls = collectives(module, graph, layout, hw, num_devices, homes)
