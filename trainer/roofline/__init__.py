@@ -124,7 +124,7 @@ Combination: overlap read from the compiled schedule.
   computation's instructions in the order they execute. Every computation that runs on its
   own (ENTRY, loop bodies and conditions, branches) is replayed in that order once:
     * a compute stream: each instruction that runs on its own takes
-        max(flops / (peak x matmul efficiency), hbm bytes / HBM bandwidth)
+        max(flops / (peak x matmul efficiency), hbm bytes / (HBM bandwidth x HBM efficiency))
       (the per-op roofline; with on_chip "compiler", at least the compiler's estimate for an
       op without a matmul, above), a while loop trip count x its body's replayed duration (+ the
       condition's), a call / conditional its callee's (branches averaged);

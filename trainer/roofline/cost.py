@@ -303,7 +303,7 @@ def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:
     """(FLOPs, HBM bytes, seconds) of one instruction that runs on its own, once (op_work);
     None for what has no work of its own. Seconds: the roofline, max(FLOPs / sustained FLOP/s,
-    bytes / HBM bandwidth); with hw.on_chip "compiler", an op that does not multiply matrices
+    bytes / sustained HBM bandwidth); with hw.on_chip "compiler", an op that does not multiply matrices
     takes at least the compiler's own estimate where the module carries one (compiler_estimate:
     the VPU and XLU time of elementwise fusions, reductions and relayouts, which bytes alone
     miss; see trainer/roofline/__init__.py for why that is not the default)."""
