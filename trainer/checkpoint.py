@@ -26,13 +26,22 @@ def checkpoint_dir(ckpt: CheckpointConfig, run_dir: str | None) -> str | None:
 
 
 class _AbandonedReadErrors(logging.Filter):
-    """Drops asyncio's "Task exception was never retrieved" for Orbax's reads of a restore that
-    failed: when such a task is collected (at any time, up to interpreter exit), asyncio logs its
-    exception, which the failed restore has already reported as one line."""
+    """Drops asyncio's "Task exception was never retrieved" / "Future exception was never
+    retrieved" for Orbax's reads of a restore that failed: when such a task or future is
+    collected (at any time, up to interpreter exit, later on a slow machine than the stderr hold
+    below waits), asyncio logs its exception, which the failed restore has already reported as one
+    line. A read is Orbax's when the task ran `async_deserialize` or its error names a file under
+    a checkpoint folder whose restore failed (`directories`); any other such record passes."""
+
+    def __init__(self):
+        super().__init__()
+        self.directories: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        return not ("Task exception was never retrieved" in text and "async_deserialize" in text)
+        if "exception was never retrieved" not in text:
+            return True
+        return not ("async_deserialize" in text or any(d in text for d in self.directories))
 
 
 _ABANDONED_READ_ERRORS = _AbandonedReadErrors()
@@ -97,6 +106,7 @@ class Checkpointer:
                         state = self.restore(abstract_state, step)
                     except BaseException:
                         failed.set()
+                        _ABANDONED_READ_ERRORS.directories.add(os.path.join(str(self.manager.directory), ""))
                         logging.getLogger("asyncio").addFilter(_ABANDONED_READ_ERRORS)  # once: a set
                         raise
             except Exception as e:  # noqa: BLE001 - Orbax/TensorStore raise many types for a bad file
