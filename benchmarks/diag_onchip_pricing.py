@@ -87,7 +87,7 @@ def top_ops(text: str, hw, top: int) -> list[str]:
             f"{r[3].shape[:60]}{' relayout' if r[4] else ''}" for r in rows[:top]]
 
 
-def one_row(name: str, hbm_efficiency: float | None, top: int) -> dict:
+def one_row(name: str, hbm_efficiency: float | None, top: int, out_dir: str) -> dict:
     """Compile one row in full (this process) and price it three ways."""
     import fiddle as fdl
 
@@ -99,7 +99,7 @@ def one_row(name: str, hbm_efficiency: float | None, top: int) -> dict:
     slice_name = row.target.split(":", 1)[1]
     os.environ.update(flagsets.env_for(row.flags, "tpu"))
     os.environ.update(topology.compile_only_env(topology.parse_slice(slice_name)))
-    folder = os.path.join(ROOT_OUT, B.slug(name))
+    folder = os.path.join(out_dir, B.slug(name))
     os.makedirs(folder, exist_ok=True)
     space = os.path.join(folder, "space.py")
     with open(space, "w") as f:
@@ -120,22 +120,17 @@ def one_row(name: str, hbm_efficiency: float | None, top: int) -> dict:
     return out
 
 
-ROOT_OUT = "runs/diag_onchip_pricing"
-
-
 def main(argv=None) -> int:
-    global ROOT_OUT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", default=[], help="a row's name (repeatable; default: every row)")
     ap.add_argument("--hbm-efficiency", type=float, default=None,
                     help="price HBM bytes at this share of the bandwidth (default: trainer/hardware.py's)")
     ap.add_argument("--top", type=int, default=5, help="ops listed per row")
-    ap.add_argument("--out", default=ROOT_OUT, help="folder for each row's space and result")
+    ap.add_argument("--out", default="runs/diag_onchip_pricing", help="folder for each row's space and result")
     ap.add_argument("--row", help=argparse.SUPPRESS)  # internal: compile this one row in this process
     args = ap.parse_args(argv)
-    ROOT_OUT = args.out
     if args.row:
-        print(json.dumps(one_row(args.row, args.hbm_efficiency, args.top)))
+        print(json.dumps(one_row(args.row, args.hbm_efficiency, args.top, args.out)))
         return 0
     names = args.only or [r.name for r in P.ROWS]
     unknown = [n for n in names if n not in P.BY_NAME]

@@ -18,7 +18,7 @@ from paxsearch.trainer.roofline.cost import roofline_seconds
 
 from ..search_util import needs_libtpu
 
-BW = 819e9
+BW = hardware.spec("v5e").hbm_bandwidth.value  # 819 GB/s, the bandwidth the shares below are of
 # github.com/AMLeng/tpu-kernels @078449150061f876e1dd285f9fe48969d725204a, src/tpu_kernels/ops/*/PERF.md
 # (one v5e chip, device timing, 2026-05-04): share of 819 GB/s over the bytes each op must move
 MEASURED = {"scale": 0.803, "rmsnorm": 0.560, "softmax": 0.559}
