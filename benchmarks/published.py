@@ -380,6 +380,37 @@ RECIPES = (
         flags="v6e_llama3",
         note="The model is Llama 3.1's (rope scaling aside: trainer/presets.py llama3.1-8b)."),
     Recipe(
+        name="v6e-8 Llama3.1-8B", preset="llama3.1-8b", target="tpu:v6e-8", chips=8,
+        maxtext_per_device_batch=3, mfu=0.4504, tokens_per_s=7138.890, tflops=413.433, formula="matmul+attn",
+        published_in=f"{TPU_RECIPES} training/trillium/Llama3.1-8B-MaxText/v6e-8/README.md@10ca5b92b479825ce36305c06e05"
+                     "aefdcb90541f (the log line 'completed step: 14, seconds: 3.443, TFLOP/s/device: 413.433, "
+                     "Tokens/s/device: 7138.890', MaxText tag tpu-recipes-v0.1.4); reproduced on another v6e-8 at "
+                     "409.4 TFLOP/s and 7,069.7 tokens/s per device, -1.0% (https://github.com/vlasenkoalexey/"
+                     "tpu_performance_autoresearch_wiki wiki/experiments/llama3_8B_autoresearch_optimization/maxtext/"
+                     "experiments/2026-04-25-maxtext-llama3-1-8b-v6e8-baseline.md@066a0d7f)",
+        config=f"{MX} {TRILLIUM}@{C_TAG_V014} llama3_1_8b_8192_no_collective_matmul (model llama3.1-8b)",
+        knobs=(
+            ("per_device_batch_size", "3", "global_batch=24 (3 x 8 chips)"),
+            ("ici_fsdp_parallelism", "-1", "mesh.ici=(1, 8, 1): fsdp over the slice"),
+            ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"),
+            ("decoder_layer_input, out_proj, query_proj, key_proj, value_proj", "offload",
+             "custom decoder_input/out_proj/query_proj/key_proj/value_proj=offload; the rest recomputed, as MaxText's "
+             "save_and_offload_only_these_names"),
+            ("max_target_length", "8192", "model.seq_len=8192 (the preset)"),
+            ("sa_block_q, sa_block_kv, sa_block_kv_compute, *_dkv, *_dq", "2048", _SPLASH_GAP),
+            ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
+                                                "dkv kernels)"),
+            *_COMMON_KNOBS,
+            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG + LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + "
+             "CF_FOR_ALL_GATHER + ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE + HOST_OFFLOAD_FLAGS + "
+             "DISABLE_COLLECTIVE_MATMUL",
+             f"flags=v6e_llama3_no_collective_matmul (those groups; {_V6E_REFUSED})"),
+        ),
+        ici=(1, 8, 1), remat=_offload_custom("decoder_input", "query_proj", "key_proj", "value_proj", "out_proj"),
+        flags="v6e_llama3_no_collective_matmul",
+        note="Held out: added after the v6e matmul and attention-kernel figures were set (benchmarks/RESULTS.md); "
+             "neither was taken from it. The same recipe family as the v6e-256 row, on one 8-chip slice."),
+    Recipe(
         name="v6e-256 Llama3.1-70B", preset="llama3.1-70b", target="tpu:v6e-256", chips=256,
         maxtext_per_device_batch=5, mfu=0.5033, tokens_per_s=960, formula="matmul+attn",
         published_in=f"{TIERING} (Trillium Gold: 256 chips, SL=8192, 50.33%, ~960 tokens/s/device; its link "

@@ -69,6 +69,9 @@ class DeviceSpec:
     host_bandwidth: Figure | None = None
     # TPU: the TensorCore clock, which the compiler's per-op cycle estimates count; None on GPUs
     clock_hz: Figure | None = None
+    # TPU: share of peak_bf16_flops the Pallas splash-attention kernels' matmul FLOPs were measured to
+    # run at (their S x S matmuls share the kernel with the softmax); None on GPUs (no splash kernels)
+    attention_efficiency: Figure | None = None
 
     @property
     def ici_link_bandwidth(self) -> float:
@@ -136,11 +139,23 @@ def _clock(peak: float, cores: int, mxu: int) -> Figure:
                       f"= {hz / 1e9:.3f} GHz; " + _MXUS)
 
 
-_V6E_MATMUL = ("estimate: the TPU compiler's own cost model (no published XLA matmul measurement traced for this "
-               "chip): jnp.matmul of bf16 8192x8192x8192 compiled for one v6e chip (jax 0.10.2, libtpu 0.0.52) has "
-               "estimated_cycles 2,977,840: at the derived 1.751 GHz, 1.701 ms = 70.4% of 918 TFLOP/s (its "
-               "256x256 MXUs); the same estimate on v5e is 87.8% where measured 92.3%, on v5p 90.2% "
-               "(tests/roofline/test_compiler_cycles.py)")
+_V6E_MATMUL = ("measured: XLA's bf16 8192x8192x8192 matmul (lax.dot_general, bf16 out) on one TPU v6e, device time "
+               "from the profiler trace (device_duration_ps), median of 100: 1510.94 us = 727.7 TFLOP/s = 79.27% of "
+               "918 TFLOP/s: github.com/yangwhale/gpu-tpu-pedia tpu/v7_perf/chay_gemm_benchmark_simple/"
+               "results_trace_test.csv@6744feed05af6f4e7e9dd63ed198ed8c484fafae (2026-02-11). The TPU compiler's own "
+               "estimate of the same matmul for one v6e chip (jax 0.10.2, libtpu 0.0.52) is 70.4% "
+               "(estimated_cycles 2,977,840 at the derived 1.751 GHz; tests/roofline/test_compiler_cycles.py)")
+_V6E_SPLASH = ("derived from MaxText's own XProf profile on TPU v6e-8 (Qwen3 8B, MaxText 532c8b3d8, batch 3 "
+               "per chip, S 8192, 32 query heads x 128, attention=flash sa_block_* 2048 with the fused backward, "
+               "remat custom with q/k/v/out_proj offloaded): splash bucket 1,177 ms per step and chip, 3 kernel "
+               "calls per layer (the forward, the forward again with residuals, the fused dK/dV/dQ kernel) over "
+               "36 layers: https://github.com/vlasenkoalexey/tpu_performance_autoresearch_wiki wiki/analyses/"
+               "2026-06-12-maxtext-vs-jax-bucket-diff.md@5fbac99e. The kernels' FLOPs per layer and step, 2 + 2 + 5 "
+               "S x S matmuls over 10 of 16 causal blocks: 9.277e12 -> 283.7 TFLOP/s = 30.9% of 918 TFLOP/s. Two "
+               "other trainers running tokamax's faster splash variant at the same shape measured 25.5 ms per layer "
+               "and step (39.6%; tests/roofline/test_attention_efficiency.py)")
+_SPLASH_ASSUMED = ("assumption: no published measurement of the splash-attention kernels traced for this chip; its "
+                   "matmul efficiency is used")
 _PCIE = (_SCALING + " ('PCIe bandwidth is typically around 1.5e10 bytes / second per chip'; "
          "taken as each direction of the full-duplex link)")
 _MAMF = ("https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md "
@@ -159,7 +174,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])),
         Figure(*s.get("matmul", (0.923, _V5E_MATMUL))), Figure(*s.get("hbm_eff", (0.803, _V5E_HBM))),
         host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
-        clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128))
+        clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128),
+        attention_efficiency=Figure(*s.get("attention", (s.get("matmul", (0.923,))[0], _SPLASH_ASSUMED))))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -207,7 +223,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "dcn": _CLOUD + "v6e (DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip)",
         "host": (3.2e10, _SCALING + " ('Trillium (TPU v6e) has 32GB/s, about 2x higher than v5' of PCIe "
                                     "per chip; taken as each direction of the full-duplex link)"),
-        "matmul": (0.704, _V6E_MATMUL)}),
+        "matmul": (0.793, _V6E_MATMUL), "attention": (0.309, _V6E_SPLASH)}),
     _gpu("a100", ("NVIDIA A100-SXM4-80GB",), 312e12, 80e9, 2039e9, 600e9, 200e9 / 8, 0.869, {
         "peak": "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 312 TFLOP/s bf16 dense, "
                 "80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)",

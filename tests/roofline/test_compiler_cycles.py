@@ -53,11 +53,13 @@ def test_the_clock_is_the_time_base_of_the_compilers_estimates(matmuls):
     # a large bf16 matmul at 85-95% of peak, as measured on v5e (92.3%, the Pallas matmul guide);
     # v4 and v5p: both TensorCores of the megacore chip together
     assert all(0.85 < share[c] < 0.95 for c in ("v4", "v5e", "v5p")), share
-    # the compiler's model of v6e's 256x256 MXUs: this matmul at 70% of peak, not v5e's share;
-    # it is v6e's matmul efficiency in the hardware table (no published measurement)
-    assert 0.6 < share["v6e"] < 0.8, share
-    assert round(share["v6e"], 3) == hardware.spec("v6e").matmul_efficiency.value
+    # the compiler's model of v6e's 256x256 MXUs: this matmul at 70.4% of peak, where one v6e was measured
+    # running it at 79.3% (trainer/hardware.py): the table keeps the measurement and names the estimate,
+    # which is low by more on v6e (11%) than on v5e (5%: 87.8% against the measured 92.3%)
+    assert round(share["v6e"], 3) == 0.704, share
     assert f"estimated_cycles {_cycles(matmuls['v6e'][0]):,}" in hardware.spec("v6e").matmul_efficiency.source
+    measured = {c: hardware.spec(c).matmul_efficiency.value for c in ("v5e", "v6e")}
+    assert measured["v6e"] / share["v6e"] > measured["v5e"] / share["v5e"] > 1.0
 
 
 @needs_libtpu

@@ -200,11 +200,18 @@ Matmul efficiency (Hardware.matmul_efficiency, default 1). A chip's dense bf16 p
   what its matmuls sustain: the FLOPs are priced at peak x the share of peak that a large,
   well-shaped bf16 matmul was measured to reach on that chip (trainer/hardware.py carries
   the figure and its source per chip: TPU v5e 92.3%, XLA's own 8192^3 matmul in the JAX
-  Pallas matmul guide; NVIDIA A100 86.9%, H100/H200 80.3%, the "maximum achievable matmul
+  Pallas matmul guide; TPU v6e 79.3%, the same matmul device-timed on one v6e; NVIDIA A100 86.9%, H100/H200 80.3%, the "maximum achievable matmul
   FLOPS" measurements of stas00/ml-engineering). One figure per chip, the best measured
   shape, not fitted to any training run: smaller or oddly shaped matmuls run lower still, so
   the prediction stays a lower bound on step time and an upper bound on MFU. Simulated CPU
   devices keep 1: their peak is itself a measured matmul rate.
+Attention efficiency (Hardware.attention_efficiency, default: the matmul efficiency). The Pallas
+  splash-attention kernels run their S x S matmuls beside the softmax in one kernel, so their FLOPs
+  are priced at the share of peak those kernels were measured to run at: TPU v6e 30.9%, from
+  MaxText's own XProf profile on v6e-8 (jax's splash kernel, blocks 2048, fused backward, at batch
+  3 x S 8192 x 32 heads of 128; two trainers running tokamax's faster variant at the same shape
+  measured 39.6%), under half what XLA's large matmul sustains there (79.3%). Chips with no
+  measurement keep their matmul efficiency (trainer/hardware.py says so per chip).
 HBM efficiency (Hardware.hbm_efficiency, default 1), the same for bytes: an op's HBM bytes are
   priced at the bandwidth x the share an XLA elementwise op was measured to sustain (TPU v5e
   80.3%: XLA's bf16 x * 2 over 16384^2 on one chip; assumed for v4, v5p and v6e, which have

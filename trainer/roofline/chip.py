@@ -21,6 +21,9 @@ class Hardware:
     ici_latency_s: float = ICI_STEP_LATENCY_S  # per collective hop (ring step) over ICI
     dcn_latency_s: float = DCN_STEP_LATENCY_S  # per collective hop over the data-center network
     matmul_efficiency: float = 1.0  # share of peak_flops a large bf16 matmul sustains (measured, sourced)
+    # share of peak_flops the splash-attention kernels' matmul FLOPs run at (measured on v6e, sourced);
+    # None: the matmul efficiency
+    attention_efficiency: float | None = None
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
     host_bandwidth: float | None = None  # one direction of the chip's link to host memory; None: not priced
     # the clock the TPU compiler's per-op cycle estimates count (`estimated_cycles` of a fully
@@ -35,6 +38,12 @@ class Hardware:
     def sustained_flops(self) -> float:
         """FLOP/s the per-op roofline prices FLOPs at: peak x matmul efficiency."""
         return self.peak_flops * self.matmul_efficiency
+
+    @property
+    def sustained_attention_flops(self) -> float:
+        """FLOP/s a splash-attention kernel's FLOPs are priced at: peak x attention efficiency."""
+        eff = self.attention_efficiency if self.attention_efficiency is not None else self.matmul_efficiency
+        return self.peak_flops * eff
 
     @property
     def sustained_hbm_bandwidth(self) -> float:

@@ -283,9 +283,15 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
     return cycles / hw.clock_hz
 
 
-def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware) -> float:
-    """The per-op roofline: max(FLOPs / sustained FLOP/s, bytes / sustained HBM bandwidth)."""
-    return max(flops / hw.sustained_flops, hbm_bytes / hw.sustained_hbm_bandwidth)
+def flop_rate(ins: Instr, hw: Hardware) -> float:
+    """FLOP/s one instruction's FLOPs are priced at: a splash-attention kernel's at the rate those
+    kernels were measured to run at (Hardware.attention_efficiency), any other op's at the matmul rate."""
+    return hw.sustained_attention_flops if splash_matmuls(ins) else hw.sustained_flops
+
+
+def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:
+    """The per-op roofline: max(FLOPs / sustained FLOP/s (or `rate`), bytes / sustained HBM bandwidth)."""
+    return max(flops / (rate or hw.sustained_flops), hbm_bytes / hw.sustained_hbm_bandwidth)
 
 
 def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
@@ -297,7 +303,8 @@ def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
     if work is None:
         return None
     f, b = work
-    return f, b, roofline_seconds(f, b, hw), compiler_estimate(module, ins, hw) if estimate else None
+    roof = roofline_seconds(f, b, hw, flop_rate(ins, hw))
+    return f, b, roof, compiler_estimate(module, ins, hw) if estimate else None
 
 
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import op_costs, op_work, priced_seconds
+from .cost import flop_rate, op_costs, op_work, priced_seconds
 from .hlo import call_graph, parse_module
 from .schedule import exposed_by_schedule
 
@@ -141,7 +141,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
             excess += max(0.0, estimate - roof_s) * mult
         flops += f * mult
         bytes_ += b * mult
-        compute += f / hw.sustained_flops * mult
+        compute += f / flop_rate(ins, hw) * mult
         memory += b / hw.sustained_hbm_bandwidth * mult
         roof += t * mult
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
