@@ -11,6 +11,7 @@ space file written into the run folder (so it can be re-run by hand), planned by
     python benchmarks/bench_recipes.py --only "v6e-256 Llama3.1-8B"  # one recipe (repeatable)
     python benchmarks/bench_recipes.py --only "v6e-256 Llama3.1-8B" --set remat=full --tag full
                                                                       # a variant (its own run folder)
+    python benchmarks/bench_recipes.py --plan-compile full            # full compiles, not the HLO passes
     python benchmarks/bench_recipes.py --report                       # re-print from stored results
 
 Prints, per recipe: fits (peak / usable HBM GiB per chip, and the compiled breakdown:
@@ -106,12 +107,13 @@ def report(rows: list[tuple[P.Recipe, str]], results: dict) -> str:
     return "\n".join(lines)
 
 
-def plan_recipe(r: P.Recipe, out: str, timeout: int, sets: list[str], tag: str) -> dict:
+def plan_recipe(r: P.Recipe, out: str, timeout: int, sets: list[str], tag: str,
+                plan_compile: str | None = None) -> dict:
     text = space_text(r, timeout)
     named = _Named(r, tag)
     if sets:  # pass the overrides to `paxsearch run --set` through the generated space's own command
         text = text.replace("STUDY = dict(", f"# variant: --set {' --set '.join(sets)}\nSTUDY = dict(", 1)
-    extra = [a for s in sets for a in ("--set", s)]
+    extra = [a for s in sets for a in ("--set", s)] + (["--plan-compile", plan_compile] if plan_compile else [])
     result = B.plan_row(named, out, timeout, text=text, extra_args=extra)
     result["remat"] = next((s.split("=", 1)[1] for s in sets if s.startswith("remat=")), r.remat)
     with open(os.path.join(out, B.slug(named.name) + ".json"), "w") as f:
@@ -128,6 +130,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=3000, help="per-compile limit, seconds")
     ap.add_argument("--set", action="append", default=[], help="a `paxsearch run --set` override (a variant)")
     ap.add_argument("--tag", default="", help="the variant's name, appended to the recipe's (needed with --set)")
+    ap.add_argument("--plan-compile", choices=("passes", "full"), default=None,
+                    help="the plans' method (paxsearch run --plan-compile); default: paxsearch's")
     args = ap.parse_args(argv)
     if args.set and not args.tag:
         raise SystemExit("--set makes a variant: name it with --tag (its results are kept apart from the recipe's)")
@@ -143,7 +147,7 @@ def main(argv=None) -> int:
         name = _Named(r, tag).name
         res = None if args.fresh else B.load_result(_Named(r, tag), args.out)
         if res is None and not args.report:
-            res = plan_recipe(r, args.out, args.timeout, args.set, tag)
+            res = plan_recipe(r, args.out, args.timeout, args.set, tag, args.plan_compile)
         if res is not None:
             results[name] = res
     print(report(rows, results), flush=True)

@@ -11,6 +11,10 @@ compiler round-trip both stacks through HBM for a layout change).
     /work/mt312/bin/python benchmarks/diag_offload_relayout.py both     # decoder_layer_input + out_proj
     /work/mt312/bin/python benchmarks/diag_offload_relayout.py input    # decoder_layer_input only
 
+A recipe of benchmarks/published.py RECIPES, as MaxText itself expresses it (its slice, rows per
+chip, offloads, splash blocks and fused backward, our nearest flag set), with its memory:
+    /work/mt312/bin/python benchmarks/diag_offload_relayout.py recipe "v6e-8 Llama3.1-8B" [rows per chip]
+
 Needs the environment of bench_maxtext_compile.py (its docstring).
 """
 from __future__ import annotations
@@ -31,6 +35,8 @@ OFFLOADS = {"both": ["decoder_layer_input=offload", "out_proj=offload"], "input"
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     which = argv[0] if argv else "both"
+    if which == "recipe" and len(argv) >= 2:
+        return recipe(argv[1], int(argv[2]) if len(argv) > 2 else None)
     if which not in OFFLOADS:
         print(f"diag_offload_relayout: unknown choice {which!r}; use one of {', '.join(OFFLOADS)}", file=sys.stderr)
         return 2
@@ -57,6 +63,43 @@ def main(argv=None) -> int:
     print(json.dumps({"offloaded": OFFLOADS[which], "error": res.get("error"), "peak_bytes": res.get("peak_bytes"),
                       "predicted_step_time": res.get("predicted_step_time"),
                       "whole_stack_host_copies": len(copies)}))
+    return 0
+
+
+# our custom-policy tensor names -> MaxText's remat knobs
+MAXTEXT_NAMES = {"decoder_input": "decoder_layer_input", "query_proj": "query_proj", "key_proj": "key_proj",
+                 "value_proj": "value_proj", "out_proj": "out_proj"}
+
+
+def recipe(name: str, rows: int | None) -> int:
+    """MaxText's own step of recipe `name` (its knobs as MaxText takes them), compiled for its slice."""
+    import published as P
+    from paxsearch.search.planning import targets as T
+    from paxsearch.trainer import presets, remat
+
+    r = P.RECIPES_BY_NAME[name]
+    model = presets.get(r.preset)
+    rows = rows or r.maxtext_per_device_batch
+    offloads = [f"{MAXTEXT_NAMES[t]}={c}" for t, c in remat.parse_custom(r.remat).items() if c != "recompute"]
+    blocks = [f"sa_block_{k}=2048" for k in ("q", "kv", "kv_compute", "q_dkv", "kv_dkv", "kv_dkv_compute", "q_dq",
+                                             "kv_dq")] if "2048" in str(r.knobs) else []
+    fused = ["sa_use_fused_bwd_kernel=true"] if "sa_use_fused_bwd_kernel" in str(r.knobs) else []
+    slice_name = T.parse_target(r.target).slice_name
+
+    def argv_for(base_yml):
+        return ["train_compile", base_yml, "run_name=peer", f"compile_topology={slice_name}",
+                "compile_topology_num_slices=1", f"model_name={r.preset}",
+                f"max_target_length={model.seq_len}", f"per_device_batch_size={rows}",
+                "remat_policy=custom", *offloads, "attention=flash", *blocks, *fused, "dtype=bfloat16",
+                "weight_dtype=float32", "enable_dropout=false", "dataset_type=synthetic", "enable_checkpointing=false",
+                "opt_type=adamw", "skip_jax_distributed_system=true", "ici_fsdp_parallelism=-1"]
+
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"diag_recipe_maxtext_{slice_name}_{rows}.json")
+    M.compile_maxtext_step(name, r.target, r.flags, argv_for, model, rows * r.chips, out)
+    with open(out) as f:
+        res = json.load(f)
+    print(json.dumps({k: res.get(k) for k in ("name", "argv", "error", "predicted_oom", "memory", "peak_bytes",
+                                              "hbm_bytes", "fits", "predicted_step_time", "compile_s")}))
     return 0
 
 

@@ -200,8 +200,9 @@ Matmul efficiency (Hardware.matmul_efficiency, default 1). A chip's dense bf16 p
   what its matmuls sustain: the FLOPs are priced at peak x the share of peak that a large,
   well-shaped bf16 matmul was measured to reach on that chip (trainer/hardware.py carries
   the figure and its source per chip: TPU v5e 92.3%, XLA's own 8192^3 matmul in the JAX
-  Pallas matmul guide; TPU v6e 79.3%, the same matmul device-timed on one v6e; NVIDIA A100 86.9%, H100/H200 80.3%, the "maximum achievable matmul
-  FLOPS" measurements of stas00/ml-engineering). One figure per chip, the best measured
+  Pallas matmul guide; TPU v6e 79.3%, the same matmul device-timed on one v6e; NVIDIA A100
+  86.9%, H100/H200 80.3%, the "maximum achievable matmul FLOPS" measurements of
+  stas00/ml-engineering). One figure per chip, the best measured
   shape, not fitted to any training run: smaller or oddly shaped matmuls run lower still, so
   the prediction stays a lower bound on step time and an upper bound on MFU. Simulated CPU
   devices keep 1: their peak is itself a measured matmul rate.
