@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from ..driver import dryrun
     from ..driver.context import check_settings, create_or_continue, with_cli
-    from ..planning.targets import planning_notice
+    from ..planning.targets import PLAN_COMPILE_ENV, plan_method_notice, planning_notice
     from ..study.run_folder import check_writable
     from ..study.space import load_space
     from ..workers import gpu_assign
@@ -50,6 +50,9 @@ def main(args) -> int:
         notice = planning_notice(target)  # a GPU node XLA cannot compile for here: planned analytically
         if notice:
             print(f"paxsearch: {notice}", file=sys.stderr, flush=True)
+        slow = plan_method_notice(target, {PLAN_COMPILE_ENV: settings.plan_compile})  # this libtpu: full compiles
+        if slow and not args.dry_run:
+            print(f"paxsearch: {slow}", file=sys.stderr, flush=True)
         gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written
         if args.dry_run:
             dryrun.dry_run(space, settings, target, emit=lambda line: print(line, flush=True))

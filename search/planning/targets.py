@@ -34,6 +34,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Sequence
 
 from ...trainer import flops as flops_lib
@@ -270,12 +271,46 @@ def use_plan_compile(setting: str) -> None:
     os.environ[PLAN_COMPILE_ENV] = setting
 
 
-def plan_method(target: Target, environ=None) -> str:
-    """How a plan of `target` is made here: "hlo_passes" (compile-only TPU devices, unless
-    plan_compile is "full": trainer/hlo_passes.py) or "compiled" (a full compile)."""
+# The libtpu versions on which plans from the HLO passes were proven equal to the full compile on every
+# published row (benchmarks/bench_plan_method.py; benchmarks/RESULTS.md, "Plans from the HLO passes").
+# Under 0.0.42.1 they are not: the passes' buffer assignment held 18-50% fewer temporaries than the
+# full compile's (RESULTS, "v6e measured"); another version compiles in full until it is proven.
+PASSES_PROVEN_LIBTPU = ("0.0.52",)
+
+
+def _passes_apply(target: Target, environ=None) -> bool:
     setting = (os.environ if environ is None else environ).get(PLAN_COMPILE_ENV, "passes")
-    passes = target.platform == "tpu" and target.plan_only and not topo.has_tpu_hardware()
-    return "hlo_passes" if passes and setting != "full" else "compiled"
+    return setting != "full" and target.platform == "tpu" and target.plan_only and not topo.has_tpu_hardware()
+
+
+def libtpu_unproven_line(libtpu: str | None = None) -> str | None:
+    """One line when the installed libtpu (or `libtpu`, a version) is not one the HLO passes were
+    proven on (PASSES_PROVEN_LIBTPU); None when it is, or when there is no libtpu."""
+    if libtpu is None:
+        try:
+            libtpu = metadata.version("libtpu")
+        except metadata.PackageNotFoundError:
+            return None
+    if libtpu in PASSES_PROVEN_LIBTPU:
+        return None
+    return (f"libtpu {libtpu}: plans from the HLO passes are proven equal to the full compile on libtpu "
+            f"{', '.join(PASSES_PROVEN_LIBTPU)} only (under 0.0.42 they held 18-50% fewer temporaries), so TPU "
+            f"plans compile in full here (exact, slower); install libtpu=={PASSES_PROVEN_LIBTPU[-1]} for plans in "
+            "seconds")
+
+
+def plan_method_notice(target: Target, environ=None, libtpu: str | None = None) -> str | None:
+    """The one line a plan-only TPU target gets when its plans compile in full only because of the
+    installed libtpu (libtpu_unproven_line); None otherwise."""
+    return libtpu_unproven_line(libtpu) if _passes_apply(target, environ) else None
+
+
+def plan_method(target: Target, environ=None, libtpu: str | None = None) -> str:
+    """How a plan of `target` is made here: "hlo_passes" (compile-only TPU devices with a libtpu the
+    passes were proven on, unless plan_compile is "full": trainer/hlo_passes.py) or "compiled" (a full
+    compile)."""
+    return ("hlo_passes" if _passes_apply(target, environ) and libtpu_unproven_line(libtpu) is None
+            else "compiled")
 
 
 def compile_for_target(cfg, target: Target, devices: Sequence | None = None, phases: dict | None = None):
@@ -292,7 +327,7 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, pha
     if planning_notice(target) is not None:  # cannot compile for it here: the analytic plan, no Program
         return None, analytic_plan(cfg, target)
     devices = list(devices) if devices is not None else target_devices(target)
-    method, note = plan_method(target), None
+    method, note = plan_method(target), plan_method_notice(target)
     try:
         if method == "hlo_passes":
             try:

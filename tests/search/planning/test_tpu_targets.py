@@ -27,7 +27,7 @@ from paxsearch.trainer import topology as topo
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 from paxsearch.trainer.hlo_passes import CODE_BYTES_BOUND
 
-from ...search_util import needs_libtpu
+from ...search_util import HAS_LIBTPU, needs_libtpu
 
 # ~0.94B parameters (d=2048, 16 layers, d_ff=8192, vocab 32768)
 MODEL_1B = ModelConfig(vocab_size=32768, d_model=2048, n_layers=16, n_heads=16, head_dim=128, d_ff=8192,
@@ -154,6 +154,23 @@ def test_cpu_runs_and_topologies_stay_quiet_with_libtpu_installed(code):
 def test_topology_devices(name, devices, kind):
     devs = topo.topology_devices(name)
     assert len(devs) == devices and devs[0].device_kind == kind and devs[0].platform == "tpu"
+
+
+def test_plans_compile_in_full_under_a_libtpu_the_passes_were_not_proven_on():
+    """The HLO passes equal the full compile under the libtpu they were proven on (0.0.52), not under
+    0.0.42 (18-50% fewer temporaries): another version plans with full compiles, and says so once."""
+    target = T.parse_target("tpu:v5e-16")  # plan-only: no TPU here
+    assert T.plan_method(target, {}, libtpu="0.0.52") == "hlo_passes"
+    assert T.plan_method(target, {}, libtpu="0.0.42.1") == "compiled"
+    line = T.plan_method_notice(target, {}, libtpu="0.0.42.1")
+    assert "\n" not in line and line.startswith("libtpu 0.0.42.1: ") and "proven" in line
+    assert "compile in full" in line and "libtpu==0.0.52" in line  # the cause and the fix
+    assert T.plan_method_notice(target, {}, libtpu="0.0.52") is None
+    assert T.plan_method_notice(target, {T.PLAN_COMPILE_ENV: "full"}, libtpu="0.0.42.1") is None  # full anyway
+    cpu = T.parse_target("cpu:8")
+    assert T.plan_method(cpu, {}, libtpu="0.0.42.1") == "compiled" and T.plan_method_notice(cpu, {}, "0.0.42.1") is None
+    if HAS_LIBTPU:  # the tpu extra pins the proven version
+        assert T.libtpu_unproven_line() is None
 
 
 @pytest.fixture(scope="module")
