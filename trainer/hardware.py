@@ -153,7 +153,8 @@ _V6E_SPLASH = ("derived from MaxText's own XProf profile on TPU v6e-8 (Qwen3 8B,
                "2026-06-12-maxtext-vs-jax-bucket-diff.md@5fbac99e. The kernels' FLOPs per layer and step, 2 + 2 + 5 "
                "S x S matmuls over 10 of 16 causal blocks: 9.277e12 -> 283.7 TFLOP/s = 30.9% of 918 TFLOP/s. Two "
                "other trainers running tokamax's faster splash variant at the same shape measured 25.5 ms per layer "
-               "and step (39.6%; tests/roofline/test_attention_efficiency.py)")
+               "and step (39.6%; tests/roofline/test_attention_efficiency.py). The profile names the calls '1 fwd + 1 "
+               "residuals-reusing fwd-dq + 1 dkv'; were the middle one a 3-matmul dq kernel, the figure would be 34.3%")
 _SPLASH_ASSUMED = ("assumption: no published measurement of the splash-attention kernels traced for this chip; its "
                    "matmul efficiency is used")
 _PCIE = (_SCALING + " ('PCIe bandwidth is typically around 1.5e10 bytes / second per chip'; "
