@@ -66,9 +66,9 @@ def main(argv=None) -> int:
     return 0
 
 
-# our custom-policy tensor names -> MaxText's remat knobs
-MAXTEXT_NAMES = {"decoder_input": "decoder_layer_input", "query_proj": "query_proj", "key_proj": "key_proj",
-                 "value_proj": "value_proj", "out_proj": "out_proj"}
+# our custom-policy tensor names that MaxText's remat knobs spell otherwise
+MAXTEXT_NAMES = {"decoder_input": "decoder_layer_input"}
+SPLASH_BLOCKS = ("q", "kv", "kv_compute", "q_dkv", "kv_dkv", "kv_dkv_compute", "q_dq", "kv_dq")
 
 
 def recipe(name: str, rows: int | None) -> int:
@@ -80,10 +80,12 @@ def recipe(name: str, rows: int | None) -> int:
     r = P.RECIPES_BY_NAME[name]
     model = presets.get(r.preset)
     rows = rows or r.maxtext_per_device_batch
-    offloads = [f"{MAXTEXT_NAMES[t]}={c}" for t, c in remat.parse_custom(r.remat).items() if c != "recompute"]
-    blocks = [f"sa_block_{k}=2048" for k in ("q", "kv", "kv_compute", "q_dkv", "kv_dkv", "kv_dkv_compute", "q_dq",
-                                             "kv_dq")] if "2048" in str(r.knobs) else []
-    fused = ["sa_use_fused_bwd_kernel=true"] if "sa_use_fused_bwd_kernel" in str(r.knobs) else []
+    offloads = [f"{MAXTEXT_NAMES.get(t, t)}={c}" for t, c in remat.parse_custom(r.remat).items() if c != "recompute"]
+    knobs = {k: v for k, v, _ in r.knobs}
+    block = knobs.get("sa_block_q, sa_block_kv, sa_block_kv_compute, *_dkv, *_dq")  # one size for every block
+    blocks = [f"sa_block_{k}={block}" for k in SPLASH_BLOCKS] if block else []
+    fused = [f"sa_use_fused_bwd_kernel={knobs['sa_use_fused_bwd_kernel'].lower()}"] \
+        if "sa_use_fused_bwd_kernel" in knobs else []
     slice_name = T.parse_target(r.target).slice_name
 
     def argv_for(base_yml):

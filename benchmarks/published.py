@@ -351,6 +351,30 @@ def _offload_custom(*tensors: str) -> str:
     return remat.custom(**dict.fromkeys(tensors, "offload"))
 
 
+_LLAMA31_8B_OFFLOADED = ("decoder_input", "query_proj", "key_proj", "value_proj", "out_proj")
+_LLAMA31_8B_XLA = ("DENSE_VMEM_LIMIT_FLAG + LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + "
+                   "CF_FOR_ALL_GATHER + ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE + HOST_OFFLOAD_FLAGS")
+
+
+def _llama31_8b_knobs(rows: int, chips: int, xla: str, flags: str) -> tuple[tuple[str, str, str], ...]:
+    """The knobs of MaxText's Llama3.1-8B Trillium recipes (llama3_1_8b_8192 and its _no_collective_matmul
+    variant): `rows` per chip over `chips`, the recipe's XLA flag groups `xla`, our nearest set `flags`."""
+    return (
+        ("per_device_batch_size", str(rows), f"global_batch={rows * chips} ({rows} x {chips} chips)"),
+        ("ici_fsdp_parallelism", "-1", f"mesh.ici=(1, {chips}, 1): fsdp over the slice"),
+        ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"),
+        ("decoder_layer_input, out_proj, query_proj, key_proj, value_proj", "offload",
+         "custom decoder_input/out_proj/query_proj/key_proj/value_proj=offload; the rest recomputed, as MaxText's "
+         "save_and_offload_only_these_names"),
+        ("max_target_length", "8192", "model.seq_len=8192 (the preset)"),
+        ("sa_block_q, sa_block_kv, sa_block_kv_compute, *_dkv, *_dq", "2048", _SPLASH_GAP),
+        ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
+                                            "dkv kernels)"),
+        *_COMMON_KNOBS,
+        ("xla_flags", xla, f"flags={flags} (those groups; {_V6E_REFUSED})"),
+    )
+
+
 RECIPES = (
     Recipe(
         name="v6e-256 Llama3.1-8B", preset="llama3.1-8b", target="tpu:v6e-256", chips=256,
@@ -360,24 +384,8 @@ RECIPES = (
                      "ec5f765d5f04360423 ('TFLOP/s/device: 417.397, Tokens/s/device: 7207.336', MaxText tag "
                      "tpu-recipes-v0.1.4, JAX 0.6.1)",
         config=f"{MX} {TRILLIUM}@{C_TAG_V014} llama3_1_8b_8192 (model llama3.1-8b; the same entry @{C_RECIPES})",
-        knobs=(
-            ("per_device_batch_size", "4", "global_batch=1024 (4 x 256 chips)"),
-            ("ici_fsdp_parallelism", "-1", "mesh.ici=(1, 256, 1): fsdp over the slice"),
-            ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"),
-            ("decoder_layer_input, out_proj, query_proj, key_proj, value_proj", "offload",
-             "custom decoder_input/out_proj/query_proj/key_proj/value_proj=offload; the rest recomputed, as MaxText's "
-             "save_and_offload_only_these_names"),
-            ("max_target_length", "8192", "model.seq_len=8192 (the preset)"),
-            ("sa_block_q, sa_block_kv, sa_block_kv_compute, *_dkv, *_dq", "2048", _SPLASH_GAP),
-            ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
-                                                "dkv kernels)"),
-            *_COMMON_KNOBS,
-            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG + LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + "
-             "CF_FOR_ALL_GATHER + ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE + HOST_OFFLOAD_FLAGS",
-             f"flags=v6e_llama3 (those groups; {_V6E_REFUSED})"),
-        ),
-        ici=(1, 256, 1), remat=_offload_custom("decoder_input", "query_proj", "key_proj", "value_proj", "out_proj"),
-        flags="v6e_llama3",
+        knobs=_llama31_8b_knobs(4, 256, _LLAMA31_8B_XLA, "v6e_llama3"),
+        ici=(1, 256, 1), remat=_offload_custom(*_LLAMA31_8B_OFFLOADED), flags="v6e_llama3",
         note="The model is Llama 3.1's (rope scaling aside: trainer/presets.py llama3.1-8b)."),
     Recipe(
         name="v6e-8 Llama3.1-8B", preset="llama3.1-8b", target="tpu:v6e-8", chips=8,
@@ -389,25 +397,9 @@ RECIPES = (
                      "tpu_performance_autoresearch_wiki wiki/experiments/llama3_8B_autoresearch_optimization/maxtext/"
                      "experiments/2026-04-25-maxtext-llama3-1-8b-v6e8-baseline.md@066a0d7f)",
         config=f"{MX} {TRILLIUM}@{C_TAG_V014} llama3_1_8b_8192_no_collective_matmul (model llama3.1-8b)",
-        knobs=(
-            ("per_device_batch_size", "3", "global_batch=24 (3 x 8 chips)"),
-            ("ici_fsdp_parallelism", "-1", "mesh.ici=(1, 8, 1): fsdp over the slice"),
-            ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"),
-            ("decoder_layer_input, out_proj, query_proj, key_proj, value_proj", "offload",
-             "custom decoder_input/out_proj/query_proj/key_proj/value_proj=offload; the rest recomputed, as MaxText's "
-             "save_and_offload_only_these_names"),
-            ("max_target_length", "8192", "model.seq_len=8192 (the preset)"),
-            ("sa_block_q, sa_block_kv, sa_block_kv_compute, *_dkv, *_dq", "2048", _SPLASH_GAP),
-            ("sa_use_fused_bwd_kernel", "True", "gap: our splash backward is the kernel's default (separate dq and "
-                                                "dkv kernels)"),
-            *_COMMON_KNOBS,
-            ("xla_flags", "DENSE_VMEM_LIMIT_FLAG + LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + "
-             "CF_FOR_ALL_GATHER + ENABLE_SPARSECORE_OFFLOADING_FOR_ALL_REDUCE + HOST_OFFLOAD_FLAGS + "
-             "DISABLE_COLLECTIVE_MATMUL",
-             f"flags=v6e_llama3_no_collective_matmul (those groups; {_V6E_REFUSED})"),
-        ),
-        ici=(1, 8, 1), remat=_offload_custom("decoder_input", "query_proj", "key_proj", "value_proj", "out_proj"),
-        flags="v6e_llama3_no_collective_matmul",
+        knobs=_llama31_8b_knobs(3, 8, _LLAMA31_8B_XLA + " + DISABLE_COLLECTIVE_MATMUL",
+                                "v6e_llama3_no_collective_matmul"),
+        ici=(1, 8, 1), remat=_offload_custom(*_LLAMA31_8B_OFFLOADED), flags="v6e_llama3_no_collective_matmul",
         note="Held out: added after the v6e matmul and attention-kernel figures were set (benchmarks/RESULTS.md); "
              "neither was taken from it. The same recipe family as the v6e-256 row, on one 8-chip slice."),
     Recipe(

@@ -167,16 +167,17 @@ _JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX 
 
 def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, cores, sources) -> DeviceSpec:
     s = sources
+    matmul = Figure(*s.get("matmul", (0.923, _V5E_MATMUL)))
     return DeviceSpec(
         name, "tpu", kinds, Figure(peak, s["peak"]), Figure(hbm_gib * GiB, s["hbm"]),
         Figure(usable_gib * GiB, _OOM.format(f"{usable_gib}G")), Figure(hbm_bw, s["hbm_bw"]),
         Figure(ici, s["ici"]), Figure(ports, s["ports"]), Figure(dcn, s["dcn"]),
         Figure(1e-6, _ICI_LAT), Figure(20e-6, _DCN_LAT), Figure(dims, s["ports"]),
         Figure(cores, (_TWO_CORES if cores == 2 else _MEGACORE).format(s["peak"].split(" ")[0])),
-        Figure(*s.get("matmul", (0.923, _V5E_MATMUL))), Figure(*s.get("hbm_eff", (0.803, _V5E_HBM))),
+        matmul, Figure(*s.get("hbm_eff", (0.803, _V5E_HBM))),
         host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
         clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128),
-        attention_efficiency=Figure(*s.get("attention", (s.get("matmul", (0.923,))[0], _SPLASH_ASSUMED))))
+        attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:

@@ -31,12 +31,11 @@ import json
 import os
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 from ...trainer import flagsets
 from ...trainer import flops as flops_lib
-from .targets import Target, plan_key, plan_method
+from .targets import Target, package_version, plan_key, plan_method
 
 FORMAT = 1  # bump when a record's fields or their meaning change
 ENV = "PAXSEARCH_PLAN_CACHE"  # "off", or a folder; unset: <cache root>/plans
@@ -62,11 +61,7 @@ def use(setting: str) -> None:
 
 # ----------------------------------------------------------------------------- the key
 
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
+_version = package_version  # the installed version of a package (a module name tests can swap)
 
 
 @functools.cache

@@ -283,15 +283,19 @@ def _passes_apply(target: Target, environ=None) -> bool:
     return setting != "full" and target.platform == "tpu" and target.plan_only and not topo.has_tpu_hardware()
 
 
+def package_version(package: str) -> str | None:
+    """The installed version of `package`; None when it is not installed."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def libtpu_unproven_line(libtpu: str | None = None) -> str | None:
     """One line when the installed libtpu (or `libtpu`, a version) is not one the HLO passes were
     proven on (PASSES_PROVEN_LIBTPU); None when it is, or when there is no libtpu."""
-    if libtpu is None:
-        try:
-            libtpu = metadata.version("libtpu")
-        except metadata.PackageNotFoundError:
-            return None
-    if libtpu in PASSES_PROVEN_LIBTPU:
+    libtpu = libtpu if libtpu is not None else package_version("libtpu")
+    if libtpu is None or libtpu in PASSES_PROVEN_LIBTPU:
         return None
     return (f"libtpu {libtpu}: plans from the HLO passes are proven equal to the full compile on libtpu "
             f"{', '.join(PASSES_PROVEN_LIBTPU)} only (under 0.0.42 they held 18-50% fewer temporaries), so TPU "
