@@ -25,20 +25,13 @@ import pytest
 os.environ["JAX_PLATFORMS"] = "cpu"
 from paxsearch.trainer.flagsets import with_device_count  # noqa: E402  (imports no JAX)
 
-os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
+os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)  # and collectives 10 minutes to abort
 # The suite compiles hundreds of tiny programs and runs each for a few steps: LLVM's -O0 halves
 # XLA:CPU's compile time (a tiny model's jitted init 11 -> 3 CPU-s, its gradient 6.4 -> 3.4) and
 # changes no HLO pass (fusion, sharding, scheduling happen before the backend) nor any value's
 # IEEE semantics. Tests check behaviour, never speed; benchmarks/ run with XLA's defaults.
 if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
-# XLA:CPU aborts the whole process (SIGABRT, no Python error) when one of a collective's device
-# threads is 60 s late (a 20 s warning, then 40 s more). The suite runs 8 simulated devices per
-# process, two processes per core pair, beside compiles that take every core: on a slow CI
-# machine a thread can wait that long, and one abort took a worker down in CI. 10 minutes is
-# far beyond any wait of a busy machine, and a real deadlock still ends.
-if "--xla_cpu_collective_call_terminate_timeout_seconds" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_cpu_collective_call_terminate_timeout_seconds=600"
 # One persistent compilation cache for the whole session: this process's compiles and every
 # subprocess's (trial workers read JAX_COMPILATION_CACHE_DIR through workers/pool.py), so the
 # same tiny program is compiled once per session, not once per test and process.

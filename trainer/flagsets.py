@@ -38,15 +38,29 @@ from .errors import ConfigError
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 SET_ENV = "PAXSEARCH_FLAG_SET"  # the name of the set a process was started with
+# Simulated CPU devices run a collective's participants as threads of one process, and XLA:CPU
+# aborts the whole process (SIGABRT, no Python error) when one of them is 60 s late (a 20 s
+# warning, then 40 s more). On a machine busy with other trials' compiles a thread can wait
+# that long (it took a test process down in CI); 10 minutes is beyond any busy machine's wait,
+# and a real deadlock still ends. It changes no compiled program.
+CPU_COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
+CPU_COLLECTIVE_TIMEOUT_S = 600
+
+
+def _name(flag: str) -> str:
+    return flag.split("=", 1)[0]
 
 
 def with_device_count(xla_flags: str | None, n: int | None) -> str:
     """`xla_flags` (an XLA_FLAGS value) with the host platform's device count set to `n`
-    simulated CPU devices: any count already there is replaced. n None: only removed (the
-    flags of one's own)."""
-    kept = [f for f in (xla_flags or "").split() if f.split("=", 1)[0] != DEVICE_COUNT_FLAG]
+    simulated CPU devices: any count already there is replaced, and the collectives' abort
+    timeout is raised to CPU_COLLECTIVE_TIMEOUT_S unless the flags set their own. n None: the
+    count only removed (the flags of one's own)."""
+    kept = [f for f in (xla_flags or "").split() if _name(f) != DEVICE_COUNT_FLAG]
     if n is not None:
         kept.append(f"{DEVICE_COUNT_FLAG}={int(n)}")
+        if not any(_name(f) == CPU_COLLECTIVE_TIMEOUT_FLAG for f in kept):
+            kept.append(f"{CPU_COLLECTIVE_TIMEOUT_FLAG}={CPU_COLLECTIVE_TIMEOUT_S}")
     return " ".join(kept)
 
 
