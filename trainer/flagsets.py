@@ -54,9 +54,11 @@ def _name(flag: str) -> str:
 def with_device_count(xla_flags: str | None, n: int | None) -> str:
     """`xla_flags` (an XLA_FLAGS value) with the host platform's device count set to `n`
     simulated CPU devices: any count already there is replaced, and the collectives' abort
-    timeout is raised to CPU_COLLECTIVE_TIMEOUT_S unless the flags set their own. n None: the
-    count only removed (the flags of one's own)."""
-    kept = [f for f in (xla_flags or "").split() if _name(f) != DEVICE_COUNT_FLAG]
+    timeout is raised to CPU_COLLECTIVE_TIMEOUT_S unless the flags set their own. n None: both
+    removed (the flags of one's own, as a TPU or GPU process and the plan cache's key take them;
+    neither changes a compiled program)."""
+    drop = (DEVICE_COUNT_FLAG,) if n is not None else (DEVICE_COUNT_FLAG, CPU_COLLECTIVE_TIMEOUT_FLAG)
+    kept = [f for f in (xla_flags or "").split() if _name(f) not in drop]
     if n is not None:
         kept.append(f"{DEVICE_COUNT_FLAG}={int(n)}")
         if not any(_name(f) == CPU_COLLECTIVE_TIMEOUT_FLAG for f in kept):

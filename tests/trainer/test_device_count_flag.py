@@ -23,13 +23,15 @@ def test_sets_replaces_and_removes_the_device_count():
 def test_simulated_devices_wait_10_minutes_in_a_collective_unless_the_user_says_otherwise():
     """XLA:CPU aborts a process whose collective waits 60 s for a late device thread (its default);
     simulated devices get 10 minutes. The user's own value stays, once; without simulated
-    devices (n None: a TPU or GPU worker) nothing is added."""
+    devices (n None: a TPU or GPU worker) nothing is added, and the flag is taken out."""
     assert CPU_COLLECTIVE_TIMEOUT_S == 600
     again = with_device_count(with_device_count(None, 8), 4)
     assert again.split().count(TIMEOUT) == 1 and f"{DEVICE_COUNT_FLAG}=4" in again.split()
     own = f"{CPU_COLLECTIVE_TIMEOUT_FLAG}=30"
     assert with_device_count(own, 8).split() == [own, f"{DEVICE_COUNT_FLAG}=8"]
     assert with_device_count("--xla_dump_to=/tmp/x", None) == "--xla_dump_to=/tmp/x"
+    # the flags of one's own (a TPU or GPU worker, the plan cache's key) hold neither
+    assert with_device_count(with_device_count("--xla_dump_to=/tmp/x", 8), None) == "--xla_dump_to=/tmp/x"
 
 
 def test_the_pool_and_targets_use_it():

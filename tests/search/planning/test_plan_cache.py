@@ -79,6 +79,9 @@ def test_the_worker_environment_keys_as_the_driver_does():
               "LIBTPU_INIT_ARGS": driver["LIBTPU_INIT_ARGS"]}
     worker.update(flagsets.env_for("latency_hiding", "tpu", worker))
     assert C.cache_key(cfg, TARGET, worker) == C.cache_key(cfg, TARGET, driver)
+    # a driver that runs simulated CPU devices (their count and collective timeout in its flags)
+    simulated = {**driver, "XLA_FLAGS": flagsets.with_device_count(driver["XLA_FLAGS"], 8)}
+    assert C.cache_key(cfg, TARGET, simulated) == C.cache_key(cfg, TARGET, worker)
 
 
 # ----------------------------------------------------------------------------- records

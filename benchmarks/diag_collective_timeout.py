@@ -1,0 +1,59 @@
+"""How long XLA:CPU lets a collective wait for a late simulated device before it aborts the
+process, with XLA's default and with paxsearch's flags (trainer/flagsets.with_device_count).
+
+    python benchmarks/diag_collective_timeout.py [DELAY_S ...]     # default: 50 70
+
+One child process per (delay, flags): 8 simulated CPU devices, a psum under shard_map whose
+device 0 first sleeps DELAY_S seconds in a host callback, so the other 7 device threads wait in
+the rendezvous. Prints each child's exit status (134 = SIGABRT from XLA's fatal log) and time.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from paxsearch.trainer.flagsets import DEVICE_COUNT_FLAG, with_device_count
+
+CHILD = """
+import sys, time
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+delay = float(sys.argv[1])
+mesh = Mesh(jax.devices(), ("x",))
+
+def late(i):
+    if int(i[0]) == 0:
+        time.sleep(delay)
+    return i
+
+def f(a):
+    i = jax.pure_callback(late, jax.ShapeDtypeStruct((1,), jnp.int32), jax.lax.axis_index("x")[None])
+    return jax.lax.psum(a + i.astype(a.dtype), "x")
+
+g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P()))
+print(float(g(jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("x"))))[0]))
+"""
+
+
+def run(delay: float, xla_flags: str) -> tuple[int, float]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags, TF_CPP_MIN_LOG_LEVEL="3")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(delay)], env=env, capture_output=True, text=True,
+                          timeout=delay + 300)
+    return proc.returncode, time.monotonic() - t0
+
+
+def main(delays: list[float]) -> None:
+    settings = {"XLA's default": f"{DEVICE_COUNT_FLAG}=8", "paxsearch": with_device_count(None, 8)}
+    print("| device 0 late by | XLA_FLAGS | exit status | seconds |\n|---|---|---|---|")
+    for delay in delays:
+        for name, flags in settings.items():
+            code, took = run(delay, flags)
+            print(f"| {delay:.0f} s | {name} (`{flags}`) | {code} | {took:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main([float(a) for a in sys.argv[1:]] or [50.0, 70.0])
