@@ -5,6 +5,7 @@ by trainer.topology, which imports JAX only when asked about an XLA error)."""
 from __future__ import annotations
 
 import enum
+import re
 import signal
 from dataclasses import dataclass
 
@@ -29,11 +30,28 @@ class ExitStatus:
     returncode: the process's (negative: the signal), None when it still runs but stopped
     answering. killed_by: why paxsearch itself killed it ("timeout", "interrupt",
     "shutdown"), if it did. oom_evidence: a sentence naming an OOM-kill counter that rose
-    (oom_watch.MemoryWatch.oom_evidence), if one did."""
+    (oom_watch.MemoryWatch.oom_evidence), if one did. fatal_line: the last native fatal log
+    line the process wrote (last_fatal_line), if it wrote one: shown, never classified."""
 
     returncode: int | None
     killed_by: str | None = None
     oom_evidence: str | None = None
+    fatal_line: str | None = None
+
+
+# glog's FATAL line, as XLA, libtpu and TensorFlow write it before they abort the process:
+# F<mmdd> <hh:mm:ss.micros> <thread> <file:line>] <message>
+_GLOG_FATAL = re.compile(r"F\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ (\S+:\d+\] .*)")
+
+
+def last_fatal_line(log_text: str) -> str | None:
+    """The last native fatal log line in `log_text`, from its `file:line]` on, whitespace
+    folded, at most 300 chars; None when there is none."""
+    for line in reversed(log_text.splitlines()):
+        m = _GLOG_FATAL.match(line.strip())
+        if m:
+            return " ".join(m.group(1).split())[:300]
+    return None
 
 
 def describe(e: BaseException) -> str:
@@ -84,5 +102,6 @@ def _exit(status: ExitStatus) -> tuple[Kind, str]:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return Kind.CRASH, f"worker died of {name}"
+        said = f"; its last fatal log line: {status.fatal_line}" if status.fatal_line else ""
+        return Kind.CRASH, f"worker died of {name}{said}"
     return Kind.CRASH, f"worker exited with status {code} without a result"

@@ -183,7 +183,11 @@ def _inject(fault: str | None, trial_dir: str | None = None) -> None:
     """Fault injection for tests: the job's "fault", which only the test entry point
     (tests/fault_driver.py) sets in its driver's memory; nothing stored in a study sets it.
     "stubborn" hangs ignoring SIGINT and SIGTERM, with a child in a session of its own that
-    holds the worker's pipes open (its pid in TRIAL_DIR/stubborn_child.pid)."""
+    holds the worker's pipes open (its pid in TRIAL_DIR/stubborn_child.pid). "xla_abort": a
+    collective whose first device is 5 s late, so that XLA itself aborts the process when the
+    test's XLA_FLAGS set the collectives' abort timeout below that."""
+    if fault == "xla_abort":
+        _late_collective(5.0)
     if fault == "stubborn":
         _stubborn(trial_dir or ".")
     if fault in ("hang", "stubborn"):
@@ -193,6 +197,27 @@ def _inject(fault: str | None, trial_dir: str | None = None) -> None:
         os.kill(os.getpid(), signal.SIGSEGV)
     if fault == "oom_kill":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _late_collective(delay_s: float) -> None:
+    """A psum over this process's devices whose device 0 first sleeps `delay_s` in a host callback."""
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(jax.local_devices(), ("x",))
+
+    def late(i):
+        if int(i[0]) == 0:
+            time.sleep(delay_s)
+        return i
+
+    def total(a):
+        i = jax.pure_callback(late, jax.ShapeDtypeStruct((1,), jnp.int32), jax.lax.axis_index("x")[None])
+        return jax.lax.psum(a + i.astype(a.dtype), "x")
+
+    step = jax.jit(jax.shard_map(total, mesh=mesh, in_specs=P("x"), out_specs=P()))
+    step(jax.device_put(jnp.zeros(mesh.size), NamedSharding(mesh, P("x")))).block_until_ready()
 
 
 def _stubborn(trial_dir: str) -> None:

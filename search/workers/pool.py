@@ -23,7 +23,7 @@ from typing import Callable
 from ...store.outcome import Kind, TrialOutcome
 from ...trainer import flagsets
 from ..planning.targets import Target, target_env
-from ..trial.classify import ExitStatus, classify
+from ..trial.classify import ExitStatus, classify, last_fatal_line
 from ..trial.oom_watch import MemoryWatch
 
 READY_TIMEOUT_S = 300.0
@@ -47,9 +47,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _fatal_line_in(path: str, start: int) -> str | None:
+    """The last native fatal line written to `path` from offset `start` on (its last 64 KiB)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(start, _size(path) - 65536))
+            return last_fatal_line(f.read().decode(errors="replace"))
+    except OSError:
+        return None
+
+
 class _Proc:
-    def __init__(self, popen: subprocess.Popen, index: int):
+    def __init__(self, popen: subprocess.Popen, index: int, log: tuple[str, int] | None = None):
         self.popen, self.index, self.buf = popen, index, b""
+        # (path, offset) where this process's lines begin: its worker log (appended to across
+        # restarts) and, while it runs a trial, that trial's own log (entry.py writes there)
+        self.worker_log, self.trial_log = log, None
+
+    def fatal_line(self) -> str | None:
+        """The last native fatal line this process wrote (XLA's, before it aborts), if any."""
+        for path, start in filter(None, (self.trial_log, self.worker_log)):
+            line = _fatal_line_in(path, start)
+            if line:
+                return line
+        return None
 
     def send(self, msg: dict) -> bool:
         try:
@@ -147,11 +175,12 @@ class WorkerGang:
             for i in self.local_process_ids():
                 env = self.process_env(i, per_proc, dist_base)
                 log = open(self.log_path(i), "ab")
+                log_start = log.seek(0, os.SEEK_END)
                 popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.workers.entry"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True, env=env)
                 log.close()
-                self.procs.append(_Proc(popen, i))
+                self.procs.append(_Proc(popen, i, (self.log_path(i), log_start)))
         self.dist = dist_base
         self.env = None
         self.starts += 1
@@ -292,6 +321,7 @@ class WorkerGang:
                 pjob["distributed"] = dict(self.dist, process_id=p.index)
             if p.index > 0 and job.get("log_path"):
                 pjob["log_path"] = job["log_path"].replace("log.txt", f"log.{p.index}.txt")
+            p.trial_log = (pjob["log_path"], _size(pjob["log_path"])) if pjob.get("log_path") else None
             if not p.send({"type": "trial", "job": pjob}):
                 return self._died(p)
         deadline = time.monotonic() + timeout
@@ -340,7 +370,8 @@ class WorkerGang:
         killed_by = self.killed_by
         self.kill()
         evidence = self.watch.oom_evidence() if self.watch and code == -signal.SIGKILL else None
-        kind, message = classify(ExitStatus(code, killed_by, evidence))
+        fatal = proc.fatal_line() if code is not None and code < 0 and not killed_by else None
+        kind, message = classify(ExitStatus(code, killed_by, evidence, fatal))
         if self.processes > 1:
             message = f"process {proc.index}: {message}"
         return TrialOutcome.failure(kind, message)

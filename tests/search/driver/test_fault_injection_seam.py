@@ -1,4 +1,6 @@
 """Fault injection is a test seam, never live in production (issue 10, defect 11)."""
+import os
+
 import pytest
 
 from ...search_util import TINY, cli, load
@@ -25,7 +27,16 @@ def test_faults_in_a_study_are_refused_and_never_stored(tmp_path, make_space):
 
 @pytest.mark.slow
 def test_the_test_entry_point_injects_faults(tmp_path):
+    """A segfault, and XLA's own abort (a collective past the timeout the user's XLA_FLAGS set,
+    1 s here): each a crash, the second naming XLA's fatal log line from the worker's log."""
     run = tmp_path / "run"
-    cli("run", TINY, "--run-dir", run, "--trials", 1, "--no-progress", faults="0:segfault")
-    trial = load(run).get_trials()[0]
-    assert trial.user_attrs["failure_kind"] == "crash" and "SIGSEGV" in trial.user_attrs["failure_message"]
+    flags = {"XLA_FLAGS": os.environ["XLA_FLAGS"] + " --xla_cpu_collective_call_warn_stuck_timeout_seconds=1"
+                                                    " --xla_cpu_collective_call_terminate_timeout_seconds=1"}
+    cli("run", TINY, "--run-dir", run, "--trials", 2, "--no-progress", faults="0:segfault,1:xla_abort", env=flags)
+    segfault, xla_abort = sorted(load(run).get_trials(), key=lambda t: t.number)
+    assert segfault.user_attrs["failure_kind"] == "crash"
+    assert segfault.user_attrs["failure_message"] == "worker died of SIGSEGV"
+    assert xla_abort.user_attrs["failure_kind"] == "crash"
+    message = xla_abort.user_attrs["failure_message"]
+    assert message.startswith("worker died of SIGABRT; its last fatal log line: rendezvous.cc:"), message
+    assert "Termination timeout for `all reduce" in message and len(message) < 400
