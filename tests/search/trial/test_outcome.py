@@ -8,6 +8,7 @@ import pytest
 
 from paxsearch.search.study.settings import SettingsError
 from paxsearch.search.trial import ExitStatus, Phase, classify
+from paxsearch.search.trial.classify import last_fatal_line
 from paxsearch.search.trial.record import driver_timings
 from paxsearch.store import FAILURE_KINDS, Counters, Kind, Measured, TrialOutcome, kind_of
 from paxsearch.trainer.errors import ConfigError, DataError, NonFiniteLoss
@@ -123,3 +124,23 @@ def test_exceptions_are_classified_by_type_and_phase(error, phase, kind):
 def test_worker_exits_are_classified(status, kind, words):
     got, message = classify(status)
     assert got is kind and words in message
+
+
+# what XLA wrote before it aborted a worker (benchmarks/diag_collective_timeout.py), among other lines
+XLA_ABORT_LOG = """== trial 1 on worker pid 13736 (2026-12-05 18:26:41)
+E1205 18:26:42.582 13749 rendezvous.cc:116] [id=1] This thread has been waiting for `all reduce` for 1 seconds
+F1205 18:26:43.591628   13747 rendezvous.cc:161] [id=0] Termination timeout for `all reduce RendezvousKey{...}` \
+of 1 seconds exceeded.
+F1205 18:26:43.591834   13752 rendezvous.cc:161] [id=2]   Termination timeout   for `all reduce RendezvousKey{...}`
+*** Check failure stack trace: ***
+    @     0x7f2549440634  absl::lts_20260107::log_internal::LogMessage::SendToLog()
+"""
+
+
+def test_a_signal_death_names_the_last_native_fatal_line_and_is_still_a_crash():
+    line = last_fatal_line(XLA_ABORT_LOG)
+    assert line == "rendezvous.cc:161] [id=2] Termination timeout for `all reduce RendezvousKey{...}`"
+    assert last_fatal_line("E1205 18:26:42.582 13749 rendezvous.cc:116] waiting\nFatal Python error: Aborted") is None
+    kind, message = classify(ExitStatus(-signal.SIGABRT, fatal_line=line))
+    assert kind is Kind.CRASH and message == f"worker died of SIGABRT; its last fatal log line: {line}"
+    assert last_fatal_line("F1205 18:26:43.5 1 a.cc:1] " + "x" * 1000) == "a.cc:1] " + "x" * 292
