@@ -5,7 +5,7 @@ process, with XLA's default and with paxsearch's flags (trainer/flagsets.with_de
 
 One child process per (delay, flags): 8 simulated CPU devices, a psum under shard_map whose
 device 0 first sleeps DELAY_S seconds in a host callback, so the other 7 device threads wait in
-the rendezvous. Prints each child's exit status (134 = SIGABRT from XLA's fatal log) and time.
+the rendezvous. Prints each child's exit status (-6: SIGABRT, from XLA's fatal log) and time.
 """
 from __future__ import annotations
 
@@ -16,26 +16,8 @@ import time
 
 from paxsearch.trainer.flagsets import DEVICE_COUNT_FLAG, with_device_count
 
-CHILD = """
-import sys, time
-import jax, jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-delay = float(sys.argv[1])
-mesh = Mesh(jax.devices(), ("x",))
-
-def late(i):
-    if int(i[0]) == 0:
-        time.sleep(delay)
-    return i
-
-def f(a):
-    i = jax.pure_callback(late, jax.ShapeDtypeStruct((1,), jnp.int32), jax.lax.axis_index("x")[None])
-    return jax.lax.psum(a + i.astype(a.dtype), "x")
-
-g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P()))
-print(float(g(jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("x"))))[0]))
-"""
+# the "xla_abort" fault of the trial workers (search/trial/execute.py), in a process of its own
+CHILD = "import sys; from paxsearch.search.trial.execute import late_collective; late_collective(float(sys.argv[1]))"
 
 
 def run(delay: float, xla_flags: str) -> tuple[int, float]:

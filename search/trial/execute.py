@@ -187,7 +187,7 @@ def _inject(fault: str | None, trial_dir: str | None = None) -> None:
     collective whose first device is 5 s late, so that XLA itself aborts the process when the
     test's XLA_FLAGS set the collectives' abort timeout below that."""
     if fault == "xla_abort":
-        _late_collective(5.0)
+        late_collective(5.0)
     if fault == "stubborn":
         _stubborn(trial_dir or ".")
     if fault in ("hang", "stubborn"):
@@ -199,8 +199,9 @@ def _inject(fault: str | None, trial_dir: str | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _late_collective(delay_s: float) -> None:
-    """A psum over this process's devices whose device 0 first sleeps `delay_s` in a host callback."""
+def late_collective(delay_s: float) -> None:
+    """A psum over this process's devices whose device 0 first sleeps `delay_s` in a host callback
+    (the "xla_abort" fault; benchmarks/diag_collective_timeout.py runs it in a child process)."""
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P

@@ -174,8 +174,8 @@ class WorkerGang:
                 raise WorkerStartError(f"not started: the driver is shutting down ({self.shut})")
             for i in self.local_process_ids():
                 env = self.process_env(i, per_proc, dist_base)
+                log_start = _size(self.log_path(i))
                 log = open(self.log_path(i), "ab")
-                log_start = log.seek(0, os.SEEK_END)
                 popen = subprocess.Popen([sys.executable, "-m", "paxsearch.search.workers.entry"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True, env=env)
