@@ -12,6 +12,8 @@ space file written into the run folder (so it can be re-run by hand), planned by
     python benchmarks/bench_recipes.py --only "v6e-256 Llama3.1-8B" --set remat=full --tag full
                                                                       # a variant (its own run folder)
     python benchmarks/bench_recipes.py --plan-compile full            # full compiles, not the HLO passes
+    python benchmarks/bench_recipes.py --compose no_collective_pipeliner
+                                      # each recipe's flag set composed with another (a variant, tagged +SET)
     python benchmarks/bench_recipes.py --report                       # re-print from stored results
 
 Prints, per recipe: fits (peak / usable HBM GiB per chip, and the compiled breakdown:
@@ -132,7 +134,13 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="", help="the variant's name, appended to the recipe's (needed with --set)")
     ap.add_argument("--plan-compile", choices=("passes", "full"), default=None,
                     help="the plans' method (paxsearch run --plan-compile); default: paxsearch's")
+    ap.add_argument("--compose", default=None, metavar="SET",
+                    help="plan each recipe with its flag set + SET (trainer/flagsets.py); a variant tagged +SET")
     args = ap.parse_args(argv)
+    if args.compose:
+        from paxsearch.trainer import flagsets
+        flagsets.check(args.compose)  # one line for an unknown set
+        args.tag = args.tag or f"+{args.compose}"
     if args.set and not args.tag:
         raise SystemExit("--set makes a variant: name it with --tag (its results are kept apart from the recipe's)")
     unknown = [n for n in args.only if n not in P.RECIPES_BY_NAME]
@@ -147,7 +155,9 @@ def main(argv=None) -> int:
         name = _Named(r, tag).name
         res = None if args.fresh else B.load_result(_Named(r, tag), args.out)
         if res is None and not args.report:
-            res = plan_recipe(r, args.out, args.timeout, args.set, tag, args.plan_compile)
+            sets = args.set + ([f"flags={r.flags}+{args.compose}" if r.flags != "default" else f"flags={args.compose}"]
+                               if args.compose else [])
+            res = plan_recipe(r, args.out, args.timeout, sets, tag, args.plan_compile)
         if res is not None:
             results[name] = res
     print(report(rows, results), flush=True)

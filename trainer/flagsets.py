@@ -189,6 +189,20 @@ FLAG_SETS: dict[str, FlagSet] = {
         f"MaxText benchmarks/maxtext_trillium_model_configs.py @{_MX_V6E} llama3_1_8b_8192_no_collective_matmul: "
         "v6e_llama3's groups + DISABLE_COLLECTIVE_MATMUL",
         generations=TPU_GENERATIONS),
+    # libtpu 0.0.51-0.0.52 with the layer input and the attention output both offloaded to host
+    # (remat custom: decoder_input and out_proj = offload): the collective pipeliner makes the
+    # compiler copy both whole [layers, rows, seq, d_model] stacks from host memory to HBM
+    # between the forward and the backward, relay them out there and copy them back (17 GB each
+    # way a step on the v6e-256 Llama3.1-8B recipe; none under libtpu <= 0.0.50). Without it, none.
+    "no_collective_pipeliner": FlagSet(
+        (), ("--xla_tpu_enable_collective_pipeliner=false",),
+        "collective pipeliner off: on libtpu 0.0.51-0.0.52 it is what makes a step with both the layer input "
+        "and the attention output offloaded copy the two whole stacks from host to HBM and back for a relayout; "
+        "compose it with another set as SET+no_collective_pipeliner",
+        "measured here: the v6e-256 Llama3.1-8B recipe's step through the HLO passes (libtpu 0.0.52) has 4 "
+        "whole-stack bf16[32,4,8192,4096] host copies with v6e_llama3, none with v6e_llama3+no_collective_pipeliner "
+        "(benchmarks/RESULTS.md, 'The collective pipeliner and the offloaded stacks')",
+        generations=TPU_GENERATIONS),
     "cpu_eigen_dots": FlagSet(
         ("--xla_cpu_experimental_ynn_fusion_type=",),
         (),
@@ -198,16 +212,47 @@ FLAG_SETS: dict[str, FlagSet] = {
 }
 
 
+COMPOSE = "+"  # "v6e_llama3+no_collective_pipeliner": the sets' flags together, the later's winning a clash
+
+
 def names() -> list[str]:
     return list(FLAG_SETS)
 
 
 def check(name) -> FlagSet:
-    """The set called `name`; ConfigError (one line, listing the sets) when there is none."""
-    if not isinstance(name, str) or name not in FLAG_SETS:
-        raise ConfigError(f"unknown compiler flag set {name!r}; choose one of {', '.join(FLAG_SETS)} "
-                          "(trainer/flagsets.py)")
-    return FLAG_SETS[name]
+    """The set called `name`, or the sets `a+b+...` composed (their flags in that order, a flag
+    of the same name taking the later set's value; the TPU generations all of them apply to);
+    ConfigError (one line, listing the sets) for an unknown name or part."""
+    parts = name.split(COMPOSE) if isinstance(name, str) else [name]
+    unknown = [p for p in parts if not isinstance(p, str) or p not in FLAG_SETS]
+    if unknown:
+        what = repr(name) if len(parts) == 1 else f"{unknown[0]!r} (in {name!r})"
+        raise ConfigError(f"unknown compiler flag set {what}; choose one of {', '.join(FLAG_SETS)}, or "
+                          f"several joined by '{COMPOSE}' (trainer/flagsets.py)")
+    if len(parts) == 1:
+        return FLAG_SETS[name]
+    if len(set(parts)) < len(parts) or "default" in parts:
+        raise ConfigError(f"compiler flag set {name!r} names a set twice or names 'default'; join distinct sets "
+                          f"other than 'default' with '{COMPOSE}'")
+    sets = [FLAG_SETS[p] for p in parts]
+    generations = tuple(g for g in TPU_GENERATIONS if all(g in s.generations for s in sets))
+    if not generations:
+        raise ConfigError(f"compiler flag set {name!r}: no TPU generation takes all of {', '.join(parts)}")
+    xla, libtpu = "", ""
+    for s in sets:
+        xla, libtpu = _merge(xla, s.xla_flags), _merge(libtpu, s.libtpu_init_args)
+    refusals = tuple(dict(r for s in sets for r in s.refusals if r[0] not in generations).items())
+    return FlagSet(tuple(xla.split()), tuple(libtpu.split()), " + ".join(s.description for s in sets),
+                   " + ".join(s.source for s in sets), generations=generations, refusals=refusals)
+
+
+def known(name) -> bool:
+    """Whether `name` is a set of the table, or sets of it composed (check would return one)."""
+    try:
+        check(name)
+    except ConfigError:
+        return False
+    return True
 
 
 def for_generation(chip: str) -> list[str]:

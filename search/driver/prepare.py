@@ -28,7 +28,7 @@ from .context import StudyContext
 def worker_flags(cfg) -> str:
     """The compiler flag set a config's worker runs with: its own when known, else "default"
     (an unknown name fails the trial in the driver, before any worker)."""
-    return cfg.flags if cfg.flags in flagsets.FLAG_SETS else "default"
+    return cfg.flags if flagsets.known(cfg.flags) else "default"
 
 
 def first_flag_set(ctx: StudyContext) -> str:

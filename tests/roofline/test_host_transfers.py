@@ -3,6 +3,7 @@ compiled step's transfers to and from host memory, counts the bytes the offloade
 make, prices them at the chip's host bandwidth per direction, and the schedule replay exposes
 what the step does not hide."""
 import dataclasses
+import re
 
 import pytest
 
@@ -59,3 +60,29 @@ def test_offloaded_activations_move_over_the_host_link_both_ways(v5e_8, offload_
 def test_a_step_without_offload_moves_nothing_to_the_host(v5e_8):
     roof = R.analyze(_hlo(v5e_8, "full"), hardware_for(v5e_8), num_devices=8)
     assert not [c for c in roof.collectives if c.link == "host"]
+
+
+@needs_libtpu
+def test_the_collective_pipeliner_round_trips_two_offloaded_stacks_and_its_set_stops_it(monkeypatch):
+    """libtpu 0.0.52, layer input and attention output both offloaded: the collective pipeliner
+    makes the compiler copy both whole [layers, rows, seq, d_model] stacks from host memory to HBM
+    and back between the forward and the backward (v6e, v5p, v4; not v5e); with the set
+    `no_collective_pipeliner` no such copy is made, and the host link carries less."""
+    from paxsearch.trainer import flagsets
+
+    devices = topology.topology_devices("v6e-8")
+    stack = re.compile(rf"bf16\[{MODEL.n_layers},{ROWS},{MODEL.seq_len},{MODEL.d_model}\]")
+    copies, host_s = {}, {}
+    for name in ("default", "no_collective_pipeliner"):
+        for key, value in flagsets.env_for(name, "tpu").items():
+            monkeypatch.setenv(key, value)
+        cfg = TrainConfig(model=dataclasses.replace(MODEL, attention="flash"), mesh=MeshConfig(ici=(1, 8, 1)),
+                          per_device_batch=ROWS, remat="custom:decoder_input=offload,out_proj=offload", flags=name,
+                          eval=EvalConfig(enabled=False))
+        text = hlo_passes.build_plan_program(cfg, devices, "v6e-8").plan.hlo_text
+        copies[name] = sum(1 for line in text.splitlines()
+                           if " copy-start(" in line and stack.search(line.split(" copy-start(")[0]))
+        roof = R.analyze(text, hardware_for(devices), num_devices=8)
+        host_s[name] = sum(c.seconds for c in roof.collectives if c.link == "host")
+    assert copies == {"default": 4, "no_collective_pipeliner": 0}
+    assert 0 < host_s["no_collective_pipeliner"] < host_s["default"]

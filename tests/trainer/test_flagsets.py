@@ -102,6 +102,42 @@ def test_env_for_merges_and_keeps_the_device_count():
     assert flagsets.applied("default", {})
 
 
+def test_sets_compose_with_a_plus():
+    """`a+b`: a's flags then b's (a flag both name takes b's value), the generations both take; the
+    static check, the env and a worker's set read a composed name as they read a table name."""
+    from paxsearch.search.driver.prepare import worker_flags
+    from paxsearch.trainer import validate
+
+    from ..space_factory import tiny_config
+
+    name = "v6e_llama3+no_collective_pipeliner"
+    s, a, b = flagsets.check(name), flagsets.FLAG_SETS["v6e_llama3"], flagsets.FLAG_SETS["no_collective_pipeliner"]
+    assert s.libtpu_init_args == a.libtpu_init_args + b.libtpu_init_args and s.generations == a.generations
+    assert flagsets.known(name) and name in flagsets.describe(name)
+    env = flagsets.env_for(name, "tpu", {})
+    assert env["LIBTPU_INIT_ARGS"].split()[-1] == "--xla_tpu_enable_collective_pipeliner=false"
+    assert flagsets.applied(name, env, "tpu") and not flagsets.applied(name, flagsets.env_for("v6e_llama3", "tpu", {}),
+                                                                      "tpu")
+    # a clash: the later set's value
+    clash = flagsets.check("no_collective_matmul+paxml_multislice").libtpu_init_args
+    assert "--xla_jf_spmd_threshold_for_windowed_einsum_mib=0" in clash
+    assert not any(f.endswith("=1000000") for f in clash)
+    # generations: those every part takes; a part refused on a chip keeps its refusal line
+    fused = "collective_fusion+latency_hiding"
+    assert flagsets.check(fused).generations == ("v5e",)
+    cfg = configio.build(tiny_config(mesh="1x8x1", flags=fused))
+    assert worker_flags(cfg) == fused
+    validate.check(cfg, 8, "tpu", chip="v5e")
+    with pytest.raises(ConfigError, match="ghostlite"):
+        validate.check(cfg, 8, "tpu", chip="v6e")
+    for bad, said in (("v6e_llama3+fast", "'fast' (in 'v6e_llama3+fast')"), ("default+latency_hiding", "'default'"),
+                      ("latency_hiding+latency_hiding", "twice")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            flagsets.check(bad)
+        assert not flagsets.known(bad)
+    assert worker_flags(configio.build(tiny_config(mesh="1x8x1", flags="v6e_llama3+fast"))) == "default"
+
+
 def test_unknown_set_is_one_line_naming_the_sets():
     with pytest.raises(ConfigError) as e:
         flagsets.check("fast")
