@@ -126,7 +126,7 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
         parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
                      f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} "
                      + _MEMORY_SOURCE.get(str(plan.get("plan_method")), "(compiled)")
-                     + _full_run(outcome))
+                     + _full_run(outcome) + _round_trips(plan))
     elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
         loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"
         parts.append(f"{loss}  mfu {100 * (m.mfu or 0):.2f}%  mem {mem}  step {1e3 * (m.step_time or 0):.0f} ms"
@@ -135,6 +135,17 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
         parts.append(outcome.message[:100])
     parts.append(f"{total_s:.1f} s")
     return " | ".join(parts)
+
+
+def _round_trips(plan: dict) -> str:
+    """"  host round trip 2 x 8.6 GB ..." when the compiled step copies offloaded buffers from host
+    memory to HBM and back only to relay them out (trainer/roofline/host.host_round_trips)."""
+    roof = plan.get("roofline") or {}
+    n, moved = roof.get("host_round_trips") or 0, roof.get("host_round_trip_bytes") or 0.0
+    if not n:
+        return ""
+    return (f"  host round trip {n} x {moved / n / 1e9:.1f} GB for a relayout (libtpu 0.0.52's collective "
+            "pipeliner: flags +no_collective_pipeliner removes it)")
 
 
 def _full_run(outcome: TrialOutcome) -> str:

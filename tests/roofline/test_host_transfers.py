@@ -72,7 +72,7 @@ def test_the_collective_pipeliner_round_trips_two_offloaded_stacks_and_its_set_s
 
     devices = topology.topology_devices("v6e-8")
     stack = re.compile(rf"bf16\[{MODEL.n_layers},{ROWS},{MODEL.seq_len},{MODEL.d_model}\]")
-    copies, host_s = {}, {}
+    copies, host_s, trips = {}, {}, {}
     for name in ("default", "no_collective_pipeliner"):
         for key, value in flagsets.env_for(name, "tpu").items():
             monkeypatch.setenv(key, value)
@@ -84,5 +84,9 @@ def test_the_collective_pipeliner_round_trips_two_offloaded_stacks_and_its_set_s
                            if " copy-start(" in line and stack.search(line.split(" copy-start(")[0]))
         roof = R.analyze(text, hardware_for(devices), num_devices=8)
         host_s[name] = sum(c.seconds for c in roof.collectives if c.link == "host")
+        trips[name] = (roof.host_round_trips, roof.host_round_trip_bytes, roof.to_dict()["host_round_trips"])
     assert copies == {"default": 4, "no_collective_pipeliner": 0}
+    # the roofline names them: two stacks, each whole once per step, each way
+    stack_bytes = MODEL.n_layers * ROWS * MODEL.seq_len * MODEL.d_model * 2
+    assert trips == {"default": (2, 2 * stack_bytes, 2), "no_collective_pipeliner": (0, 0.0, 0)}
     assert 0 < host_s["no_collective_pipeliner"] < host_s["default"]

@@ -39,3 +39,26 @@ def host_transfer(module: HloModule, comp: Computation, ins: Instr) -> tuple[str
     if root.opcode == "dynamic-slice" and root.operands and in_host_memory(operand_shape(called, root.operands[0])):
         return "h2d", shape_bytes(root.shape)
     return None
+
+
+def host_round_trips(module: HloModule) -> list[tuple[str, str, float]]:
+    """(computation, shape, bytes each way) of every buffer the step copies from host memory to HBM only to
+    relay it out and copy it back (copy-start h2d -> copy-done -> copy -> copy-start d2h): a
+    whole offloaded stack's layout change, which moves it over the PCIe link twice. libtpu 0.0.52
+    does this to the layer inputs and attention outputs when both are offloaded, with its
+    collective pipeliner on (the flag set no_collective_pipeliner leaves it out)."""
+    out = []
+    for comp in module.computations.values():
+        for ins in comp.instrs:
+            transfer = host_transfer(module, comp, ins) if ins.opcode == "copy-start" else None
+            if transfer is None or transfer[0] != "d2h" or not ins.operands:
+                continue
+            relayout = comp.by_name.get(ins.operands[0])
+            done = comp.by_name.get(relayout.operands[0]) if relayout is not None and relayout.opcode == "copy" \
+                and relayout.operands else None
+            start = comp.by_name.get(done.operands[0]) if done is not None and done.opcode == "copy-done" \
+                and done.operands else None
+            back = host_transfer(module, comp, start) if start is not None and start.opcode == "copy-start" else None
+            if back is not None and back[0] == "h2d":
+                out.append((comp.name, relayout.shape, transfer[1]))
+    return out

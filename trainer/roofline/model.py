@@ -8,6 +8,7 @@ from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
 from .cost import flop_rate, op_costs, op_work, priced_seconds
 from .hlo import call_graph, parse_module
+from .host import host_round_trips
 from .schedule import exposed_by_schedule
 
 OVERLAP_FRACTION = 0.5  # the fallback only (HLO that is not scheduled): share of the roofline that hides comm
@@ -40,6 +41,10 @@ class Roofline:
     compiler_cycles_ops: int = 0
     compiler_excess_s: float = 0.0
     on_chip: str = "roofline"
+    # buffers copied from host memory to HBM and back only for a relayout (host.host_round_trips):
+    # how many, and their bytes each way per step
+    host_round_trips: int = 0
+    host_round_trip_bytes: float = 0.0
 
     def predicted_mfu(self, model_flops_per_step: float, num_devices: int, peak_flops: float) -> float:
         if self.step_time_s <= 0:
@@ -77,6 +82,8 @@ class Roofline:
             "on_chip": self.on_chip,
             "compiler_cycles_ops": self.compiler_cycles_ops,
             "compiler_excess_s": self.compiler_excess_s,
+            "host_round_trips": self.host_round_trips,
+            "host_round_trip_bytes": self.host_round_trip_bytes,
             "collectives": self.collectives_summary(),
             "trip_counts": dict(self.trip_counts),
             "unknown_trip_counts": list(self.unknown_trip_counts),
@@ -156,6 +163,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
         exposed, fraction, how = max(0.0, comm - overlap_fraction * roof), overlap_fraction, OVERLAP_FIXED
         for c in colls:  # spread over the collectives by their share of the time
             c.exposed_s = exposed * c.seconds / comm if comm else 0.0
+    trips = [(shape, moved * graph.multiplier.get(comp, 0.0)) for comp, shape, moved in host_round_trips(module)]
     return Roofline(hw.name, flops, bytes_, compute, memory, roof, comm, exposed, roof + exposed,
                     fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how, estimated, excess,
-                    hw.on_chip)
+                    hw.on_chip, len(trips), sum(b for _, b in trips))
