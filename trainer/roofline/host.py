@@ -47,18 +47,20 @@ def host_round_trips(module: HloModule) -> list[tuple[str, str, float]]:
     whole offloaded stack's layout change, which moves it over the PCIe link twice. libtpu 0.0.52
     does this to the layer inputs and attention outputs when both are offloaded, with its
     collective pipeliner on (the flag set no_collective_pipeliner leaves it out)."""
+    def producer(comp: Computation, ins: Instr | None, opcode: str) -> Instr | None:
+        """The instruction of `opcode` that produces `ins`'s first operand, if it is one."""
+        src = comp.by_name.get(ins.operands[0]) if ins is not None and ins.operands else None
+        return src if src is not None and src.opcode == opcode else None
+
     out = []
     for comp in module.computations.values():
         for ins in comp.instrs:
             transfer = host_transfer(module, comp, ins) if ins.opcode == "copy-start" else None
-            if transfer is None or transfer[0] != "d2h" or not ins.operands:
+            if transfer is None or transfer[0] != "d2h":
                 continue
-            relayout = comp.by_name.get(ins.operands[0])
-            done = comp.by_name.get(relayout.operands[0]) if relayout is not None and relayout.opcode == "copy" \
-                and relayout.operands else None
-            start = comp.by_name.get(done.operands[0]) if done is not None and done.opcode == "copy-done" \
-                and done.operands else None
-            back = host_transfer(module, comp, start) if start is not None and start.opcode == "copy-start" else None
-            if back is not None and back[0] == "h2d":
+            relayout = producer(comp, ins, "copy")
+            start = producer(comp, producer(comp, relayout, "copy-done"), "copy-start")
+            back = host_transfer(module, comp, start) if start is not None else None
+            if relayout is not None and back is not None and back[0] == "h2d":
                 out.append((comp.name, relayout.shape, transfer[1]))
     return out
