@@ -115,6 +115,7 @@ class Published(_OnASlice):
     held_out: bool = False  # kept aside: checked after the calibration rows, never tuned against
     ran: bool = True  # the config ran (a published measurement exists)
     note: str = ""
+    causal_attention: bool = True  # False: the published program computed every S x S block (V5E_2023_ATTENTION)
 
 
 # What MaxText's 2023-10 v5e program did that ours does not (read at C_V5E_16_32, MaxText/layers.py
@@ -137,7 +138,7 @@ ROWS = (
         config=f"{MAXTEXT} MaxText/configs/largest_job/16b.sh@{C_V5E_64_128} (per_device_batch_size=6, "
                "remat_policy=full, global_parameter_scale=16, max_target_length=2048, enable_flash_attention=true; "
                "ici_fsdp_parallelism defaults to all chips); = MaxText/configs/v5e/16b.sh@" + C_V5P,
-        note=V5E_2023_ATTENTION),
+        note=V5E_2023_ATTENTION, causal_attention=False),
     Published(
         name="v5e-256 32B", preset="maxtext-v5e-32b", target="tpu:v5e-256", chips=256, ici=(1, 256, 1),
         maxtext_per_device_batch=4, remat="full", attention="flash", tflops=132, mfu=0.6686, formula="6N+attn",
@@ -145,7 +146,7 @@ ROWS = (
         config=f"{MAXTEXT} MaxText/configs/largest_job/32b.sh@{C_V5E_64_128} (per_device_batch_size=4, "
                "remat_policy=full, global_parameter_scale=32, max_target_length=2048, enable_flash_attention=true); "
                "= MaxText/configs/v5e/32b.sh@" + C_V5P,
-        note=V5E_2023_ATTENTION),
+        note=V5E_2023_ATTENTION, causal_attention=False),
     Published(
         name="v4-128 22B", preset="maxtext-v4-22b", target="tpu:v4-128", chips=64, ici=(1, 64, 1),
         maxtext_per_device_batch=16, remat="full", attention="mha", tflops=156, mfu=0.567, formula="6N",
@@ -176,7 +177,7 @@ ROWS = (
         config=f"{MAXTEXT} MaxText/configs/largest_job/64b.sh@{C_V5E_64_128} (per_device_batch_size=2, "
                "remat_policy=full, global_parameter_scale=64, enable_flash_attention=true)",
         held_out=True,
-        note=V5E_2023_ATTENTION),
+        note=V5E_2023_ATTENTION, causal_attention=False),
     Published(
         name="v5e-256 128B", preset="maxtext-v5e-128b", target="tpu:v5e-256", chips=256, ici=(1, 16, 16),
         maxtext_per_device_batch=1, remat="full", attention="flash", tflops=110, mfu=0.5606, formula="6N+attn",
@@ -187,7 +188,7 @@ ROWS = (
                "remat_policy=full, global_parameter_scale=128, ici_fsdp_parallelism=16, ici_tensor_parallelism=16, "
                "enable_flash_attention=true)",
         held_out=True,
-        note=V5E_2023_ATTENTION),
+        note=V5E_2023_ATTENTION, causal_attention=False),
     Published(
         name="v5p-128 64B", preset="maxtext-v5e-64b", target="tpu:v5p-128", chips=64, ici=(1, 16, 4),
         maxtext_per_device_batch=4, remat="minimal", attention="flash", tflops=323, mfu=0.7031,
@@ -252,6 +253,39 @@ def converted_mfu(row: Published) -> float:
 
 def converted_tflops(row: Published) -> float:
     return row.tflops * conversion(row)
+
+
+NONCAUSAL_BLOCK = 512  # the 2023 kernel's block (V5E_2023_ATTENTION)
+# S x S matmuls per head and layer of our splash kernels under full remat (trainer/roofline/cost.py
+# SPLASH_MATMULS): the forward twice (2 each), the dK/dV kernel (4), the dQ kernel (3)
+SPLASH_MATMULS_FULL_REMAT = 11
+
+
+def noncausal_extra_flops_per_chip(row: Published) -> float:
+    """FLOPs per chip and step that the published program computed beyond our causal splash
+    kernels: the S x S blocks above the diagonal (n^2 - n (n + 1) / 2 of n^2, n = S / 512), for
+    a row whose program left out the causal mask; 0 for the others. Rows of full remat only."""
+    if row.causal_attention:
+        return 0.0
+    if row.remat != "full":
+        raise ValueError(f"{row.name}: the extra attention work is counted for remat 'full' only")
+    m = _dims(row)
+    s = m.seq_len
+    n = s // NONCAUSAL_BLOCK
+    data, fsdp, tensor = row.ici
+    rows = row.global_batch / (data * fsdp)  # sequences per chip
+    heads = m.n_heads / tensor  # query heads per chip
+    every_block = m.n_layers * heads * rows * SPLASH_MATMULS_FULL_REMAT * 2 * s * s * m.head_dim
+    return every_block * (1 - n * (n + 1) / 2 / n ** 2)
+
+
+def noncausal_extra_seconds(row: Published) -> float:
+    """noncausal_extra_flops_per_chip at the rate the planner prices the splash kernels at on
+    the row's chip (trainer/hardware.py: peak x attention_efficiency)."""
+    from paxsearch.trainer import hardware
+    spec = hardware.spec(row.chip)
+    rate = spec.peak_bf16_flops.value * (spec.attention_efficiency or spec.matmul_efficiency).value
+    return noncausal_extra_flops_per_chip(row) / rate
 
 
 def published_step_time(row: Published) -> float:

@@ -136,6 +136,36 @@ def test_report_ratio_fit_and_ranking():
     assert "compile_error: boom" in missing and "not run" in missing
 
 
+def test_the_published_programs_attention_work():
+    """The 2023 v5e programs computed every S x S block (flash_attention causal=False): the blocks
+    our causal splash kernels skip, 6 of 16 at S 2048 and block 512, priced at the planner's splash
+    rate on v5e, are added to our step for the comparison; a causal row adds nothing."""
+    import dataclasses
+
+    from paxsearch.trainer import hardware
+
+    v5e = [r for r in P.ROWS if not r.causal_attention]
+    assert {r.name for r in v5e} == {"v5e-256 16B", "v5e-256 32B", "v5e-256 64B", "v5e-256 128B"}
+    assert all(r.note == P.V5E_2023_ATTENTION for r in v5e)
+    # 16B by hand: 32 layers x 32 heads x 6 rows per chip x 11 S x S matmuls x 2 S^2 x 256, 6 of 16 blocks
+    r16 = P.BY_NAME["v5e-256 16B"]
+    assert P.noncausal_extra_flops_per_chip(r16) == pytest.approx(32 * 32 * 6 * 11 * 2 * 2048 ** 2 * 256 * 6 / 16)
+    # 128B: fsdp 16 x tensor 16, so 16 rows and 4 heads a chip, 64 layers: the same work per chip as 32B's
+    assert P.noncausal_extra_flops_per_chip(P.BY_NAME["v5e-256 128B"]) == pytest.approx(
+        P.noncausal_extra_flops_per_chip(P.BY_NAME["v5e-256 32B"]))
+    spec = hardware.spec("v5e")
+    assert P.noncausal_extra_seconds(r16) == pytest.approx(
+        P.noncausal_extra_flops_per_chip(r16) / (197e12 * spec.attention_efficiency.value))
+    assert P.noncausal_extra_flops_per_chip(P.BY_NAME["v4-128 22B"]) == 0.0
+    with pytest.raises(ValueError, match="remat 'full' only"):
+        P.noncausal_extra_flops_per_chip(dataclasses.replace(r16, remat="minimal"))
+    text = B.report([r16], {r16.name: _result(P.converted_mfu(r16) * 1.14)})
+    extra = P.noncausal_extra_seconds(r16)
+    assert f"| 1.14 | +{extra:.2f}, {1.14 * 9.0 / (9.0 + extra):.2f} |" in text
+    assert "Mean |predicted / published - 1| (calibration, 1 rows): 14.0% (max 14.0%); with the published " \
+           f"programs' work {abs(1.14 * 9.0 / (9.0 + extra) - 1):.1%}" in text
+
+
 # ---- MaxText's 2025 recipes (published.RECIPES): traced, their figures consistent, the nearest config valid
 
 
