@@ -189,14 +189,14 @@ FLAG_SETS: dict[str, FlagSet] = {
         f"MaxText benchmarks/maxtext_trillium_model_configs.py @{_MX_V6E} llama3_1_8b_8192_no_collective_matmul: "
         "v6e_llama3's groups + DISABLE_COLLECTIVE_MATMUL",
         generations=TPU_GENERATIONS),
-    # libtpu 0.0.51-0.0.52 with the layer input and the attention output both offloaded to host
+    # libtpu 0.0.52 (the copies began in 0.0.51) with the layer input and the attention output both offloaded to host
     # (remat custom: decoder_input and out_proj = offload): the collective pipeliner makes the
     # compiler copy both whole [layers, rows, seq, d_model] stacks from host memory to HBM
     # between the forward and the backward, relay them out there and copy them back (17 GB each
     # way a step on the v6e-256 Llama3.1-8B recipe; none under libtpu <= 0.0.50). Without it, none.
     "no_collective_pipeliner": FlagSet(
         (), ("--xla_tpu_enable_collective_pipeliner=false",),
-        "collective pipeliner off: on libtpu 0.0.51-0.0.52 it is what makes a step with both the layer input "
+        "collective pipeliner off: on libtpu 0.0.52 it is what makes a step with both the layer input "
         "and the attention output offloaded copy the two whole stacks from host to HBM and back for a relayout; "
         "compose it with another set as SET+no_collective_pipeliner",
         "measured here: the v6e-256 Llama3.1-8B recipe's step through the HLO passes (libtpu 0.0.52) has 4 "
