@@ -12,7 +12,9 @@ splash attention 33.2%, loop fusion 7.2%, reduce-scatter 4.0%, all-gather 1.9%, 
 host-offload copies <0.1%, idle 0.3%). `--model qwen3` plans Qwen3-8B's dims (36 layers, d_ff 12288,
 vocabulary 151936; no QK norm: the trainer has none) in place of Llama3.1-8B's.
 
-    python benchmarks/diag_profile_buckets.py --model qwen3 [--flags v6e_llama3_no_collective_matmul+no_collective_pipeliner]
+    python benchmarks/diag_profile_buckets.py --model qwen3
+    python benchmarks/diag_profile_buckets.py --model llama   # the recipe's own model
+    python benchmarks/diag_profile_buckets.py --flags v6e_llama3_no_collective_matmul   # the recipe's flags alone
 
 Needs the tpu extra (libtpu).
 """
@@ -56,7 +58,8 @@ def main(argv=None) -> int:
 
     slice_name = r.target.split(":")[1]
     devices = topo.topology_devices(slice_name)
-    plan = hlo_passes.build_plan_program(cfg, devices, slice_name).plan
+    program = hlo_passes.build_plan_program(cfg, devices, slice_name)
+    plan = program.plan
     hw = hardware_for(devices)
     module = hlo.parse_module(plan.hlo_text)
     graph = hlo.call_graph(module)
@@ -68,7 +71,7 @@ def main(argv=None) -> int:
         key = ("splash kernels" if cost.splash_matmuls(ins) else
                "matmul fusions" if cost.uses_mxu(module, ins) else "other on-chip ops")
         buckets[key] += costs[2] * mult
-    roof = R.analyze(plan.hlo_text, hw, num_devices=len(devices))
+    roof = R.analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=plan.num_devices)  # as trainer/predict.py
     buckets["exposed ICI collectives"] = sum(c.exposed_s for c in roof.collectives if c.link != "host")
     buckets["exposed host transfers"] = sum(c.exposed_s for c in roof.collectives if c.link == "host")
     total = sum(buckets.values())

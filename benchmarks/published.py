@@ -281,11 +281,9 @@ def noncausal_extra_flops_per_chip(row: Published) -> float:
 
 def noncausal_extra_seconds(row: Published) -> float:
     """noncausal_extra_flops_per_chip at the rate the planner prices the splash kernels at on
-    the row's chip (trainer/hardware.py: peak x attention_efficiency)."""
-    from paxsearch.trainer import hardware
-    spec = hardware.spec(row.chip)
-    rate = spec.peak_bf16_flops.value * (spec.attention_efficiency or spec.matmul_efficiency).value
-    return noncausal_extra_flops_per_chip(row) / rate
+    the row's chip (the roofline's Hardware of that chip: peak x attention_efficiency)."""
+    from paxsearch.trainer.predict import hardware_for
+    return noncausal_extra_flops_per_chip(row) / hardware_for((), row.chip).sustained_attention_flops
 
 
 def published_step_time(row: Published) -> float:

@@ -47,7 +47,7 @@ CPU_COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_secon
 CPU_COLLECTIVE_TIMEOUT_S = 600
 
 
-def _name(flag: str) -> str:
+def _flag_name(flag: str) -> str:
     return flag.split("=", 1)[0]
 
 
@@ -58,10 +58,10 @@ def with_device_count(xla_flags: str | None, n: int | None) -> str:
     removed (the flags of one's own, as a TPU or GPU process and the plan cache's key take them;
     neither changes a compiled program)."""
     drop = (DEVICE_COUNT_FLAG,) if n is not None else (DEVICE_COUNT_FLAG, CPU_COLLECTIVE_TIMEOUT_FLAG)
-    kept = [f for f in (xla_flags or "").split() if _name(f) not in drop]
+    kept = [f for f in (xla_flags or "").split() if _flag_name(f) not in drop]
     if n is not None:
         kept.append(f"{DEVICE_COUNT_FLAG}={int(n)}")
-        if not any(_name(f) == CPU_COLLECTIVE_TIMEOUT_FLAG for f in kept):
+        if not any(_flag_name(f) == CPU_COLLECTIVE_TIMEOUT_FLAG for f in kept):
             kept.append(f"{CPU_COLLECTIVE_TIMEOUT_FLAG}={CPU_COLLECTIVE_TIMEOUT_S}")
     return " ".join(kept)
 
@@ -285,10 +285,6 @@ def describe(name: str) -> str:
     s = check(name)
     flags = " ".join(s.xla_flags + s.libtpu_init_args) or "no flags"
     return f"{name}: {s.description} [{flags}] (TPU: {', '.join(s.generations)}; source: {s.source})"
-
-
-def _flag_name(flag: str) -> str:
-    return flag.split("=", 1)[0]
 
 
 def _merge(existing: str, added: tuple[str, ...]) -> str:
