@@ -50,6 +50,12 @@ def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
     return 3 * forward_flops_per_token(m) * global_batch * m.seq_len
 
 
+def attention_flops_per_step(m: ModelConfig, global_batch: int) -> int:
+    """The causal attention's share of model_flops_per_step (QK^T and AV, 3 x forward): the part
+    an attention kernel runs, the rest being matmuls with the weights."""
+    return 3 * m.n_layers * 2 * m.seq_len * m.n_heads * m.head_dim * global_batch * m.seq_len
+
+
 def param_count(m: ModelConfig) -> int:
     """Parameters of the model that model.TransformerLM builds for `m`."""
     attn = 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.kv_heads * m.head_dim

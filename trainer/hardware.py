@@ -69,8 +69,8 @@ class DeviceSpec:
     host_bandwidth: Figure | None = None
     # TPU: the TensorCore clock, which the compiler's per-op cycle estimates count; None on GPUs
     clock_hz: Figure | None = None
-    # TPU: share of peak_bf16_flops the Pallas splash-attention kernels' matmul FLOPs were measured to
-    # run at (their S x S matmuls share the kernel with the softmax); None on GPUs (no splash kernels)
+    # share of peak_bf16_flops the attention kernels' matmul FLOPs were measured to run at (their S x S
+    # matmuls share the kernel with the softmax): TPU the Pallas splash kernels, GPU cuDNN's flash attention
     attention_efficiency: Figure | None = None
 
     @property
@@ -161,6 +161,17 @@ _PCIE = (_SCALING + " ('PCIe bandwidth is typically around 1.5e10 bytes / second
          "taken as each direction of the full-duplex link)")
 _MAMF = ("https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md "
          "('Maximum Achievable Matmul FLOPS comparison table', BF16, mean of 100 iterations: {})")
+_CUDNN_FMHA = ("measured: cuDNN 9.19's flash attention (SDPA) on one NVIDIA H200, BF16, causal (top-left), "
+               "batch 1, S 4096, 64 query / 8 KV heads of 128: forward 0.465 ms (591 TFLOP/s), backward 1.450 ms "
+               "(474 TFLOP/s), median kernel device time (torch profiler); FLOPs as cuDNN's benchmark counts "
+               "them, 2 x (d_qk + d_v) per computed score forward and 2 x (3 d_qk + 2 d_v) backward over the "
+               "S (S + 1) / 2 causal scores, so forward + backward = 9.621e11 / 1.915 ms = 502.5 TFLOP/s = 50.8% "
+               "of 989: github.com/NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/"
+               "h200_919_only_cudnn/llama3.1_20260227_034703.csv@df73764adb98b7445b77662ce07b1ea434c8f3ee "
+               "(the same table: 40.1% at S 2048, 57.3% at S 8192; the kernel is compute-bound, and H100 SXM "
+               "shares H200's compute die and clocks)")
+_CUDNN_FMHA_ASSUMED = ("assumption: no measurement of cuDNN's flash attention traced for this GPU; its matmul "
+                       "efficiency is used")
 _JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX preallocates 75% of "
                 "the GPU's memory (XLA_PYTHON_CLIENT_MEM_FRACTION=.75)")
 
@@ -188,7 +199,8 @@ def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes)
         Figure(2, _ONE_RING), Figure(nic, s["nic"]), Figure(1e-6, _NVLINK_LAT), Figure(20e-6, _IB_LAT),
         Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]),
         Figure(1.0, _GPU_HBM), excludes,
-        host_bandwidth=Figure(*s["host"]))
+        host_bandwidth=Figure(*s["host"]),
+        attention_efficiency=Figure(*s.get("attention", (matmul, _CUDNN_FMHA_ASSUMED))))
 
 
 TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
@@ -242,7 +254,8 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
                "8 x 400 Gb/s ConnectX-7 for 8 GPUs, one per GPU)",
         "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, 2048x2048x13312, torch 2.7.0+cu126"),
         "host": (64e9, "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: PCIe Gen5 128 GB/s, both "
-                       "directions: 64 GB/s each)")},
+                       "directions: 64 GB/s each)"),
+        "attention": (0.508, _CUDNN_FMHA)},
          ("pcie", "nvl")),
     _gpu("h200", ("NVIDIA H200",), 989e12, 141e9, 4.8e12, 900e9, 400e9 / 8, 0.803, {
         "peak": "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: 989 TFLOP/s bf16 dense, 141 GB "
@@ -252,7 +265,8 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, noted 'H200 is the same'; H200 and "
                                "H100 SXM share the compute die and clocks"),
         "host": (64e9, "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: PCIe Gen5 128 GB/s, both "
-                       "directions: 64 GB/s each)")}, ("nvl",)),
+                       "directions: 64 GB/s each)"),
+        "attention": (0.508, _CUDNN_FMHA)}, ("nvl",)),
 )}
 
 

@@ -435,8 +435,9 @@ def analytic_plan(cfg, target: Target) -> dict:
     """The plan of `cfg` on `target` without compiling (a GPU node where XLA cannot compile for
     it: planning_notice): memory is state_bytes' lower bound (parameters, gradients, AdamW
     moments; no activations), FLOPs the model's (trainer/flops.py), and the step time those
-    FLOPs at the chip's matmul rate (peak x measured matmul efficiency, trainer/hardware.py),
-    with no memory-bound work and no communication: an optimistic bound, labelled analytic."""
+    FLOPs at the chip's rates (peak x measured matmul efficiency; the causal attention's at the
+    attention kernels' measured efficiency, trainer/hardware.py), with no memory-bound work and no
+    communication: an optimistic bound, labelled analytic."""
     from ...trainer import mesh as mesh_lib
 
     target = target.for_config(cfg)
@@ -444,9 +445,11 @@ def analytic_plan(cfg, target: Target) -> dict:
     need, shards, params, moments = state_bytes(cfg, target)
     batch = mesh_lib.global_batch_size(cfg, target.num_devices)
     model_flops = float(flops_lib.model_flops_per_step(cfg.model, batch))
+    attention = float(flops_lib.attention_flops_per_step(cfg.model, batch))
     peak = entry.peak_bf16_flops.value
-    rate = peak * entry.matmul_efficiency.value
-    step = model_flops / target.num_devices / rate
+    attention_eff = (entry.attention_efficiency or entry.matmul_efficiency).value
+    step = ((model_flops - attention) / (peak * entry.matmul_efficiency.value)
+            + attention / (peak * attention_eff)) / target.num_devices
     hbm = target.hbm_bytes_per_device
     return {
         "target": target.name, "num_slices": int(target.num_slices), "plan_only": target.plan_only,
@@ -462,8 +465,9 @@ def analytic_plan(cfg, target: Target) -> dict:
         "predicted_tokens_per_sec": batch * cfg.model.seq_len / step,
         "roofline": {"predicted": True, "hardware": entry.name, "method": "analytic",
                      "compute_s": step, "step_time_s": step,
-                     "source": f"model FLOPs / ({peak / 1e12:g} TFLOP/s x matmul efficiency "
-                               f"{entry.matmul_efficiency.value:g}); trainer/hardware.py: "
+                     "source": f"model FLOPs at {peak / 1e12:g} TFLOP/s x matmul efficiency "
+                               f"{entry.matmul_efficiency.value:g}, their causal attention at x attention "
+                               f"efficiency {attention_eff:g}; trainer/hardware.py: "
                                f"{entry.peak_bf16_flops.source}; {entry.matmul_efficiency.source}"},
         "plan_method": "analytic",
         "plan_notice": planning_notice(target),

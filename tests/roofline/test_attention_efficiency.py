@@ -1,22 +1,28 @@
 """The Pallas splash-attention kernels' FLOPs are priced at the rate those kernels were measured to
 run at (Hardware.attention_efficiency, trainer/hardware.py), every other op's at the matmul rate.
-The one measured chip is v6e: MaxText's own XProf profile on v6e-8 gives jax's splash kernels' time
+The one measured TPU is v6e: MaxText's own XProf profile on v6e-8 gives jax's splash kernels' time
 per layer and step at one attention shape; their FLOPs, counted from the kernels that ran, put them
 at 30.9% of peak, under half what XLA's own large matmul sustains there (79.3%). Two other trainers'
 profiles at the same shape, running tokamax's faster variant of the kernel, check the figure.
-Chips with no measurement keep their matmul rate, and say so."""
+On GPUs the kernels are cuDNN's flash attention (`__cudnn$fmha...` custom calls), which XLA does not
+count either: their FLOPs come from the score shape in their backend_config, priced at cuDNN's own
+benchmark of the kernels on H200 (50.8%). Chips with no measurement keep their matmul rate, and say so."""
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 from paxsearch.trainer import attention as A
-from paxsearch.trainer import hardware, topology
+from paxsearch.trainer import gpu_topology, hardware, topology
 from paxsearch.trainer import roofline as R
 from paxsearch.trainer.predict import hardware_for
 
 from ..search_util import needs_libtpu
+
+needs_cuda_plugin = pytest.mark.skipif(not gpu_topology.plugin_available(),
+                                       reason=f"the CUDA plugin is not installed ({gpu_topology.GPU_PLAN_EXTRA})")
 
 # the profiles' shape: batch 3 per chip, S 8192, 32 query heads x 128, causal
 B, S, H, D = 3, 8192, 32, 128
@@ -57,8 +63,9 @@ def test_chips_without_a_measurement_keep_their_matmul_rate():
         entry = hardware.TABLE[name]
         assert entry.attention_efficiency.source.startswith("assumption:")
         assert entry.attention_efficiency.value == entry.matmul_efficiency.value
-    for name in ("a100", "h100", "h200"):  # no splash kernels on GPUs
-        assert hardware.TABLE[name].attention_efficiency is None
+    a100 = hardware.TABLE["a100"]  # no measurement of cuDNN's kernels on A100 traced
+    assert a100.attention_efficiency.source.startswith("assumption:")
+    assert a100.attention_efficiency.value == a100.matmul_efficiency.value
     hw = hardware_for([], "v5e")
     assert hw.sustained_attention_flops == hw.sustained_flops
     assert R.Hardware("x", 1e12, 1e9, 1e9, 1e9, matmul_efficiency=0.5).sustained_attention_flops == 0.5e12
@@ -102,3 +109,77 @@ def test_splash_kernels_are_priced_at_the_attention_rate(v6e_attention_step):
     assert roof.compute_s - flat.compute_s == pytest.approx(
         splash / hw.sustained_attention_flops - splash / hw.sustained_flops, rel=1e-9)
     assert roof.step_time_s > flat.step_time_s
+
+
+# ----------------------------------------------------------------------------- GPU: cuDNN flash attention
+
+CUDNN_HLO = Path(__file__).parent / "data" / "cudnn_attention_h100.hlo"
+CUDNN = dict(b=2, s=1024, h=8, kvh=2, d=128)  # the shapes tests/roofline/data/cudnn_attention_h100.hlo was built at
+
+
+def _cudnn_kernel_flops(b, s, h, d, **_):
+    """cuDNN's own count (cudnn-frontend benchmark/sdpa_benchmark_training): 2 x (d_qk + d_v) per score
+    forward, 2 x (3 d_qk + 2 d_v) backward, over the S (S + 1) / 2 scores a causal mask leaves."""
+    scores = s * (s + 1) / 2
+    return 2 * b * h * scores * (2 * d), 2 * b * h * scores * (5 * d)
+
+
+def test_h100_and_h200_attention_efficiency_is_cudnns_benchmark():
+    """The figure is the measured forward and backward kernel times of cuDNN 9.19 on H200 (BF16, causal,
+    S 4096, 64 q / 8 kv heads of 128) over the FLOPs cuDNN's benchmark counts; each pass alone gives the
+    TFLOP/s the benchmark printed."""
+    fwd, bwd = _cudnn_kernel_flops(b=1, s=4096, h=64, d=128)
+    assert fwd / 0.465e-3 / 1e12 == pytest.approx(591, abs=0.5) and bwd / 1.450e-3 / 1e12 == pytest.approx(474, abs=0.5)
+    for name in ("h100", "h200"):
+        fig = hardware.TABLE[name].attention_efficiency
+        assert fig.source.startswith("measured: cuDNN 9.19") and "df73764adb98b7445b77662ce07b1ea434c8f3ee" in fig.source
+        assert round((fwd + bwd) / 1.915e-3 / hardware.TABLE[name].peak_bf16_flops.value, 3) == fig.value == 0.508
+        assert fig.value < hardware.TABLE[name].matmul_efficiency.value  # a fused kernel, below cuBLAS's rate
+
+
+def test_cudnn_flash_attention_calls_are_counted_and_priced_at_the_attention_rate():
+    """A cuDNN forward and backward (GQA: 8 query heads over 2 KV heads), compiled deviceless for one
+    H100 (jax 0.10.2 with the CUDA plugin; tests/roofline/data/cudnn_attention_h100.hlo is that
+    compile's optimized HLO, `test_the_stored_cudnn_module_is_what_xla_compiles` rebuilds it)."""
+    text = CUDNN_HLO.read_text()
+    module = R.parse_module(text)
+    calls = {i.attr("custom_call_target").strip('"'): R.cudnn_fmha_flops(c, i)
+             for c in module.computations.values() for i in c.instrs if R.cudnn_fmha_flops(c, i)}
+    fwd, bwd = _cudnn_kernel_flops(**CUDNN)
+    assert calls == {"__cudnn$fmhaScaleBiasSoftmax": fwd, "__cudnn$fmhaScaleBiasSoftmaxBackward": bwd}
+    hw = hardware_for([], "h100")
+    assert hw.attention_efficiency == 0.508
+    roof = R.analyze(text, hw, num_devices=1)
+    flat = R.analyze(text, dataclasses.replace(hw, attention_efficiency=None), num_devices=1)
+    other = roof.flops_per_step - fwd - bwd
+    assert other >= 0 and roof.compute_s == pytest.approx(other / hw.sustained_flops
+                                                         + (fwd + bwd) / hw.sustained_attention_flops, rel=1e-9)
+    assert roof.step_time_s > flat.step_time_s  # the kernels at their measured rate, not cuBLAS's
+
+
+def test_a_cudnn_call_without_its_score_shape_counts_nothing():
+    line = next(ln for ln in CUDNN_HLO.read_text().splitlines() if "fmhaScaleBiasSoftmax\"" in ln)
+    broken = line.replace('"intermediate_tensor_shape"', '"other_shape"')
+    module = R.parse_module(CUDNN_HLO.read_text().replace(line, broken))
+    assert sum(R.cudnn_fmha_flops(c, i) for c in module.computations.values() for i in c.instrs) == \
+        _cudnn_kernel_flops(**CUDNN)[1]  # the backward still counts, the forward without its shape does not
+
+
+@needs_cuda_plugin
+def test_the_stored_cudnn_module_is_what_xla_compiles():
+    """Rebuilds the stored module (needs the gpu-plan extra): the same cuDNN calls, the same FLOPs."""
+    from paxsearch.search.planning.targets import parse_target, target_devices
+    one = jax.sharding.SingleDeviceSharding(target_devices(parse_target("gpu:h100x8"))[0])
+    b, s, h, kvh, d = (CUDNN[k] for k in ("b", "s", "h", "kvh", "d"))
+    q = jax.ShapeDtypeStruct((b, s, h, d), jnp.bfloat16, sharding=one)
+    kv = jax.ShapeDtypeStruct((b, s, kvh, d), jnp.bfloat16, sharding=one)
+    seg = jax.ShapeDtypeStruct((b, s), jnp.int32, sharding=one)
+
+    def loss(q, k, v, seg):
+        return jnp.sum(A.cudnn(q, k, v, seg).astype(jnp.float32))
+
+    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(q, kv, kv, seg).compile().as_text()
+    fresh, stored = (R.parse_module(t) for t in (text, CUDNN_HLO.read_text()))
+    count = [sorted(R.cudnn_fmha_flops(c, i) for c in m.computations.values() for i in c.instrs
+                    if R.cudnn_fmha_flops(c, i)) for m in (fresh, stored)]
+    assert count[0] == count[1] == sorted(_cudnn_kernel_flops(**CUDNN))

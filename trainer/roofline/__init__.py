@@ -24,7 +24,10 @@ What is counted, per device and per step
     HloCostAnalysis counts it, so padded and dilated TPU "convolutions" are exact);
     elementwise arithmetic and reductions: one FLOP per element. Transcendentals are not
     FLOPs (as in XLA). The Pallas splash-attention custom calls (flash attention on TPU),
-    which XLA cannot see into, are counted from their operand shapes (`splash_flops`).
+    which XLA cannot see into, are counted from their operand shapes (`splash_flops`); so are
+    cuDNN's flash-attention calls on GPU (`__cudnn$fmha...`: the score shape and mask from their
+    backend_config, the head dims from q, k and v; `cudnn_fmha_flops`), as cuDNN's own
+    benchmark counts them.
   * HBM bytes. For every instruction that runs on its own (a fusion, a copy, a custom call,
     a dot outside a fusion ...): bytes of its operands plus bytes of its result. An operand
     that is only read through dynamic-slice counts the slice (also when the slice is taken
@@ -211,8 +214,10 @@ Attention efficiency (Hardware.attention_efficiency, default: the matmul efficie
   are priced at the share of peak those kernels were measured to run at: TPU v6e 30.9%, from
   MaxText's own XProf profile on v6e-8 (jax's splash kernel, blocks 2048, fused backward, at batch
   3 x S 8192 x 32 heads of 128; two trainers running tokamax's faster variant at the same shape
-  measured 39.6%), under half what XLA's large matmul sustains there (79.3%). Chips with no
-  measurement keep their matmul efficiency (trainer/hardware.py says so per chip).
+  measured 39.6%), under half what XLA's large matmul sustains there (79.3%). cuDNN's flash
+  attention on H100 / H200: 50.8%, cuDNN 9.19's own benchmark on H200 (BF16, causal, S 4096, head
+  dim 128, the forward and backward kernels' device time). Chips with no measurement keep their
+  matmul efficiency (trainer/hardware.py says so per chip).
 HBM efficiency (Hardware.hbm_efficiency, default 1), the same for bytes: an op's HBM bytes are
   priced at the bandwidth x the share an XLA elementwise op was measured to sustain (TPU v5e
   80.3%: XLA's bf16 x * 2 over 16384^2 on one chip; assumed for v4, v5p and v6e, which have
@@ -231,6 +236,7 @@ from .cost import (
     compiler_cycles,
     compiler_estimate,
     conv_flops,
+    cudnn_fmha_flops,
     instr_bytes,
     instr_flops,
     op_seconds,
@@ -257,8 +263,8 @@ from .schedule import ScheduleReplay, events, exposed_by_schedule
 
 __all__ = [
     "analyze", "Hardware", "Roofline", "CollectiveCost", "DeviceLayout", "parse_module", "call_graph",
-    "collectives", "replica_groups", "instr_flops", "instr_bytes", "conv_flops", "splash_flops", "shape_bytes",
-    "hbm_shape_bytes", "shape_dims", "trip_count", "exposed_by_schedule", "events", "ScheduleReplay",
+    "collectives", "replica_groups", "instr_flops", "instr_bytes", "conv_flops", "splash_flops", "cudnn_fmha_flops",
+    "shape_bytes", "hbm_shape_bytes", "shape_dims", "trip_count", "exposed_by_schedule", "events", "ScheduleReplay",
     "OVERLAP_FRACTION", "ICI_STEP_LATENCY_S", "DCN_STEP_LATENCY_S", "COLLECTIVES", "DTYPE_BYTES",
     "HloModule", "Computation", "Instr", "CallGraph", "op_seconds", "op_work", "transfer_key", "SPLASH_MATMULS",
     "compiler_cycles", "compiler_estimate", "uses_mxu",

@@ -2,6 +2,7 @@
 its time on one chip's Hardware (see trainer/roofline/__init__.py)."""
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 
@@ -114,11 +115,67 @@ def splash_flops(comp: Computation, ins: Instr) -> float:
     return matmuls * 2.0 * s * s * d * prod(q[:-2]) * causal
 
 
+# cuDNN flash-attention custom calls (XLA GPU, `__cudnn$fmha...`): XLA cannot see into them
+# either. Their backend_config carries the score shape [B, H, Sq, Skv] and the mask; the head
+# dims come from q, k and v (operands 0-2 of the forward and the backward call). FLOPs as cuDNN's
+# own benchmark counts them (cudnn-frontend benchmark/sdpa_benchmark_training): 2 x (d_qk + d_v)
+# per computed score in the forward (QK^T, PV), 2 x (3 d_qk + 2 d_v) in the backward (QK^T again,
+# dV, dP, dQ, dK), over the scores the mask leaves (causal: the lower triangle, S (S + 1) / 2).
+CUDNN_FMHA = "__cudnn$fmha"
+
+
+def is_cudnn_fmha(ins: Instr) -> bool:
+    """Whether an instruction is a cuDNN flash-attention call (forward or backward)."""
+    return ins.opcode == "custom-call" and CUDNN_FMHA in (ins.attr("custom_call_target") or "")
+
+
+def is_attention_kernel(ins: Instr) -> bool:
+    """Whether an instruction is an attention kernel whose matmuls XLA cannot see: a Pallas splash
+    kernel (TPU) or a cuDNN flash-attention call (GPU). Their FLOPs are priced at
+    Hardware.attention_efficiency."""
+    return bool(splash_matmuls(ins)) or is_cudnn_fmha(ins)
+
+
+def _cudnn_operand_shapes(comp: Computation, ins: Instr) -> list[list[int]]:
+    """The operands' dims: from operand_layout_constraints (XLA writes it on every cuDNN call),
+    else from the operands' producers."""
+    constraints = ins.attr("operand_layout_constraints")
+    if constraints:
+        return [shape_dims(s) for s in split_top_level(constraints[1:-1])]
+    return [shape_dims(operand_shape(comp, o)) for o in ins.operands]
+
+
+def cudnn_fmha_flops(comp: Computation, ins: Instr) -> float:
+    """FLOPs of one cuDNN flash-attention call (0 for any other instruction, or one whose
+    backend_config does not say its score shape)."""
+    if not is_cudnn_fmha(ins):
+        return 0.0
+    try:
+        cfg = json.loads(ins.attr("backend_config") or "{}").get("cudnn_fmha_backend_config", {})
+        b, h, sq, skv = (int(d) for d in cfg["intermediate_tensor_shape"]["dimensions"])
+    except (ValueError, KeyError, TypeError):
+        return 0.0
+    shapes = _cudnn_operand_shapes(comp, ins)
+    if len(shapes) < 3 or not all(shapes[:3]) or not b * h * sq * skv:
+        return 0.0
+    q, k, v = (prod(d) for d in shapes[:3])
+    d_qk = q / (b * h * sq)
+    d_v = d_qk * v / k  # k and v have the same heads (GQA: fewer than q) and the same sequence
+    mask = str(cfg.get("mask_type", ""))
+    if "CAUSAL" in mask:  # top-left aligned: query i sees keys 0..i
+        n = min(sq, skv)
+        scores = n * (n + 1) / 2 + max(sq - skv, 0) * skv
+    else:
+        scores = float(sq * skv)
+    per_score = 3 * d_qk + 2 * d_v if "Backward" in (ins.attr("custom_call_target") or "") else d_qk + d_v
+    return 2.0 * b * h * scores * per_score
+
+
 def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0) -> float:
     """FLOPs of one instruction; a fusion's are those of its fused computation."""
     op = ins.opcode
     if op == "custom-call":
-        return splash_flops(comp, ins)
+        return splash_flops(comp, ins) or cudnn_fmha_flops(comp, ins)
     if op == "dot":
         lhs = shape_dims(operand_shape(comp, ins.operands[0])) if ins.operands else []
         cdims = ins.attr("lhs_contracting_dims")
@@ -266,7 +323,7 @@ def compiler_cycles(ins: Instr) -> int | None:
 def uses_mxu(module: HloModule, ins: Instr, _depth: int = 0) -> bool:
     """Whether an instruction multiplies matrices: a dot or convolution, a fusion holding one
     (at any depth), or a splash-attention kernel."""
-    if ins.opcode in ("dot", "convolution") or splash_matmuls(ins):
+    if ins.opcode in ("dot", "convolution") or is_attention_kernel(ins):
         return True
     called = module.computations.get((ins.attr("calls") or "").lstrip("%")) if ins.opcode == "fusion" else None
     return called is not None and _depth < 8 and any(uses_mxu(module, i, _depth + 1) for i in called.instrs)
@@ -284,9 +341,10 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
 
 
 def flop_rate(ins: Instr, hw: Hardware) -> float:
-    """FLOP/s one instruction's FLOPs are priced at: a splash-attention kernel's at the rate those
-    kernels were measured to run at (Hardware.attention_efficiency), any other op's at the matmul rate."""
-    return hw.sustained_attention_flops if splash_matmuls(ins) else hw.sustained_flops
+    """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
+    flash attention on GPU) at the rate those kernels were measured to run at
+    (Hardware.attention_efficiency), any other op's at the matmul rate."""
+    return hw.sustained_attention_flops if is_attention_kernel(ins) else hw.sustained_flops
 
 
 def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:
