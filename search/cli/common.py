@@ -20,7 +20,9 @@ def add_study_options(p, *, for_new: bool) -> None:
                         "task of --set data.task=NAME (repeatable; stored in the study by name)")
     if for_new:
         p.add_argument("--tuner", default=None, help="tpe | nsga2 | random | grid | evolution")
-        p.add_argument("--objective", default=None, help="one objective (loss | mfu | memory) instead of all three")
+        p.add_argument("--objective", dest="objectives", action="append", default=[], metavar="NAME[,NAME]",
+                       help="objectives instead of loss, mfu and memory: loss | mfu | memory | time_to_train "
+                            "(repeatable or comma-separated, e.g. mfu,memory)")
         p.add_argument("--memory-budget", default=None, metavar="B",
                        help="per-device bytes a plan may use, e.g. 2GiB (default: the device's memory)")
         p.add_argument("--pruner", default=None, help="none | median | hyperband (single objective only)")
@@ -39,11 +41,18 @@ def add_study_options(p, *, for_new: bool) -> None:
                             "study (Python code: trust everyone who can write the database)")
 
 
+def objective_names(values: list[str]) -> tuple[str, ...] | None:
+    """The objectives of `--objective A --objective B,C`, in order (None: none given). Names are
+    checked with the study's settings (one line naming the known ones)."""
+    names = tuple(n.strip() for v in values for n in v.split(","))
+    return names or None
+
+
 def cli_settings(args, *, for_new: bool) -> dict:
     out = {"trials": args.trials, "timeout": args.timeout, "workers": args.workers,
            "imports": tuple(args.imports) or None}
     if for_new:
-        out.update(tuner=args.tuner, objectives=(args.objective,) if args.objective else None,
+        out.update(tuner=args.tuner, objectives=objective_names(args.objectives),
                    memory_budget=args.memory_budget, pruner=args.pruner, processes=args.processes,
                    target=args.target, seed=args.seed, steer=args.steer)
     return out

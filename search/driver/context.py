@@ -66,7 +66,7 @@ def check_settings(settings: StudySettings, space: Space, compiles: bool = True)
         unknown = [o for o in settings.objectives if o not in PLAN_OBJECTIVES]
         if unknown:
             raise SetupError(f"target {target.text} is planned, never run, so {', '.join(unknown)} cannot be scored; "
-                             f"use objectives from {', '.join(PLAN_OBJECTIVES)} (--objective mfu)")
+                             f"use objectives from {', '.join(PLAN_OBJECTIVES)} (--objective mfu,memory)")
         if settings.pruner != "none":
             raise SetupError(f"target {target.text} is planned, never run: no intermediate loss to prune on; "
                              "use --pruner none")

@@ -43,6 +43,8 @@ def bad_files(tmp_path):
      "cannot open storage postgresql://ann:***@127.0.0.1:1/db"),
     (["run", TINY, "--run-dir", "{tmp}/r", "--storage", "sqlite:///{tmp}/junk.db"], "storage"),
     (["run", TINY, "--objective", "speed"], "objectives"),
+    (["run", TINY, "--objective", "mfu,speed"], "objectives ['mfu', 'speed']: choose distinct names"),
+    (["run", TINY, "--objective", "mfu", "--objective", "mfu"], "choose distinct names"),
     (["worker", "--storage", "sqlite:///{tmp}/empty.db", "--study", "x"], "no study 'x'"),
     (["resume", "{tmp}/nowhere"], "does not exist"),
 ])
@@ -79,3 +81,18 @@ def test_dry_run_prints_space_size_and_static_feasibility(capsys, tmp_path):
 def test_ls_lists_nothing_gracefully(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "ls", tmp_path)
     assert code == 0 and "no run folders" in out
+
+
+def test_objectives_repeat_or_take_a_comma_list():
+    """`--objective mfu --objective memory,time_to_train` is three objectives, in that order; a
+    repeated flag no longer keeps only its last value."""
+    from paxsearch.search.cli.common import cli_settings
+    from paxsearch.search.cli.main import build_parser
+
+    def objectives(*flags):
+        args = build_parser().parse_args(["run", TINY, *flags])
+        return cli_settings(args, for_new=True)["objectives"]
+
+    assert objectives("--objective", "mfu", "--objective", "memory,time_to_train") == ("mfu", "memory", "time_to_train")
+    assert objectives("--objective", " mfu , memory ") == ("mfu", "memory")
+    assert objectives() is None  # the study's default: loss, mfu, memory

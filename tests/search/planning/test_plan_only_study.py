@@ -73,7 +73,7 @@ def test_plan_only_target_refuses_objectives_it_cannot_score(tmp_path):
     out = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--objective", "loss", check=False)
     assert out.returncode == 2 and not (tmp_path / "r").exists()
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "planned, never run" in lines[0] and "--objective mfu" in lines[0]
+    assert len(lines) == 1 and "planned, never run" in lines[0] and "--objective mfu,memory" in lines[0]
 
 
 def test_without_libtpu_a_tpu_target_fails_with_one_line_naming_the_extra(tmp_path, monkeypatch):
