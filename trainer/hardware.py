@@ -122,6 +122,11 @@ _SCALE_HBM = ("measured: XLA's bf16 x * 2 over 16384x16384 on one TPU v5e (devic
               "tpu-kernels src/tpu_kernels/ops/scale/PERF.md@078449150061f876e1dd285f9fe48969d725204a; the same "
               "chip's XLA RMSNorm and softmax of (32768, 8192) bf16 (rmsnorm/PERF.md, softmax/PERF.md there) then "
               "come out 4.6% and 4.4% slower than measured (tests/roofline/test_hbm_efficiency.py)")
+_V6E_HBM = ("measured: XLA's copy of a 16,777,216-element bf16 array (33,554,432 bytes read and written) on one "
+            "TPU v6e, device time of the jitted copy from the profiler trace (median of 200): 0.049359 ms = "
+            "1,359.6 GB/s = 82.9% of 1,640 GB/s: github.com/AI-Hypercomputer/tpu-recipes microbenchmarks/"
+            "README.md and benchmark_hbm.py@2a958e8bbea3b77983c8592bd92478636ca7170b ('HBM Bandwidth Benchmark', "
+            "its example output; v6e-1)")
 _V5E_HBM = ("assumption: no published measurement of an XLA elementwise op traced for this chip; TPU v5e's "
             "measured 80.3% is used (" + _SCALE_HBM + ")")
 _GPU_HBM = ("assumption: no measurement traced; bytes are priced at the product page's bandwidth (1), as "
@@ -237,7 +242,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "dcn": _CLOUD + "v6e (DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip)",
         "host": (3.2e10, _SCALING + " ('Trillium (TPU v6e) has 32GB/s, about 2x higher than v5' of PCIe "
                                     "per chip; taken as each direction of the full-duplex link)"),
-        "matmul": (0.793, _V6E_MATMUL), "attention": (0.309, _V6E_SPLASH)}),
+        "matmul": (0.793, _V6E_MATMUL), "attention": (0.309, _V6E_SPLASH), "hbm_eff": (0.829, _V6E_HBM)}),
     _gpu("a100", ("NVIDIA A100-SXM4-80GB",), 312e12, 80e9, 2039e9, 600e9, 200e9 / 8, 0.869, {
         "peak": "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 312 TFLOP/s bf16 dense, "
                 "80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)",

@@ -220,9 +220,10 @@ Attention efficiency (Hardware.attention_efficiency, default: the matmul efficie
   matmul efficiency (trainer/hardware.py says so per chip).
 HBM efficiency (Hardware.hbm_efficiency, default 1), the same for bytes: an op's HBM bytes are
   priced at the bandwidth x the share an XLA elementwise op was measured to sustain (TPU v5e
-  80.3%: XLA's bf16 x * 2 over 16384^2 on one chip; assumed for v4, v5p and v6e, which have
-  no measurement of their own; GPUs and simulated CPU devices keep 1). Checked on two other
-  ops measured on that chip: XLA's RMSNorm and softmax of (32768, 8192) bf16 come out 4.6%
+  80.3%: XLA's bf16 x * 2 over 16384^2 on one chip; TPU v6e 82.9%: XLA's copy of 32 MiB on one
+  chip, Google's tpu-recipes microbenchmark; assumed for v4 and v5p, which have no measurement
+  of their own; GPUs and simulated CPU devices keep 1). Checked on two other ops measured on the
+  v5e: XLA's RMSNorm and softmax of (32768, 8192) bf16 come out 4.6%
   and 4.4% slower than measured. MFU stays against the nominal peak (the MFU convention):
     predicted MFU = model FLOPs per step / devices / predicted step time / peak
   (model FLOPs as in trainer/flops.py).
