@@ -41,8 +41,11 @@ def forward_flops_per_token(m: ModelConfig) -> int:
     q_and_out = 2 * 2 * m.d_model * m.n_heads * m.head_dim
     kv = 2 * 2 * m.d_model * m.kv_heads * m.head_dim
     mlp = _mlp_matrices(m) * 2 * m.d_model * m.d_ff
-    causal_attn = 2 * m.seq_len * m.n_heads * m.head_dim  # (2+2)*S*H*Dh, halved for causality
-    return m.n_layers * (q_and_out + kv + mlp + causal_attn) + 2 * m.d_model * m.vocab_size
+    return m.n_layers * (q_and_out + kv + mlp + _causal_attention_per_token(m)) + 2 * m.d_model * m.vocab_size
+
+
+def _causal_attention_per_token(m: ModelConfig) -> int:
+    return 2 * m.seq_len * m.n_heads * m.head_dim  # (2+2)*S*H*Dh, halved for causality
 
 
 def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
@@ -53,7 +56,7 @@ def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
 def attention_flops_per_step(m: ModelConfig, global_batch: int) -> int:
     """The causal attention's share of model_flops_per_step (QK^T and AV, 3 x forward): the part
     an attention kernel runs, the rest being matmuls with the weights."""
-    return 3 * m.n_layers * 2 * m.seq_len * m.n_heads * m.head_dim * global_batch * m.seq_len
+    return 3 * m.n_layers * _causal_attention_per_token(m) * global_batch * m.seq_len
 
 
 def param_count(m: ModelConfig) -> int:
