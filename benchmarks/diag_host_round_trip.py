@@ -47,7 +47,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             plan = hlo_passes.build_plan_program(cfg, devices, slice_name).plan
             trips = host.host_round_trips(hlo.parse_module(plan.hlo_text))
-            print(f"| {slice_name} | {name} | {len(trips)} | {sum(b for _, _, b in trips) / 1e9:.3f} "
+            print(f"| {slice_name} | {name} | {len(trips)} | {sum(b for _, b in trips) / 1e9:.3f} "
                   f"| {plan.memory.temp_bytes / 2 ** 20:.0f} | {time.perf_counter() - t0:.1f} |", flush=True)
     return 0
 

@@ -256,9 +256,14 @@ def converted_tflops(row: Published) -> float:
 
 
 NONCAUSAL_BLOCK = 512  # the 2023 kernel's block (V5E_2023_ATTENTION)
-# S x S matmuls per head and layer of our splash kernels under full remat (trainer/roofline/cost.py
-# SPLASH_MATMULS): the forward twice (2 each), the dK/dV kernel (4), the dQ kernel (3)
-SPLASH_MATMULS_FULL_REMAT = 11
+
+
+def _splash_matmuls_full_remat() -> int:
+    """S x S matmuls per head and layer of our splash kernels under full remat, as the roofline
+    counts them (trainer/roofline/cost.py SPLASH_MATMULS): the forward twice, dK/dV and dQ once (11)."""
+    from paxsearch.trainer.roofline import SPLASH_MATMULS
+    k = dict(SPLASH_MATMULS)
+    return 2 * k["splash_mha_fwd"] + k["splash_mha_dkv"] + k["splash_mha_dq"]
 
 
 def noncausal_extra_flops_per_chip(row: Published) -> float:
@@ -275,7 +280,7 @@ def noncausal_extra_flops_per_chip(row: Published) -> float:
     data, fsdp, tensor = row.ici
     rows = row.global_batch / (data * fsdp)  # sequences per chip
     heads = m.n_heads / tensor  # query heads per chip
-    every_block = m.n_layers * heads * rows * SPLASH_MATMULS_FULL_REMAT * 2 * s * s * m.head_dim
+    every_block = m.n_layers * heads * rows * _splash_matmuls_full_remat() * 2 * s * s * m.head_dim
     return every_block * (1 - n * (n + 1) / 2 / n ** 2)
 
 

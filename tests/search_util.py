@@ -16,6 +16,14 @@ TINY = os.path.join(HERE, "spaces", "tiny_space.py")
 HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 
 
+def needs_cuda_plugin(test):
+    """A test that compiles for an NVIDIA GPU node without a GPU: skipped only where the optional
+    CUDA plugin (the gpu-plan extra, which CI does not install) is missing."""
+    from paxsearch.trainer import gpu_topology
+    return pytest.mark.skipif(not gpu_topology.plugin_available(),
+                              reason=f"the CUDA plugin is not installed ({gpu_topology.GPU_PLAN_EXTRA})")(test)
+
+
 def needs_libtpu(test):
     """A test of TPU targets: marked `tpu`, skipped only where the optional libtpu (the `tpu`
     extra, which CI installs) is missing."""

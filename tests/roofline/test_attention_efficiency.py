@@ -15,14 +15,11 @@ import jax.numpy as jnp
 import pytest
 
 from paxsearch.trainer import attention as A
-from paxsearch.trainer import gpu_topology, hardware, topology
+from paxsearch.trainer import hardware, topology
 from paxsearch.trainer import roofline as R
 from paxsearch.trainer.predict import hardware_for
 
-from ..search_util import needs_libtpu
-
-needs_cuda_plugin = pytest.mark.skipif(not gpu_topology.plugin_available(),
-                                       reason=f"the CUDA plugin is not installed ({gpu_topology.GPU_PLAN_EXTRA})")
+from ..search_util import needs_cuda_plugin, needs_libtpu
 
 # the profiles' shape: batch 3 per chip, S 8192, 32 query heads x 128, causal
 B, S, H, D = 3, 8192, 32, 128

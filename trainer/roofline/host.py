@@ -41,8 +41,8 @@ def host_transfer(module: HloModule, comp: Computation, ins: Instr) -> tuple[str
     return None
 
 
-def host_round_trips(module: HloModule) -> list[tuple[str, str, float]]:
-    """(computation, shape, bytes each way) of every buffer the step copies from host memory to HBM only to
+def host_round_trips(module: HloModule) -> list[tuple[str, float]]:
+    """(computation, bytes each way) of every buffer the step copies from host memory to HBM only to
     relay it out and copy it back (copy-start h2d -> copy-done -> copy -> copy-start d2h): a
     whole offloaded stack's layout change, which moves it over the PCIe link twice. libtpu 0.0.52
     does this to the layer inputs and attention outputs when both are offloaded, with its
@@ -62,5 +62,5 @@ def host_round_trips(module: HloModule) -> list[tuple[str, str, float]]:
             start = producer(comp, producer(comp, relayout, "copy-done"), "copy-start")
             back = host_transfer(module, comp, start) if start is not None else None
             if relayout is not None and back is not None and back[0] == "h2d":
-                out.append((comp.name, relayout.shape, transfer[1]))
+                out.append((comp.name, transfer[1]))
     return out

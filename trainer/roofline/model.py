@@ -163,7 +163,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
         exposed, fraction, how = max(0.0, comm - overlap_fraction * roof), overlap_fraction, OVERLAP_FIXED
         for c in colls:  # spread over the collectives by their share of the time
             c.exposed_s = exposed * c.seconds / comm if comm else 0.0
-    trips = [moved * graph.multiplier.get(comp, 0.0) for comp, _, moved in host_round_trips(module)]
+    trips = [moved * graph.multiplier.get(comp, 0.0) for comp, moved in host_round_trips(module)]
     return Roofline(hw.name, flops, bytes_, compute, memory, roof, comm, exposed, roof + exposed,
                     fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how, estimated, excess,
                     hw.on_chip, len(trips), sum(trips))

@@ -16,10 +16,10 @@ from paxsearch.trainer import flops, hardware
 from paxsearch.trainer import gpu_topology as G
 from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
 
+from ...search_util import needs_cuda_plugin
+
 SMALL = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=4, head_dim=64, d_ff=1024, seq_len=256,
                     dtype="bfloat16", param_dtype="float32", attention="flash")
-needs_cuda_plugin = pytest.mark.skipif(not G.plugin_available(),
-                                       reason=f"the CUDA plugin is not installed ({G.GPU_PLAN_EXTRA})")
 
 
 def _cfg(model=SMALL, batch=16):
