@@ -240,6 +240,61 @@ def _eval_rows(task, cfg: DataConfig, seq_len: int, shard: int, num_shards: int,
     return _deterministic(ds.map(_model_features, num_parallel_calls=_AUTOTUNE))
 
 
+_EVAL_MEMO: dict[tuple, Batch] = {}
+_EVAL_MEMO_SIZE = 8  # shards' rows kept per process, oldest dropped first
+_EVAL_MEMO_TOKENS = 1 << 22  # eval_examples x seq_len at most (a row per example: <= 80 MiB a shard)
+
+
+def _source_stamp(cfg: DataConfig) -> tuple | None:
+    """What identifies the eval split's content: the text files' sizes and modification
+    times, () for the synthetic corpus (generated in memory); None for any other task,
+    whose source this process cannot see change."""
+    if cfg.text_files:
+        try:
+            return tuple((os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns)
+                         for p in cfg.text_files)
+        except OSError:
+            return None  # _task raises the one-line error
+    return () if cfg.task == SYNTHETIC_TASK else None
+
+
+def _memo_key(cfg: DataConfig, seq_len: int, shard: int, num_shards: int) -> tuple | None:
+    """The key a shard's eval rows are kept under; None when they are not kept."""
+    small = 0 < cfg.eval_examples and cfg.eval_examples * seq_len <= _EVAL_MEMO_TOKENS
+    stamp = _source_stamp(cfg) if small else None
+    return None if stamp is None else (cfg, seq_len, shard, num_shards, stamp)
+
+
+def _shard_rows(task, cfg: DataConfig, seq_len: int, shard: int, num_shards: int, max_rows: int) -> Batch:
+    """One shard's eval rows as arrays, at most max_rows (0: all).
+
+    The split is read unshuffled and packed in order, so the first n rows do not depend on
+    how many are taken. With a capped split (eval_examples) from one of our own sources, a
+    process keeps each shard's rows (_memo_key): a trial worker serving several trials then
+    reads the split once, not once a trial (the seqio pipeline costs ~1 CPU-s a trial on a tiny
+    model), whatever each trial's batch. The kept arrays are read-only."""
+    key = _memo_key(cfg, seq_len, shard, num_shards)
+    if key is None:
+        return _read_rows(task, cfg, seq_len, shard, num_shards, max_rows)
+    if key not in _EVAL_MEMO:
+        rows = _read_rows(task, cfg, seq_len, shard, num_shards, 0)
+        for array in rows.values():
+            array.setflags(write=False)
+        while len(_EVAL_MEMO) >= _EVAL_MEMO_SIZE:
+            _EVAL_MEMO.pop(next(iter(_EVAL_MEMO)))
+        _EVAL_MEMO[key] = rows
+    rows = _EVAL_MEMO[key]
+    return {k: v[:max_rows] for k, v in rows.items()} if max_rows else dict(rows)
+
+
+def _read_rows(task, cfg: DataConfig, seq_len: int, shard: int, num_shards: int, max_rows: int) -> Batch:
+    ds = _eval_rows(task, cfg, seq_len, shard, num_shards, max_rows)
+    parts = list(ds.batch(1024).as_numpy_iterator())
+    return {k: np.concatenate([p[k] for p in parts]) if parts
+            else np.zeros((0, seq_len), ds.element_spec[k].as_numpy_dtype)
+            for k in ds.element_spec}
+
+
 def eval_batches(cfg: DataConfig, seq_len: int, global_batch: int, process_index: int,
                  process_count: int, max_batches: int = 0) -> list[Batch]:
     """This process's eval batches: finite, as many on every process, padding weight 0.
@@ -253,14 +308,11 @@ def eval_batches(cfg: DataConfig, seq_len: int, global_batch: int, process_index
     local: dict[int, Batch] = {}
     counts = []
     for s in range(num_shards):
-        ds = _eval_rows(task, cfg, seq_len, s, num_shards, max_rows)
-        if s in shards:
-            parts = list(ds.batch(1024).as_numpy_iterator())
-            local[s] = {k: np.concatenate([p[k] for p in parts]) if parts
-                        else np.zeros((0, seq_len), ds.element_spec[k].as_numpy_dtype)
-                        for k in ds.element_spec}
+        if s in shards or _memo_key(cfg, seq_len, s, num_shards) is not None:
+            local[s] = _shard_rows(task, cfg, seq_len, s, num_shards, max_rows)
             counts.append(len(local[s]["targets"]))
-        else:
+        else:  # another process's shard: only its row count matters here
+            ds = _eval_rows(task, cfg, seq_len, s, num_shards, max_rows)
             counts.append(int(ds.reduce(np.int64(0), lambda n, _: n + 1)))
     n_batches = max(math.ceil(c / rows) for c in counts)
     out = []

@@ -62,6 +62,7 @@ def test_a_step_without_offload_moves_nothing_to_the_host(v5e_8):
     assert not [c for c in roof.collectives if c.link == "host"]
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 @needs_libtpu
 def test_the_collective_pipeliner_round_trips_two_offloaded_stacks_and_its_set_stops_it(monkeypatch):
     """libtpu 0.0.52, layer input and attention output both offloaded: the collective pipeliner

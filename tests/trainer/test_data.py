@@ -133,6 +133,36 @@ def test_eval_padding_same_count_on_every_process():
     assert_batches_equal(capped[1], p0[1])
 
 
+def test_eval_rows_are_read_once_per_process_and_equal_a_fresh_read(tmp_path, monkeypatch):
+    """A worker serving several trials keeps each shard's eval rows: whatever the batch, a
+    second call reads nothing, and what it returns equals the split read afresh (capped as the
+    call asks) with the memo off. A text file that changes is read again."""
+    cfg = DataConfig(eval_examples=40)
+    calls = []
+    read = data._read_rows
+    monkeypatch.setattr(data, "_read_rows", lambda *a: calls.append(a[3:]) or read(*a))
+    data._EVAL_MEMO.clear()
+    kept = {(b, m, p, n): data.eval_batches(cfg, SEQ, b, p, n, max_batches=m)
+            for b, m, p, n in ((BATCH, 0, 0, 1), (4, 2, 0, 1), (4, 1, 1, 2), (16, 0, 0, 2))}
+    assert sorted(calls) == [(0, 1, 0), (0, 2, 0), (1, 2, 0)]  # (shard, shards, max_rows): each shard once, whole
+    assert all(not a.flags.writeable for rows in data._EVAL_MEMO.values() for a in rows.values())
+    monkeypatch.setattr(data, "_memo_key", lambda *a: None)
+    for (b, m, p, n), batches in list(kept.items())[2:]:  # capped rows of shard 1 of 2; all rows of both
+        fresh = data.eval_batches(cfg, SEQ, b, p, n, max_batches=m)
+        assert len(fresh) == len(batches) > 0, (b, m, p, n)
+        for x, y in zip(fresh, batches, strict=True):
+            assert_batches_equal(x, y)
+    monkeypatch.undo()
+
+    path = tmp_path / "docs.txt"
+    path.write_text("the first file\nof two lines\n")
+    text = DataConfig(text_files=(str(path),), eval_examples=8)
+    before = data.eval_batches(text, SEQ, BATCH, 0, 1)
+    path.write_text("another text, longer than the first one\n")
+    after = data.eval_batches(text, SEQ, BATCH, 0, 1)
+    assert before[0]["weights"].sum() != after[0]["weights"].sum()
+
+
 def test_packed_eval_tokens_independent_of_process_count():
     cfg = DataConfig(eval_examples=40)
     total = lambda bs: sum(float(b["weights"].sum()) for b in bs)

@@ -400,6 +400,7 @@ def test_sequence_parallel_rules_shard_the_residual_stream_and_keep_the_loss():
     assert _first_step(sp)[0] == pytest.approx(_first_step(default)[0], rel=1e-5)
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_blockwise_attention_never_holds_the_scores_at_seq_1024():
     """Compiled temp memory of one training step, 1 device, seq 1024: dot_product holds
     B x H x S x S float32 scores (16 MiB per layer here), the blockwise kernel block x block."""

@@ -21,6 +21,7 @@ def _losses(cfg):
     return dict(seen)
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): 50 trained steps; CI runs it
 def test_loss_falls_within_50_steps():
     cfg = tiny(steps=50, log_every=10)
     cfg = dataclasses.replace(cfg, optimizer=dataclasses.replace(cfg.optimizer, peak_lr=3e-3, warmup_steps=5))

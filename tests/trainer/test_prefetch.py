@@ -44,6 +44,7 @@ def test_prefetching_loop_gives_the_same_losses_as_no_prefetch():
     assert grad_norms[2] == grad_norms[0]
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): a whole training run; CI runs it
 def test_data_error_in_the_prefetch_thread_is_raised_by_train(tmp_path):
     path = tmp_path / "one.txt"
     path.write_text("only one document\n")

@@ -3,9 +3,12 @@ worker (a TPU or GPU plan on this CPU) loads the trainer and the compiler, not t
 import subprocess
 import sys
 
+import pytest
+
 from ...search_util import REPO
 
 
+@pytest.mark.slow  # quick-loop budget (issue 18): two worker processes; CI runs it
 def test_a_worker_imports_tensorflow_only_when_it_builds_data():
     code = ("import sys; import paxsearch.search.trial.execute; "
             "print(sorted(m for m in ('seqio', 'tensorflow') if m in sys.modules)); "
