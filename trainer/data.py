@@ -242,7 +242,7 @@ def _eval_rows(task, cfg: DataConfig, seq_len: int, shard: int, num_shards: int,
 
 _EVAL_MEMO: dict[tuple, Batch] = {}
 _EVAL_MEMO_SIZE = 8  # shards' rows kept per process, oldest dropped first
-_EVAL_MEMO_TOKENS = 1 << 22  # eval_examples x seq_len at most (a row per example: <= 80 MiB a shard)
+_EVAL_MEMO_TOKENS = 1 << 22  # eval_examples x seq_len at most (<= a row per example: <= 80 MiB a config)
 
 
 def _source_stamp(cfg: DataConfig) -> tuple | None:
@@ -271,8 +271,8 @@ def _shard_rows(task, cfg: DataConfig, seq_len: int, shard: int, num_shards: int
     The split is read unshuffled and packed in order, so the first n rows do not depend on
     how many are taken. With a capped split (eval_examples) from one of our own sources, a
     process keeps each shard's rows (_memo_key): a trial worker serving several trials then
-    reads the split once, not once a trial (the seqio pipeline costs ~1 CPU-s a trial on a tiny
-    model), whatever each trial's batch. The kept arrays are read-only."""
+    reads the split once, not once a trial (the seqio pipeline costs ~1.5 CPU-s a trial on a
+    tiny model), whatever each trial's batch. The kept arrays are read-only."""
     key = _memo_key(cfg, seq_len, shard, num_shards)
     if key is None:
         return _read_rows(task, cfg, seq_len, shard, num_shards, max_rows)
