@@ -251,10 +251,10 @@ def _source_stamp(cfg: DataConfig) -> tuple | None:
     whose source this process cannot see change."""
     if cfg.text_files:
         try:
-            return tuple((os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns)
-                         for p in cfg.text_files)
+            stats = [(os.path.abspath(p), os.stat(p)) for p in cfg.text_files]
         except OSError:
             return None  # _task raises the one-line error
+        return tuple((path, st.st_size, st.st_mtime_ns) for path, st in stats)
     return () if cfg.task == SYNTHETIC_TASK else None
 
 
@@ -265,15 +265,15 @@ def _memo_key(cfg: DataConfig, seq_len: int, shard: int, num_shards: int) -> tup
     return None if stamp is None else (cfg, seq_len, shard, num_shards, stamp)
 
 
-def _shard_rows(task, cfg: DataConfig, seq_len: int, shard: int, num_shards: int, max_rows: int) -> Batch:
+def _shard_rows(task, cfg: DataConfig, seq_len: int, shard: int, num_shards: int, max_rows: int,
+                key: tuple | None) -> Batch:
     """One shard's eval rows as arrays, at most max_rows (0: all).
 
     The split is read unshuffled and packed in order, so the first n rows do not depend on
     how many are taken. With a capped split (eval_examples) from one of our own sources, a
     process keeps each shard's rows (_memo_key): a trial worker serving several trials then
     reads the split once, not once a trial (the seqio pipeline costs ~1.5 CPU-s a trial on a
-    tiny model), whatever each trial's batch. The kept arrays are read-only."""
-    key = _memo_key(cfg, seq_len, shard, num_shards)
+    tiny model), whatever each trial's batch. The kept arrays are read-only. `key`: _memo_key's."""
     if key is None:
         return _read_rows(task, cfg, seq_len, shard, num_shards, max_rows)
     if key not in _EVAL_MEMO:
@@ -308,8 +308,9 @@ def eval_batches(cfg: DataConfig, seq_len: int, global_batch: int, process_index
     local: dict[int, Batch] = {}
     counts = []
     for s in range(num_shards):
-        if s in shards or _memo_key(cfg, seq_len, s, num_shards) is not None:
-            local[s] = _shard_rows(task, cfg, seq_len, s, num_shards, max_rows)
+        memo = _memo_key(cfg, seq_len, s, num_shards)
+        if s in shards or memo is not None:
+            local[s] = _shard_rows(task, cfg, seq_len, s, num_shards, max_rows, memo)
             counts.append(len(local[s]["targets"]))
         else:  # another process's shard: only its row count matters here
             ds = _eval_rows(task, cfg, seq_len, s, num_shards, max_rows)
