@@ -53,6 +53,13 @@ _MAXTEXT_SCALE = (
     "head_dim 256, mlp_activations [relu], logits_via_embedding True, vocab_size 32768; MaxText/pyconfig.py "
     "get_individual_scales: scale 16 -> emb x2, heads x4, mlp x4, layers x2; scale 32 -> emb x4, heads x4, mlp x4, "
     "layers x2. RoPE (layers/attentions.py LLaMARotaryEmbedding, max_timescale 10000), MHA.")
+# MaxText's v5p table (2023-12-15): the same base.yml and scaling rule, read at this commit.
+_MAXTEXT_V5P = "76bd53b0f44caf989c88189afadeb1062f9254f0"
+_MAXTEXT_SCALE_V5P = (
+    "MaxText/configs/base.yml there: base_emb_dim 2560, base_num_heads 8, base_mlp_dim 8192, "
+    "base_num_decoder_layers 16, head_dim 256, mlp_activations [relu], logits_via_embedding True, vocab_size 32768; "
+    "MaxText/pyconfig.py get_individual_scales: log2(scale) = 3 b + r, heads and mlp x 2^(b + (r > 0)), "
+    "emb x 2^(b + (r > 1)), layers x 2^b.")
 _MAXTEXT_NOTE = (
     "{label}: no exact count is published (README 'TPU v5e' table and the script's comment '{label} parameter "
     "model'); MaxText's own doc says each global_parameter_scale step 'is not a perfect doubling', and these dims "
@@ -281,6 +288,24 @@ _PRESETS = (
         exact=False,
         deviation=0.009,
         note=_MAXTEXT_NOTE.format(label="128B", deviation=0.009)),
+    *(Preset(
+        name=f"maxtext-v5p-{label.lower()}",
+        model=ModelConfig(vocab_size=32768, d_model=20480, n_layers=layers, n_heads=heads, head_dim=256, d_ff=ff,
+                          seq_len=2048, **_MAXTEXT_2023),
+        source=f"google/maxtext@{_MAXTEXT_V5P}, 2023-12-15, MaxText/configs/v5p/{label.lower()}.sh "
+               f"(global_parameter_scale={scale}, max_target_length=2048, attention='flash', remat_policy={remat}, "
+               f"per_device_batch_size=2, ici_tensor_parallelism={tensor}). {_MAXTEXT_SCALE_V5P} Scale {scale} -> "
+               f"{rule}.",
+        published_params=int(label[:-1]) * 1_000_000_000,
+        published_source=f"MaxText/configs/v5p/{label.lower()}.sh '# {label} parameter model.'; "
+                         f"MaxText/configs/v5p/README.md '{label} model' table",
+        exact=False,
+        deviation=deviation,
+        note=_MAXTEXT_NOTE.replace("'TPU v5e' table", "'TPU v5p' tables").format(label=label, deviation=deviation))
+      for label, scale, layers, heads, ff, remat, tensor, rule, deviation in (
+          ("256B", 256, 64, 64, 65536, "minimal", 8, "emb x8, heads x8, mlp x8, layers x4", 0.0092),
+          ("512B", 512, 128, 64, 65536, "full", 16, "emb x8, heads x8, mlp x8, layers x8", 0.0080),
+          ("1024B", 1024, 128, 128, 131072, "full", 16, "emb x8, heads x16, mlp x16, layers x8", 0.0073))),
     Preset(
         name="maxtext-v4-22b",
         model=ModelConfig(vocab_size=32768, d_model=6144, n_layers=48, n_heads=24, head_dim=256, d_ff=24576,
