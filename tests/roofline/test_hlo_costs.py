@@ -306,6 +306,54 @@ ENTRY %main (acts: bf16[32,6,64], i: s32[], w: bf16[64,64]) -> bf16[6,64] {
     assert _one_instruction_bytes(read_whole, "f") == 32 * one_layer + index + weight + out
 
 
+def test_a_padded_operand_sliced_inside_a_fusion_counts_the_slices():
+    """The windowed-einsum loop of tensor parallelism (a v5p-1024 512B step, fsdp 32 x tensor 16)
+    pads the activation bf16[32,2048,1,20480] to 2 along one dim and dynamic-slices 640 of its
+    20480 columns, twice, inside the fusion that feeds the matmul: each iteration reads two
+    1/32 slices, not the whole activation (which priced six such fusions of every iteration as
+    memory-bound at 1.3 s a step each). A pad read whole still counts the whole operand."""
+    text = """HloModule m, is_scheduled=true
+
+%slices (a0: bf16[4,1,64], a1: s32[], a2: s32[]) -> bf16[4,2,8] {
+  %a0 = bf16[4,1,64]{2,1,0} parameter(0)
+  %a1 = s32[] parameter(1)
+  %a2 = s32[] parameter(2)
+  %inf = bf16[] constant(-inf)
+  %zero = s32[] constant(0)
+  %pad.1 = bf16[4,2,64]{2,1,0} pad(%a0, %inf), padding=0_0x0_1x0_0
+  %ds.1 = bf16[4,2,8]{2,1,0} dynamic-slice(%pad.1, %zero, %zero, %a1), dynamic_slice_sizes={4,2,8}
+  %pad.2 = bf16[4,2,64]{2,1,0} pad(%a0, %inf), padding=0_0x1_0x0_0
+  %ds.2 = bf16[4,2,8]{2,1,0} dynamic-slice(%pad.2, %zero, %zero, %a2), dynamic_slice_sizes={4,2,8}
+  ROOT %m = bf16[4,2,8]{2,1,0} maximum(%ds.1, %ds.2)
+}
+
+%outer (p0: bf16[4,1,64], p1: s32[], p2: s32[], p3: bf16[8,8]) -> bf16[4,2,8] {
+  %p0 = bf16[4,1,64]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %p2 = s32[] parameter(2)
+  %p3 = bf16[8,8]{1,0} parameter(3)
+  %x = bf16[4,2,8]{2,1,0} fusion(%p0, %p1, %p2), kind=kLoop, calls=%slices
+  ROOT %d = bf16[4,2,8]{2,1,0} dot(%x, %p3), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (acts: bf16[4,1,64], i: s32[], j: s32[], w: bf16[8,8]) -> bf16[4,2,8] {
+  %acts = bf16[4,1,64]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %j = s32[] parameter(2)
+  %w = bf16[8,8]{1,0} parameter(3)
+  ROOT %f = bf16[4,2,8]{2,1,0} fusion(%acts, %i, %j, %w), kind=kOutput, calls=%outer
+}
+"""
+    slice_bytes, weight, out, indices = 4 * 2 * 8 * 2, 8 * 8 * 2, 4 * 2 * 8 * 2, 2 * 4
+    assert _one_instruction_bytes(text, "f") == 2 * slice_bytes + indices + weight + out
+    whole = 4 * 64 * 2
+    assert 2 * slice_bytes < whole
+    read_whole = text.replace("ROOT %m = bf16[4,2,8]{2,1,0} maximum(%ds.1, %ds.2)",
+                              "%n = bf16[4,2,64]{2,1,0} negate(%pad.1)\n"
+                              "  ROOT %m = bf16[4,2,8]{2,1,0} maximum(%ds.1, %ds.2)")
+    assert _one_instruction_bytes(read_whole, "f") == whole + indices + weight + out
+
+
 def test_an_all_reduce_fused_with_its_slice_is_a_reduce_scatter():
     """The TPU compiler writes a reduce-scatter (the fsdp gradient reduction) as a fusion around
     an all-reduce whose output is the device's 1/n slice: one pass of (n-1)/n of the operand,

@@ -257,9 +257,11 @@ def _users(comp: Computation) -> dict[str, list[tuple[Instr, int]]]:
 
 def _sliced_read(module: HloModule, comp: Computation, pname: str, users=None, depth: int = 0) -> float | None:
     """Bytes read of fusion parameter `pname` when every use reads only a dynamic-slice of
-    it, directly, through bitcasts, or through a nested fusion whose parameter is read that
-    way (TPU nests the per-layer slice of a scan's stacked buffer one fusion deeper);
-    None when some use reads it whole."""
+    it, directly, through bitcasts, through a pad (a fusion computes each element of the slice
+    of a padded operand from one element of the operand or the pad value: the windowed-einsum
+    loops of tensor parallelism slice a padded activation this way), or through a nested fusion
+    whose parameter is read that way (TPU nests the per-layer slice of a scan's stacked buffer
+    one fusion deeper); None when some use reads it whole."""
     users = users if users is not None else _users(comp)
     uses = _through_bitcasts(comp, pname, users)
     if not uses:
@@ -268,6 +270,12 @@ def _sliced_read(module: HloModule, comp: Computation, pname: str, users=None, d
     for u, pos in uses:
         if u.opcode == "dynamic-slice" and pos == 0:
             total += shape_bytes(u.shape)
+            continue
+        if u.opcode == "pad" and pos == 0 and depth < 4:
+            padded = _sliced_read(module, comp, u.name, users, depth + 1)
+            if padded is None:
+                return None
+            total += padded
             continue
         inner = module.computations.get((u.attr("calls") or "").lstrip("%")) if u.opcode == "fusion" else None
         if inner is None or depth >= 4:
