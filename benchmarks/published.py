@@ -128,6 +128,16 @@ V5E_2023_ATTENTION = ("MaxText's program of this run computed attention without 
                       "causal=False, 512 blocks): 1.6x our splash kernel's attention FLOPs at S 2048")
 
 
+# Which 512-chip topology the 512B run had: MaxText at 76bd53b0 builds its mesh with jax's
+# mesh_utils.create_device_mesh(ici_parallelism, devices) (MaxText/max_utils.py), which in Dec 2023
+# (jax ccc8b3f7) laid each mesh axis on whole physical dimensions and raised "Failed to find assignment
+# for logical_axis_index ... of size 16 with remaining assignable mesh [8, 8, 8]" for tensor 16 on the
+# usual 8x8x8; so the run had a dimension of 16: 4x8x16, the one shape of 512 chips built of 4x4x4 cubes
+# that holds fsdp 32 x tensor 16 (tests/trainer/test_topology_wrap.py). Our trainer splits a dimension
+# instead (allow_split_physical_axes), which the run could not.
+TENSOR_16_ON_512 = ("planned on v5p-1024@4x8x16: the script's tensor 16 cannot be laid on the usual 8x8x8 by "
+                    "the jax of its time, so the run's slice had a dimension of 16")
+
 ROWS = (
     Published(
         name="v5e-256 16B", preset="maxtext-v5e-16b", target="tpu:v5e-256", chips=256, ici=(1, 256, 1),
@@ -201,7 +211,8 @@ ROWS = (
     # The rest of the single-slice rows of the same v5p table (added 2026-12-06; held out like the others: planned
     # once with the planner as it stood, never tuned against). All six share the 32B/64B scripts' LIBTPU_INIT_ARGS.
     *(Published(
-        name=f"{target} {label}", preset=preset, target=f"tpu:{target}", chips=chips, ici=(1, chips // tensor, tensor),
+        name=f"{target} {label}", preset=preset, target=f"tpu:{target}{topology}", chips=chips,
+        ici=(1, chips // tensor, tensor),
         maxtext_per_device_batch=2, remat=remat, attention="flash", tflops=tflops, mfu=mfu, formula="6N+causal",
         flags="v5p_collectives",
         published_in=f"{MAXTEXT} MaxText/configs/v5p/README.md@{C_V5P} ('{label} model', 1x {target}: {tflops}, "
@@ -209,14 +220,14 @@ ROWS = (
         config=f"{MAXTEXT} MaxText/configs/v5p/{label.lower()}.sh@{C_V5P} (per_device_batch_size=2, "
                f"remat_policy={remat}, global_parameter_scale={label[:-1]}, ici_fsdp_parallelism=-1 "
                f"({chips // tensor}), ici_tensor_parallelism={tensor}, max_target_length=2048, attention='flash')",
-        held_out=True)
-      for label, preset, target, chips, tensor, remat, tflops, mfu in (
-          ("128B", "maxtext-v5e-128b", "v5p-256", 128, 8, "minimal", 315, 0.6868),
-          ("128B", "maxtext-v5e-128b", "v5p-512", 256, 8, "minimal", 316, 0.6883),
-          ("256B", "maxtext-v5p-256b", "v5p-1024", 512, 8, "minimal", 308, 0.6709),
-          ("512B", "maxtext-v5p-512b", "v5p-1024", 512, 16, "full", 294, 0.6399),
-          ("1024B", "maxtext-v5p-1024b", "v5p-2048", 1024, 16, "full", 254, 0.5535),
-          ("1024B", "maxtext-v5p-1024b", "v5p-4096", 2048, 16, "full", 297, 0.6480))),
+        held_out=True, note=TENSOR_16_ON_512 if topology else "")
+      for label, preset, target, topology, chips, tensor, remat, tflops, mfu in (
+          ("128B", "maxtext-v5e-128b", "v5p-256", "", 128, 8, "minimal", 315, 0.6868),
+          ("128B", "maxtext-v5e-128b", "v5p-512", "", 256, 8, "minimal", 316, 0.6883),
+          ("256B", "maxtext-v5p-256b", "v5p-1024", "", 512, 8, "minimal", 308, 0.6709),
+          ("512B", "maxtext-v5p-512b", "v5p-1024", "@4x8x16", 512, 16, "full", 294, 0.6399),
+          ("1024B", "maxtext-v5p-1024b", "v5p-2048", "", 1024, 16, "full", 254, 0.5535),
+          ("1024B", "maxtext-v5p-1024b", "v5p-4096", "", 2048, 16, "full", 297, 0.6480))),
 )
 
 BY_NAME = {r.name: r for r in ROWS}

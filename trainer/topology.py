@@ -152,11 +152,15 @@ def chip_for_device_kind(device_kind: str) -> ChipSpec | None:
 
 
 def parse_slice(name: str) -> TpuSlice:
-    """'v5e-16' / 'v5p-128' / 'v4-32' / 'v6e-256' -> TpuSlice; ConfigError when unknown."""
-    m = re.fullmatch(r"\s*(v4|v5e|v5litepod|v5p|v6e)-(\d+)\s*", name.lower())
+    """'v5e-16' / 'v5p-128' / 'v4-32' / 'v6e-256' -> TpuSlice; ConfigError when unknown.
+    A v4 or v5p slice of 64 chips or more may name another of its topologies after '@':
+    'v5p-1024@4x8x16' (Cloud TPU builds these slices of 4x4x4 cubes, and `--topology` chooses
+    the shape; a mesh axis of 16 needs a dimension of 16 without splitting one, as jax's
+    create_device_mesh did until 2024). The default topology drops the suffix."""
+    m = re.fullmatch(r"\s*(v4|v5e|v5litepod|v5p|v6e)-(\d+)(?:@(\S+))?\s*", name.lower())
     if not m:
         raise ConfigError(f"unknown TPU slice {name!r}; use <chip>-<count> with chip one of "
-                          f"{', '.join(CHIPS)} (e.g. v5e-16, v5p-128, v4-32, v6e-256)")
+                          f"{', '.join(CHIPS)} (e.g. v5e-16, v5p-128, v4-32, v6e-256, v5p-1024@4x8x16)")
     chip = CHIPS["v5e" if m.group(1) == "v5litepod" else m.group(1)]
     count = int(m.group(2))
     if count % chip.cores_per_chip:
@@ -167,7 +171,31 @@ def parse_slice(name: str) -> TpuSlice:
     if chips not in shapes:
         sizes = ", ".join(f"{chip.name}-{c * chip.cores_per_chip}" for c in shapes)
         raise ConfigError(f"{name}: no {chip.name} slice of {chips} chips; supported: {sizes}")
-    return TpuSlice(f"{chip.name}-{count}", chip, chips, shapes[chips])
+    base = f"{chip.name}-{count}"
+    shape: tuple[int, ...] = shapes[chips]
+    if m.group(3):
+        shape = _chosen_topology(base, chip, chips, shape, m.group(3))
+    return TpuSlice(base + ("" if shape == shapes[chips] else "@" + "x".join(map(str, shape))), chip, chips, shape)
+
+
+def _chosen_topology(base: str, chip: ChipSpec, chips: int, default: tuple[int, ...],
+                     text: str) -> tuple[int, ...]:
+    """The shape of 'AxBxC' for slice `base`, or ConfigError naming what is wrong."""
+    usual = "x".join(map(str, default))
+    if chip.torus_dims != 3:
+        raise ConfigError(f"{base}@{text}: a {chip.name} slice has one topology per size ({usual}); other "
+                          f"topologies are chosen for v4 and v5p slices (e.g. v5p-1024@4x8x16)")
+    dm = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text)
+    if not dm:
+        raise ConfigError(f"{base}@{text}: a topology is three chip counts AxBxC (e.g. {base}@{usual})")
+    shape = tuple(int(d) for d in dm.groups())
+    if math.prod(shape) != chips:
+        raise ConfigError(f"{base}@{text}: {text} holds {math.prod(shape)} chips, {base} has {chips} "
+                          f"(its usual topology is {usual})")
+    if shape != default and (chips < 64 or any(d % 4 for d in shape)):
+        raise ConfigError(f"{base}@{text}: slices of 64 chips or more are built of 4x4x4 cubes, so each "
+                          f"dimension is a multiple of 4; smaller slices have one topology ({usual} here)")
+    return shape
 
 
 def slice_topology(name: str) -> str:

@@ -59,8 +59,13 @@ def export_text(to: str, cfg, target, *, run_name: str, header: str) -> str:
     if to == "maxtext-yaml":
         return maxtext.yaml_overrides(cfg, target.platform, target.num_devices, target.num_slices,
                                       run_name=run_name, header=header)
+    topology = target.slice_name
+    if topology and "@" in topology:  # a chosen topology (tpu:v5p-1024@4x8x16): MaxText names only the slice
+        topology, shape = topology.split("@", 1)
+        header += (f"; the plan's slice topology is {shape}: create the slice with --topology={shape} "
+                   f"(MaxText's compile_topology={topology} compiles for that slice's usual topology)")
     return maxtext.command(cfg, target.platform, target.num_devices, target.num_slices, run_name=run_name,
-                           compile_topology=target.slice_name, header=header)
+                           compile_topology=topology, header=header)
 
 
 def main(args) -> int:

@@ -57,3 +57,42 @@ def test_a_full_pod_overlaps_the_tensor_axis_permutes_and_an_open_slice_does_not
     assert overlapped > 0 and sync == 0
     sync, overlapped = _permutes("v5e-32", 2, 16)  # 4 x 8: an open mesh, as the real slice is
     assert sync > 0
+
+
+def test_a_v5p_slice_names_another_of_its_topologies():
+    """'v5p-1024@4x8x16': the same 512 chips as 4 x 8 x 16 cubes' worth, still a torus in all three
+    dimensions; the usual shape drops the suffix; the accelerator type libtpu is told stays v5p-1024."""
+    s = topology.parse_slice("v5p-1024@4x8x16")
+    assert (s.name, s.shape, s.chips, s.wrap) == ("v5p-1024@4x8x16", (4, 8, 16), 512, (True, True, True))
+    assert s.topology_name == "v5p:4x8x16" and s.accelerator_type == "v5p-1024"
+    assert topology.parse_slice("v5p-1024@8x8x8") == topology.parse_slice("v5p-1024")
+    from paxsearch.search.planning.targets import parse_target
+    t = parse_target("tpu:v5p-1024@4x8x16")
+    assert (t.name, t.slice_name, t.num_devices) == ("tpu:v5p-1024@4x8x16", "v5p-1024@4x8x16", 512)
+
+
+@pytest.mark.parametrize("name, says", [
+    ("v5e-256@16x16", "one topology per size (16x16)"),
+    ("v5p-1024@4x8x8", "4x8x8 holds 256 chips, v5p-1024 has 512"),
+    ("v5p-1024@2x16x16", "each dimension is a multiple of 4"),
+    ("v5p-32@4x2x2", "smaller slices have one topology (2x2x4 here)"),
+    ("v5p-1024@4x8", "three chip counts AxBxC"),
+])
+def test_a_topology_that_the_slice_cannot_have_is_one_line(name, says):
+    with pytest.raises(topology.ConfigError) as e:
+        topology.parse_slice(name)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@needs_libtpu
+def test_a_tensor_axis_of_16_needs_a_dimension_of_16():
+    """Why a published run with tensor 16 on 512 v5p chips (MaxText 512B, benchmarks/published.py) had
+    the 4x8x16 topology: jax's create_device_mesh of Dec 2023 (no allow_split_physical_axes) cannot
+    lay an axis of 16 on 8 x 8 x 8 and can on 4 x 8 x 16."""
+    from jax.experimental import mesh_utils
+
+    with pytest.raises(NotImplementedError, match="Failed to find assignment"):
+        mesh_utils.create_device_mesh((1, 32, 16), topology.topology_devices("v5p-1024"))
+    mesh = mesh_utils.create_device_mesh((1, 32, 16), topology.topology_devices("v5p-1024@4x8x16"))
+    ring = [d.coords for d in mesh[0, 0, :]]
+    assert sorted(c[2] for c in ring) == list(range(16)) and len({(c[0], c[1]) for c in ring}) == 1

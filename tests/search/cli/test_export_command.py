@@ -55,6 +55,14 @@ def test_maxtext_best_trial(run, capsys):
     assert "paxsearch: dropped data.task=" in err  # what the script drops is said on stderr too
 
 
+def test_a_chosen_topology_names_the_slice_for_maxtext_and_says_how_to_create_it(run, capsys):
+    rc, out, err = export(capsys, run, "--trial", "0", "--to", "maxtext", "--target", "tpu:v5p-1024@4x8x16")
+    assert rc == 0, err
+    assert "compile_topology=v5p-1024 " in out and "@" not in out.split("compile_topology=")[1].split()[0]
+    assert "target tpu:v5p-1024@4x8x16" in out and "--topology=4x8x16" in out
+    assert "ici_fsdp_parallelism=512" in out
+
+
 def test_out_file_yaml_and_paxml(run, capsys, tmp_path):
     rc, out, err = export(capsys, run, "--trial", "0", "--to", "maxtext-yaml", "--out", tmp_path / "o.yml")
     assert rc == 0 and out == "" and "written to" in err
