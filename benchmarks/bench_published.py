@@ -57,7 +57,7 @@ def space():
         TrainConfig,
         # one-value choices: a space marks at least one; the point is the row's config
         model=preset({preset!r}, attention=pg.oneof([{attention!r}], name="attention"){model_fields}),
-        mesh=fdl.Config(MeshConfig, ici={ici!r}, rules={rules!r}),
+        mesh=fdl.Config(MeshConfig, ici={ici!r}, dcn={dcn!r}, rules={rules!r}),
         per_device_batch=None,
         global_batch={global_batch},
         remat=pg.oneof([{remat!r}], name="remat"),
@@ -78,7 +78,7 @@ def space_text(row: P.Published, timeout: int, model_fields: dict | None = None)
     fields = "".join(f", {k}={v!r}" for k, v in (model_fields or {}).items())
     return SPACE.format(script="bench_published.py", name=row.name, published_in=row.published_in,
                         config=row.config, target=row.target, timeout=timeout, preset=row.preset,
-                        attention=P.ATTENTION[row.attention], ici=row.ici,
+                        attention=P.ATTENTION[row.attention], ici=row.ici, dcn=(row.slices, 1, 1),
                         global_batch=row.global_batch, remat=P.REMAT[row.remat], rules=P.rules(row),
                         flags=row.flags, model_fields=fields)
 
@@ -207,6 +207,7 @@ def report(rows, results: dict) -> str:
         lines.append(f"Ranking ({group}) by predicted MFU: {' > '.join(pred) or '-'}"
                      f"  ({'same order' if same else 'DIFFERENT order'} over {len(pred)} planned rows)")
     for group, keep in (("calibration", lambda r: not r.held_out), ("held out", lambda r: r.held_out),
+                        ("one slice", lambda r: r.slices == 1), ("multi-slice", lambda r: r.slices > 1),
                         ("all rows", lambda r: True)):
         errs = [(abs(figs[r.name]["ratio"] - 1), abs(figs[r.name]["ratio_same_work"] - 1))
                 for r in rows if keep(r) and figs[r.name]["ratio"]]
@@ -215,6 +216,15 @@ def report(rows, results: dict) -> str:
                          f"{sum(e for e, _ in errs) / len(errs):.1%} (max {max(e for e, _ in errs):.1%}); with the "
                          f"published programs' work {sum(e for _, e in errs) / len(errs):.1%} "
                          f"(max {max(e for _, e in errs):.1%})")
+    scaling = []  # the slope over DCN alone: N slices' MFU over one slice's, published and predicted
+    for r in rows:
+        one = figs.get(r.name.split("x ", 1)[1]) if r.slices > 1 else None
+        if one and one["predicted_mfu"] and figs[r.name]["predicted_mfu"]:
+            pub = figs[r.name]["published_mfu"] / one["published_mfu"]
+            pred = figs[r.name]["predicted_mfu"] / one["predicted_mfu"]
+            scaling.append(f"{r.name} {pub:.3f} / {pred:.3f}")
+    if scaling:
+        lines.append("MFU on N slices over one slice, published / predicted: " + "; ".join(scaling))
     ratios = [figs[r.name]["ratio"] for r in rows if figs[r.name]["ratio"]]
     within = sum(1 for x in ratios if 0.9 <= x <= 1.1)
     fits = [r.name for r in rows if r.ran and figs[r.name]["fits"]]

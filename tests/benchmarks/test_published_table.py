@@ -31,7 +31,8 @@ def test_every_row_is_traced_to_a_commit_and_a_config(row):
     assert row.config.startswith("google/maxtext ") and HASH.search(row.config), row.config
     assert row.formula in P.FORMULAS and row.remat in P.REMAT and row.attention in P.ATTENTION
     target = parse_target(row.target)
-    assert target.num_devices == row.chips == row.ici[0] * row.ici[1] * row.ici[2]
+    assert target.num_devices == row.chips * row.slices and row.chips == row.ici[0] * row.ici[1] * row.ici[2]
+    assert target.num_slices == row.slices and (row.slices == 1 or row.held_out)
     assert target.chip == row.chip
     p = presets.source(row.preset)  # a preset of the exact dims, with its own source
     assert p.model.vocab_size == 32768 and p.model.mlp == "dense" and p.model.activation == "relu"
@@ -108,6 +109,7 @@ def test_generated_space_is_the_published_config(row, tmp_path):
     assert cfg.model.attention == P.ATTENTION[row.attention]
     assert {**cfg.model.__dict__, "attention": "auto"} == presets.get(row.preset).__dict__
     assert cfg.mesh.ici == row.ici and cfg.global_batch == row.global_batch and cfg.per_device_batch is None
+    assert cfg.mesh.dcn == (row.slices, 1, 1)  # MaxText's dcn_data_parallelism -1: data parallel across slices
     assert cfg.remat == P.REMAT[row.remat]
     assert cfg.flags == row.flags == {"v5e": "collective_fusion", "v5p": "v5p_collectives"}.get(row.chip, "default")
     assert cfg.mesh.rules == ("sequence_parallel" if row.ici[2] > 1 else "default")  # MaxText: embed over tensor
@@ -145,7 +147,8 @@ def test_the_published_programs_attention_work():
     from paxsearch.trainer import hardware
 
     v5e = [r for r in P.ROWS if not r.causal_attention]
-    assert {r.name for r in v5e} == {"v5e-256 16B", "v5e-256 32B", "v5e-256 64B", "v5e-256 128B"}
+    one_slice = {"v5e-256 16B", "v5e-256 32B", "v5e-256 64B", "v5e-256 128B"}
+    assert {r.name for r in v5e} == one_slice | {f"{n}x {name}" for n in (2, 4) for name in one_slice}
     assert all(r.note == P.V5E_2023_ATTENTION for r in v5e)
     # 16B by hand: 32 layers x 32 heads x 6 rows per chip x 11 S x S matmuls x 2 S^2 x 256, 6 of 16 blocks
     r16 = P.BY_NAME["v5e-256 16B"]
@@ -153,6 +156,7 @@ def test_the_published_programs_attention_work():
     # 128B: fsdp 16 x tensor 16, so 16 rows and 4 heads a chip, 64 layers: the same work per chip as 32B's
     assert P.noncausal_extra_flops_per_chip(P.BY_NAME["v5e-256 128B"]) == pytest.approx(
         P.noncausal_extra_flops_per_chip(P.BY_NAME["v5e-256 32B"]))
+    assert P.noncausal_extra_flops_per_chip(P.BY_NAME["4x v5e-256 16B"]) == P.noncausal_extra_flops_per_chip(r16)
     spec = hardware.spec("v5e")
     assert P.noncausal_extra_seconds(r16) == pytest.approx(
         P.noncausal_extra_flops_per_chip(r16) / (197e12 * spec.attention_efficiency.value))
