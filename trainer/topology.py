@@ -155,8 +155,9 @@ def parse_slice(name: str) -> TpuSlice:
     """'v5e-16' / 'v5p-128' / 'v4-32' / 'v6e-256' -> TpuSlice; ConfigError when unknown.
     A v4 or v5p slice of 64 chips or more may name another of its topologies after '@':
     'v5p-1024@4x8x16' (Cloud TPU builds these slices of 4x4x4 cubes, and `--topology` chooses
-    the shape; a mesh axis of 16 needs a dimension of 16 without splitting one, as jax's
-    create_device_mesh did until 2024). The default topology drops the suffix."""
+    the shape; the topology decides which mesh axes get a ring of their own: jax's
+    create_device_mesh lays an axis of 16 on 8x8x8 only by splitting a dimension, with
+    allow_split_physical_axes, and on 4x8x16 on one). The default topology drops the suffix."""
     m = re.fullmatch(r"\s*(v4|v5e|v5litepod|v5p|v6e)-(\d+)(?:@(\S+))?\s*", name.lower())
     if not m:
         raise ConfigError(f"unknown TPU slice {name!r}; use <chip>-<count> with chip one of "
