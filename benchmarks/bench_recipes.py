@@ -43,7 +43,8 @@ def space_text(r: P.Recipe, timeout: int) -> str:
     """The recipe's one-point space: bench_published's template with the preset's own fields."""
     return B.SPACE.format(script="bench_recipes.py", name=r.name, published_in=r.published_in, config=r.config,
                           target=r.target, timeout=timeout, preset=r.preset, attention=r.attention, model_fields="",
-                          ici=r.ici, dcn=(1, 1, 1), rules="default", global_batch=r.global_batch, remat=r.remat, flags=r.flags)
+                          ici=r.ici, dcn=(1, 1, 1), rules="default", global_batch=r.global_batch, remat=r.remat,
+                          flags=r.flags)
 
 
 class _Named:
