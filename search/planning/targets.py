@@ -100,7 +100,8 @@ class Target:
 
 
 def parse_target(text: str) -> Target:
-    """'cpu:8', 'gpu:8', 'tpu:v5e-16', 'tpu:v5p-128', 'tpu:v4-32', 'tpu:v6e-256', with
+    """'cpu:8', 'gpu:8', 'tpu:v5e-16', 'tpu:v5p-128', 'tpu:v4-32', 'tpu:v6e-256' (a v4 / v5p slice
+    may name another topology: 'tpu:v5p-1024@4x8x16', trainer/topology.parse_slice), with
     ',slices=N' for N slices over DCN, or ',slices=auto' (plan-only TPU targets) for a slice
     count that each trial's mesh.dcn gives (Target.for_config). TargetError (one line) for
     anything else."""
