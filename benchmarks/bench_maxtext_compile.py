@@ -52,21 +52,25 @@ def model_of(row: P.Published, layers: int | None = None):
 def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> list[str]:
     """MaxText 0.2.5 config overrides that build the row's model, mesh, batch and remat."""
     d, f, t = row.ici
+    dcn = [f"dcn_data_parallelism={row.slices}"] if row.slices > 1 else []  # the rows' data parallelism over DCN
     return maxtext_common_argv(base_yml, row.target, model_of(row, layers), row.maxtext_per_device_batch,
                                row.remat, P.ATTENTION[row.attention]) + [
-        f"ici_data_parallelism={d}", f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}"]
+        f"ici_data_parallelism={d}", f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}", *dcn]
 
 
 def maxtext_common_argv(base_yml: str, target: str, m, per_device_batch: int, remat: str, attention: str) -> list[str]:
     """The overrides every comparison shares: the model's dims, the slice, the batch, remat and
     attention, bf16 activations over fp32 weights, AdamW, synthetic data; the mesh is the caller's."""
-    slice_name, _, chosen = target.split(":")[1].partition("@")
+    from paxsearch.search.planning.targets import parse_target
+
+    t = parse_target(target)
+    slice_name, _, chosen = (t.slice_name or "").partition("@")
     # MaxText's train_compile knows a slice by its name, in its usual topology only; a row planned on
     # another topology (v5p-1024@4x8x16) is compiled by MaxText on the usual one with split axes
     split = ["allow_split_physical_axes=true"] if chosen else []
     return [
         "train_compile", base_yml, "run_name=peer", f"compile_topology={slice_name}", *split,
-        "compile_topology_num_slices=1", "decoder_block=default", f"base_emb_dim={m.d_model}",
+        f"compile_topology_num_slices={t.num_slices}", "decoder_block=default", f"base_emb_dim={m.d_model}",
         f"base_num_query_heads={m.n_heads}", f"base_num_kv_heads={m.n_kv_heads or m.n_heads}",
         f"head_dim={m.head_dim}", f"base_mlp_dim={m.d_ff}", f"base_num_decoder_layers={m.n_layers}",
         f"mlp_activations=[\"{m.activation}\"]", f"logits_via_embedding={str(m.tie_embeddings).lower()}",
