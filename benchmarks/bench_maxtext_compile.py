@@ -62,14 +62,15 @@ def maxtext_common_argv(base_yml: str, target: str, m, per_device_batch: int, re
     """The overrides every comparison shares: the model's dims, the slice, the batch, remat and
     attention, bf16 activations over fp32 weights, AdamW, synthetic data; the mesh is the caller's."""
     from paxsearch.search.planning.targets import parse_target
+    from paxsearch.trainer.topology import parse_slice
 
     t = parse_target(target)
-    slice_name, _, chosen = (t.slice_name or "").partition("@")
+    tpu_slice = parse_slice(t.slice_name or "")
     # MaxText's train_compile knows a slice by its name, in its usual topology only; a row planned on
     # another topology (v5p-1024@4x8x16) is compiled by MaxText on the usual one with split axes
-    split = ["allow_split_physical_axes=true"] if chosen else []
+    split = ["allow_split_physical_axes=true"] if tpu_slice.chosen_topology else []
     return [
-        "train_compile", base_yml, "run_name=peer", f"compile_topology={slice_name}", *split,
+        "train_compile", base_yml, "run_name=peer", f"compile_topology={tpu_slice.base_name}", *split,
         f"compile_topology_num_slices={t.num_slices}", "decoder_block=default", f"base_emb_dim={m.d_model}",
         f"base_num_query_heads={m.n_heads}", f"base_num_kv_heads={m.n_kv_heads or m.n_heads}",
         f"head_dim={m.head_dim}", f"base_mlp_dim={m.d_ff}", f"base_num_decoder_layers={m.n_layers}",

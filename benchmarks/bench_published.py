@@ -218,7 +218,7 @@ def report(rows, results: dict) -> str:
                          f"(max {max(e for _, e in errs):.1%})")
     scaling = []  # the slope over DCN alone: N slices' MFU over one slice's, published and predicted
     for r in rows:
-        one = figs.get(r.name.split("x ", 1)[1]) if r.slices > 1 else None
+        one = figs.get(r.name.removeprefix(f"{r.slices}x ")) if r.slices > 1 else None  # P._on_slices's name
         if one and one["predicted_mfu"] and figs[r.name]["predicted_mfu"]:
             pub = figs[r.name]["published_mfu"] / one["published_mfu"]
             pred = figs[r.name]["predicted_mfu"] / one["predicted_mfu"]

@@ -237,7 +237,6 @@ ROWS = (
 )
 
 
-
 def _on_slices(row: Published, slices: int, tflops: float, mfu: float, published_in: str) -> Published:
     """The same config run on `slices` slices joined by DCN (data parallelism across them, as MaxText's
     base.yml dcn_data_parallelism -1 lays it); the per-chip batch, mesh and flags of one slice."""

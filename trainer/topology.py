@@ -120,6 +120,16 @@ class TpuSlice:
     shape: tuple[int, ...]  # chips per torus dimension
 
     @property
+    def base_name(self) -> str:
+        """The name without a chosen topology: 'v5p-1024' for 'v5p-1024@4x8x16'."""
+        return self.name.partition("@")[0]
+
+    @property
+    def chosen_topology(self) -> str:
+        """'4x8x16' for 'v5p-1024@4x8x16'; '' for a slice in its usual topology."""
+        return self.name.partition("@")[2]
+
+    @property
     def topology_name(self) -> str:
         return f"{self.chip.name}:" + "x".join(str(s) for s in self.shape)
 

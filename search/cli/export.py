@@ -60,10 +60,14 @@ def export_text(to: str, cfg, target, *, run_name: str, header: str) -> str:
         return maxtext.yaml_overrides(cfg, target.platform, target.num_devices, target.num_slices,
                                       run_name=run_name, header=header)
     topology = target.slice_name
-    if topology and "@" in topology:  # a chosen topology (tpu:v5p-1024@4x8x16): MaxText names only the slice
-        topology, shape = topology.split("@", 1)
-        header += (f"; the plan's slice topology is {shape}: create the slice with --topology={shape} "
-                   f"(MaxText's compile_topology={topology} compiles for that slice's usual topology)")
+    if target.platform == "tpu" and topology:
+        from ...trainer.topology import parse_slice
+
+        tpu_slice = parse_slice(topology)
+        topology, shape = tpu_slice.base_name, tpu_slice.chosen_topology
+        if shape:  # tpu:v5p-1024@4x8x16: MaxText names only the slice
+            header += (f"; the plan's slice topology is {shape}: create the slice with --topology={shape} "
+                       f"(MaxText's compile_topology={topology} compiles for that slice's usual topology)")
     return maxtext.command(cfg, target.platform, target.num_devices, target.num_slices, run_name=run_name,
                            compile_topology=topology, header=header)
 

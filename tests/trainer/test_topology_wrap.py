@@ -65,6 +65,8 @@ def test_a_v5p_slice_names_another_of_its_topologies():
     s = topology.parse_slice("v5p-1024@4x8x16")
     assert (s.name, s.shape, s.chips, s.wrap) == ("v5p-1024@4x8x16", (4, 8, 16), 512, (True, True, True))
     assert s.topology_name == "v5p:4x8x16" and s.accelerator_type == "v5p-1024"
+    assert (s.base_name, s.chosen_topology) == ("v5p-1024", "4x8x16")
+    assert topology.parse_slice("v5p-1024").chosen_topology == ""
     assert topology.parse_slice("v5p-1024@8x8x8") == topology.parse_slice("v5p-1024")
     from paxsearch.search.planning.targets import parse_target
     t = parse_target("tpu:v5p-1024@4x8x16")
