@@ -130,12 +130,38 @@ def test_report_ratio_fit_and_ranking():
     # 16B predicted above 32B: published has 32B first, so the order differs
     swapped = B.report(rows, {a.name: _result(0.9), b.name: _result(0.5, fits=False)})
     assert "DIFFERENT order" in swapped and "**no**" in swapped and "predicted to fit: 1 of 2" in swapped
+    # the two published MFUs are 9% apart: a pair beyond the figures' repeatability, ordered or not
+    assert "Pairs (calibration) ordered as published: 1 of 1; of the pairs more than 5% apart published: 1 of 1" \
+        in same
+    assert "Pairs (calibration) ordered as published: 0 of 1; of the pairs more than 5% apart published: 0 of 1" \
+        in swapped
+    close = B._pairs_line("x", [(0.60, 0.50), (0.62, 0.40), (0.70, 0.80)])  # 0.60 / 0.62: 3% apart
+    assert close == "Pairs (x) ordered as published: 2 of 3; of the pairs more than 5% apart published: 2 of 2"
     oom = {"plan": {"peak_bytes": 97 * 2 ** 30, "hbm_bytes": 95 * 2 ** 30}, "failure_kind": "predicted_oom",
            "failure_message": "predicted OOM"}
     over = B.report(rows, {a.name: oom, b.name: _result(0.6)})
     assert "**no** (97.0 / 95.0)" in over and "predicted to fit: 1 of 2" in over
     missing = B.report(rows, {a.name: {"plan": None, "failure_kind": "compile_error", "failure_message": "boom"}})
     assert "compile_error: boom" in missing and "not run" in missing
+
+
+def test_report_prices_the_published_cost_of_a_second_slice_in_dcn_bandwidth():
+    """A multi-slice row does the same work per chip as its one-slice row, so the published step's
+    extra seconds are what the slices cost; the report sets them against the bytes each chip sends
+    over DCN in the plan (ICI transfers not counted) and the hardware table's DCN share."""
+    one, two = P.BY_NAME["v5p-128 32B"], P.BY_NAME["2x v5p-128 32B"]
+    dcn = _result(0.7)
+    dcn["plan"]["roofline"]["collectives"] = [
+        {"link": "dcn", "bytes": 0.75e9, "seconds": 0.12, "exposed_seconds": 0.01},
+        {"link": "dcn", "bytes": 0.25e9, "seconds": 0.04, "exposed_seconds": 0.0},
+        {"link": "ici", "bytes": 9e9, "seconds": 1.0, "exposed_seconds": 0.5}]
+    text = B.report([one, two], {one.name: _result(0.7), two.name: dcn})
+    extra = P.published_step_time(two) - P.published_step_time(one)
+    assert extra > 0  # published: 71.47% on one slice, 69.43% on two
+    assert (f"| 2x v5p-128 32B | +{extra:.2f} | 1.000 | {1.0 / extra:.2f} | 6.25 | 0.160 / 0.010 |") in text
+    # no DCN transfer in the plan: the bandwidth is not made up
+    assert "| 2x v5p-128 32B | " + f"+{extra:.2f} | - | - | 6.25 | - / - |" in B.report(
+        [one, two], {one.name: _result(0.7), two.name: _result(0.7)})
 
 
 def test_the_published_programs_attention_work():
