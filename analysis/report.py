@@ -103,6 +103,7 @@ def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
     loss_line = "\n".join(notes) or None
     best_rows = tables.best_table(frame, best, knee)
     front_rows = tables.pareto_table(frame, on_front)
+    steps = tables.step_breakdown(frame, on_front)
     comparison = tables.predicted_vs_measured(frame)
     corrected = corrected_lib.corrected_table(frame)
     failures = tables.failures_by_kind(frame)
@@ -112,14 +113,16 @@ def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
     paths["html"] = out / "report.html"
     paths["html"].write_text(report_html.render(
         header, predicted, pareto_png, effect_pngs, best_rows, front_rows, comparison,
-        tables.trial_table(frame, on_front), failures, loss_line, rec, roles, curves, corrected), encoding="utf-8")
+        tables.trial_table(frame, on_front), failures, loss_line, rec, roles, curves, corrected, steps),
+        encoding="utf-8")
     relative = {name: os.path.relpath(paths[f"effect_png:{name}"], out)
                 for name in effect_pngs}
     paths["markdown"] = out / "report.md"
     paths["markdown"].write_text(report_md.render(
         header, predicted, os.path.relpath(paths["pareto_png"], out), relative, best_rows,
         front_rows, comparison, failures, loss_line, rec, roles,
-        (os.path.relpath(paths["curves_png"], out), curves[1]) if curves else None, corrected), encoding="utf-8")
+        (os.path.relpath(paths["curves_png"], out), curves[1]) if curves else None, corrected, steps),
+        encoding="utf-8")
 
     exported = frame.assign(on_front=on_front, is_knee=frame["number"] == knee)
     paths["csv"] = out / "trials.csv"

@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import fmt
 from .recommend import Recommendation
-from .tables import ROLES_NOTE
+from .tables import ROLES_NOTE, STEP_NOTE
 
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -96,9 +96,11 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
            failures: dict[str, pd.DataFrame], loss_line: str | None = None,
            rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
            curves: tuple[bytes, pd.DataFrame] | None = None,
-           corrected: tuple[pd.DataFrame, str | None] | None = None) -> str:
+           corrected: tuple[pd.DataFrame, str | None] | None = None,
+           steps: pd.DataFrame | None = None) -> str:
     """The page. loss_line: what the objectives loss and time to train are, one line each;
-    curves: the loss curves per math group (PNG) and their legend table."""
+    curves: the loss curves per math group (PNG) and their legend table; steps: where each front
+    trial's predicted step goes (tables.step_breakdown)."""
     title = dict(header)["study"]
     kind = "predicted" if predicted else "measured"
     front_numbers = set(front["number"].tolist()) if len(front) else set()
@@ -120,6 +122,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
               _image(pareto_png, f"MFU against memory per device ({kind})", "pareto-plot"),
               f"<h3>Best per objective and knee ({kind})</h3>", table(best, predicted),
               f"<h3>Non-dominated trials ({kind})</h3>", table(front, predicted)]
+    if steps is not None and not steps.empty:
+        parts += ['<h3 id="step-parts">Where the predicted step goes</h3>', f"<p>{html.escape(STEP_NOTE)}</p>",
+                  table(steps, False)]
     if not comparison.empty:
         parts += ["<h2>Predicted vs measured</h2>",
                   "<p>Ratios are measured / predicted.</p>", table(comparison, False)]

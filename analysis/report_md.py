@@ -5,7 +5,7 @@ import pandas as pd
 
 from . import fmt
 from .recommend import Recommendation
-from .tables import ROLES_NOTE
+from .tables import ROLES_NOTE, STEP_NOTE
 
 
 def _cell(text: str) -> str:
@@ -40,7 +40,8 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
            comparison: pd.DataFrame, failures: dict[str, pd.DataFrame], loss_line: str | None = None,
            rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
            curves: tuple[str, pd.DataFrame] | None = None,
-           corrected: tuple[pd.DataFrame, str | None] | None = None) -> str:
+           corrected: tuple[pd.DataFrame, str | None] | None = None,
+           steps: pd.DataFrame | None = None) -> str:
     """Markdown text; figure arguments are paths relative to the Markdown file. loss_line:
     what the objectives loss and time to train are, one line each (the study's "loss_objective",
     e.g. its token budget; the full run's tokens)."""
@@ -55,6 +56,8 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
     parts += [f"## Pareto front ({kind})\n", f"![Pareto front ({kind})]({pareto_png})\n",
               table(front, predicted),
               f"## Best per objective and knee ({kind})\n", table(best, predicted)]
+    if steps is not None and not steps.empty:
+        parts += ["## Where the predicted step goes\n", f"{_cell(STEP_NOTE)}\n", table(steps, False)]
     if not comparison.empty:
         parts += ["## Predicted vs measured\n", "Ratios are measured / predicted.\n",
                   table(comparison, False)]

@@ -1,6 +1,8 @@
 """The tables a report shows, as DataFrames derived from the trials DataFrame (pure)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -124,6 +126,53 @@ def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
     if len(columns) == 1 + len(decision_columns(frame)):
         return pd.DataFrame()
     return measured[has_pair][columns]
+
+
+STEP_NOTE = ("Where each front trial's predicted step goes (the planner's roofline, trainer/roofline): the ops at "
+             "their roofline rates, then the communication no scheduled work hides, by link: ICI within a slice, "
+             "DCN between slices, host (offloaded buffers over PCIe). The parts add up to the predicted step.")
+_LINKS = {"ici": "step.exposed_ici_s", "dcn": "step.exposed_dcn_s", "host": "step.exposed_host_s"}
+
+
+def step_parts(roofline_text) -> dict | None:
+    """A stored roofline (JSON text, trainer/roofline/model.py Roofline.to_dict) split into the
+    on-chip seconds, the exposed seconds per link and the collective exposed the longest; None
+    where the plan holds no roofline (an analytic plan, a roofline that failed)."""
+    if not isinstance(roofline_text, str):
+        return None
+    try:
+        roof = json.loads(roofline_text)
+        if not isinstance(roof, dict) or roof.get("roofline_s") is None or roof.get("step_time_s") is None:
+            return None
+        parts = {"step.on_chip_s": float(roof["roofline_s"]), **{column: 0.0 for column in _LINKS.values()}}
+        largest = None
+        for c in roof.get("collectives") or []:
+            exposed = float(c.get("exposed_seconds") or 0.0)
+            column = _LINKS.get(c.get("link"))
+            if column is None or exposed <= 0:
+                continue
+            parts[column] += exposed
+            if largest is None or exposed > largest[0]:
+                over = f" over {'/'.join(map(str, c['axes']))}" if c.get("axes") else ""
+                largest = (exposed, f"{c['kind']}{over} ({c['link']}), {exposed:.3g} s")
+    except (ValueError, TypeError, KeyError, AttributeError):  # a stored figure that is not one: no parts
+        return None
+    parts["step.largest_exposed"] = largest[1] if largest else "none"
+    return parts
+
+
+def step_breakdown(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
+    """One row per front trial whose plan has a roofline: its predicted step and the parts above."""
+    if "plan.roofline" not in frame:
+        return pd.DataFrame()
+    front = frame[on_front.reindex(frame.index, fill_value=False)].sort_values("number")
+    rows = []
+    for record in front.to_dict("records"):
+        parts = step_parts(record["plan.roofline"])
+        if parts is not None:
+            rows.append({"number": record["number"],
+                         "plan.predicted_step_time": record.get("plan.predicted_step_time", np.nan), **parts})
+    return pd.DataFrame(rows)
 
 
 # What a decision can move, by its role. time to train moves with both: the math sets the full

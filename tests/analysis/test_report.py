@@ -1,6 +1,7 @@
 """write_report on stored studies: files, self-containment, labels, and a headless screenshot."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 from fiddle.experimental import serialization
 
-from paxsearch.analysis import best_trial, load, pareto, write_report
+from paxsearch.analysis import best_trial, load, pareto, tables, write_report
 
 from .. import pg_util
 from .study_builder import SPACE, grid_specs, make_run, trial_spec
@@ -303,3 +304,57 @@ def test_predicted_corrected_and_measured_mfu_side_by_side(measured_run, measure
     low, high = correction.fit(plans, logs).interval(_plan(row), 0.3, 0.9)
     assert (table.loc[last, "corrected_mfu_low"], table.loc[last, "corrected_mfu_high"]) == pytest.approx((low, high))
     assert "Mean |figure / measured - 1|" in note and "measured inside the interval" in note
+
+
+def _roofline(on_chip: float, exposed: dict[tuple[str, str, tuple], float]) -> dict:
+    """A stored roofline (trainer/roofline/model.py Roofline.to_dict's keys the report reads)."""
+    collectives = [{"kind": kind, "axes": list(axes), "link": link, "count": 1, "executions": 1.0, "bytes": 1.0,
+                    "seconds": seconds, "exposed_seconds": seconds} for (kind, link, axes), seconds in exposed.items()]
+    return {"predicted": True, "roofline_s": on_chip, "exposed_comm_s": sum(exposed.values()),
+            "step_time_s": on_chip + sum(exposed.values()), "collectives": collectives}
+
+
+def test_step_parts_split_the_exposed_time_by_link():
+    roof = _roofline(8.0, {("all-gather", "ici", ("fsdp",)): 0.5, ("all-reduce", "ici", ("fsdp",)): 0.25,
+                           ("all-reduce", "dcn", ("data",)): 0.75, ("host-d2h", "host", ()): 0.125,
+                           ("collective-permute", "ici", ("tensor",)): 0.0})
+    parts = tables.step_parts(json.dumps(roof))
+    assert parts == {"step.on_chip_s": 8.0, "step.exposed_ici_s": 0.75, "step.exposed_dcn_s": 0.75,
+                     "step.exposed_host_s": 0.125, "step.largest_exposed": "all-reduce over data (dcn), 0.75 s"}
+    # no roofline (an analytic plan, one that failed to parse): no parts, no made-up figures
+    assert tables.step_parts(None) is None
+    assert tables.step_parts(json.dumps({"predicted": True, "error": "roofline failed: ValueError"})) is None
+    assert tables.step_parts(json.dumps(_roofline(2.0, {})))["step.largest_exposed"] == "none"
+    # a stored value that is not a figure (a damaged row) leaves the trial out, not the report
+    assert tables.step_parts("{not json") is None
+    assert tables.step_parts(json.dumps({**roof, "collectives": [{"link": "ici", "exposed_seconds": "x"}]})) is None
+
+
+def test_report_shows_where_each_front_trials_predicted_step_goes(tmp_path):
+    specs = plan_only_specs()
+    for spec in specs:
+        plan = spec["attrs"].get("plan")
+        if plan is not None and spec["values"] is not None:
+            dcn = 0.1 * spec["attrs"]["decisions"]["per_device_batch"]
+            plan["roofline"] = _roofline(1.0, {("all-gather", "ici", ("fsdp",)): 0.2,
+                                               ("all-reduce", "dcn", ("data",)): dcn})
+            plan["predicted_step_time"] = 1.2 + dcn
+    run = make_run(tmp_path / "run", specs, objectives=PLAN_ONLY_OBJECTIVES, plan_only=True)
+    paths = write_report(run)
+    frame = load.trials_frame(load.open_study(run).study)
+    on_front = pareto.pareto_mask(frame, ["mfu", "memory"])
+    steps = tables.step_breakdown(frame, on_front)
+    assert sorted(steps["number"]) == sorted(frame.loc[on_front, "number"]) and len(steps) > 1
+    total = steps[["step.on_chip_s", "step.exposed_ici_s", "step.exposed_dcn_s", "step.exposed_host_s"]].sum(axis=1)
+    assert np.allclose(total, steps["plan.predicted_step_time"])
+    md = paths["markdown"].read_text()
+    assert "## Where the predicted step goes" in md
+    assert ("| trial | predicted step time | on chip | exposed ICI | exposed DCN | exposed host "
+            "| exposed the longest |") in md
+    assert "all-reduce over data (dcn), 0.4 s" in md  # a batch-4 front trial: 0.4 s over DCN
+    assert 'id="step-parts"' in paths["html"].read_text()
+
+
+def test_no_roofline_no_step_section(measured_report):
+    for key in ("markdown", "html"):
+        assert "Where the predicted step goes" not in measured_report[key].read_text()

@@ -1,11 +1,14 @@
 """`paxsearch run` on a TPU target without TPUs: plan-only trials (compiled for the topology,
 never run), settled without compiling where the study already knows the answer, and
 reported as predictions. Needs libtpu (the `tpu` extra, which CI installs)."""
+import json
 import math
 import os
 
 import pytest
 from optuna.trial import TrialState
+
+from paxsearch.analysis import tables
 
 from ...search_util import HERE, cli, load, needs_libtpu
 
@@ -67,6 +70,14 @@ def test_plan_only_study_compiles_two_of_twelve_points_and_reports_predictions(t
     cli("report", run, "--no-tensorboard")
     md = (run / "report.md").read_text()
     assert "Predicted figures" in md and "MFU (predicted)" in md and "TPU v5 lite" in md
+    # where the compiled step's predicted time goes: the parts of its stored roofline add up to it
+    assert "## Where the predicted step goes" in md
+    for lr in (1e-3, 3e-3):
+        plan = by[("small", 1, lr)].user_attrs["plan"]
+        parts = tables.step_parts(json.dumps(plan["roofline"]))
+        assert parts["step.on_chip_s"] > 0 and parts["step.exposed_dcn_s"] == 0  # one slice: nothing over DCN
+        assert sum(parts[k] for k in ("step.on_chip_s", "step.exposed_ici_s", "step.exposed_dcn_s",
+                                      "step.exposed_host_s")) == pytest.approx(plan["predicted_step_time"], rel=1e-9)
 
 
 def test_plan_only_target_refuses_objectives_it_cannot_score(tmp_path):
