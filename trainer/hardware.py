@@ -72,6 +72,9 @@ class DeviceSpec:
     # share of peak_bf16_flops the attention kernels' matmul FLOPs were measured to run at (their S x S
     # matmuls share the kernel with the softmax): TPU the Pallas splash kernels, GPU cuDNN's flash attention
     attention_efficiency: Figure | None = None
+    # share of the links' bandwidth (ici_link_bandwidth, the ring model above) a collective between the
+    # devices of one slice / node sustains: GPU, NCCL's bus bandwidth over the ring model's
+    ici_efficiency: Figure | None = None
 
     @property
     def ici_link_bandwidth(self) -> float:
@@ -175,6 +178,15 @@ _CUDNN_FMHA = ("measured: cuDNN 9.19's flash attention (SDPA) on one NVIDIA H200
                "h200_919_only_cudnn/llama3.1_20260227_034703.csv@df73764adb98b7445b77662ce07b1ea434c8f3ee "
                "(the same table: 40.1% at S 2048, 57.3% at S 8192; the kernel is compute-bound, and H100 SXM "
                "shares H200's compute die and clocks)")
+_NCCL_BUSBW = ("measured: nccl-tests all_gather_perf and all_reduce_perf on 8 x H100 SXM over NVLink (128 MB-16 GB) "
+               "saturate at ~360 GB/s bus bandwidth, which NCCL's maintainer answered is 'exactly what we'd expect on "
+               "H100' (https://github.com/NVIDIA/nccl-tests/issues/326, 2025-06-23/24); the ring model prices a ring "
+               "collective at 2 x NVLink / 4 = 450 GB/s, so 360 / 450 = 0.80 of it")
+_NCCL_SAME_NVLINK = "H200 SXM has H100 SXM's NVLink 4 (900 GB/s) through the same NVSwitch generation: " + _NCCL_BUSBW
+_NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's share is used (" + _NCCL_BUSBW + ")"
+_TPU_COLLECTIVES = ("assumption: collectives priced at the links' full bandwidth; no measurement of XLA's TPU "
+                    "collectives traced (a barriered ppermute loop fitted to 86.3-86.8 GB/s on v5p-8 / v6e-8, "
+                    "marin-community/marin issue 6736, does not say the shift's route; benchmarks/RESULTS.md run 18)")
 _CUDNN_FMHA_ASSUMED = ("assumption: no measurement of cuDNN's flash attention traced for this GPU; its matmul "
                        "efficiency is used")
 _JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX preallocates 75% of "
@@ -193,7 +205,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         matmul, Figure(*s.get("hbm_eff", (0.803, _V5E_HBM))),
         host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
         clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128),
-        attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))))
+        attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))),
+        ici_efficiency=Figure(1.0, _TPU_COLLECTIVES))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -205,7 +218,8 @@ def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes)
         Figure(1, _NVSWITCH), Figure(1, "a GPU is one JAX device"), Figure(matmul, s["matmul"]),
         Figure(1.0, _GPU_HBM), excludes,
         host_bandwidth=Figure(*s["host"]),
-        attention_efficiency=Figure(*s.get("attention", (matmul, _CUDNN_FMHA_ASSUMED))))
+        attention_efficiency=Figure(*s.get("attention", (matmul, _CUDNN_FMHA_ASSUMED))),
+        ici_efficiency=Figure(*s.get("collectives", (0.8, _NCCL_ASSUMED))))
 
 
 TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
@@ -258,6 +272,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "nic": "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html (DGX H100: "
                "8 x 400 Gb/s ConnectX-7 for 8 GPUs, one per GPU)",
         "matmul": _MAMF.format("H100 SXM 794.5 of 989 TFLOP/s = 80.3%, 2048x2048x13312, torch 2.7.0+cu126"),
+        "collectives": (0.8, _NCCL_BUSBW),
         "host": (64e9, "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: PCIe Gen5 128 GB/s, both "
                        "directions: 64 GB/s each)"),
         "attention": (0.508, _CUDNN_FMHA)},
@@ -271,7 +286,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
                                "H100 SXM share the compute die and clocks"),
         "host": (64e9, "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: PCIe Gen5 128 GB/s, both "
                        "directions: 64 GB/s each)"),
-        "attention": (0.508, _CUDNN_FMHA)}, ("nvl",)),
+        "attention": (0.508, _CUDNN_FMHA), "collectives": (0.8, _NCCL_SAME_NVLINK)}, ("nvl",)),
 )}
 
 

@@ -87,6 +87,7 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
                         ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
                         matmul_efficiency=entry.matmul_efficiency.value,
                         hbm_efficiency=entry.hbm_efficiency.value,
+                        ici_efficiency=entry.ici_efficiency.value if entry.ici_efficiency else 1.0,
                         attention_efficiency=entry.attention_efficiency.value if entry.attention_efficiency else None,
                         host_bandwidth=entry.host_bandwidth.value if entry.host_bandwidth else None,
                         clock_hz=entry.clock_hz.value if entry.clock_hz else None)

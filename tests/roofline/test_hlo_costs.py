@@ -8,6 +8,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS"), 8)
 
+import dataclasses
 import re
 
 import jax
@@ -55,6 +56,9 @@ def test_all_gather_in_a_scan_of_4_counts_4_times(mesh):
     assert g.bytes_per_execution == shard * 3  # ring: (n - 1) x the input
     assert g.seconds == pytest.approx(4 * shard * 3 / (2 * HW.ici_link_bandwidth))
     assert list(roof.trip_counts.values()) == [4]
+    # links that sustain 80% of their bandwidth (GPU: NCCL's bus bandwidth) make each ICI transfer 1 / 0.8 longer
+    slower = R.analyze(compiled.as_text(), dataclasses.replace(HW, ici_efficiency=0.8), mesh=mesh)
+    assert [c.seconds for c in slower.collectives] == pytest.approx([c.seconds / 0.8 for c in roof.collectives])
     # the final psum runs over 'a' once, outside the loop
     (psum,) = [c for c in roof.collectives if c.kind == "all-reduce"]
     assert psum.executions == 1 and psum.axes == ("a",)

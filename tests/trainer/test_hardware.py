@@ -97,7 +97,8 @@ def _expected(entry) -> dict:
                 "hbm_bandwidth": entry.hbm_bandwidth.value, "ici_link_bandwidth": entry.ici_link_bandwidth,
                 "dcn_bandwidth": entry.dcn_bandwidth.value, "physical_dims": entry.torus_dims.value}
     expected.update(ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
-                    matmul_efficiency=entry.matmul_efficiency.value, hbm_efficiency=entry.hbm_efficiency.value)
+                    matmul_efficiency=entry.matmul_efficiency.value, hbm_efficiency=entry.hbm_efficiency.value,
+                    ici_efficiency=entry.ici_efficiency.value)
     return expected
 
 
@@ -117,6 +118,20 @@ def test_planner_hardware_of_a_gpu_comes_from_the_table(kind, name):
     for field, value in _expected(hardware.TABLE[name]).items():
         assert getattr(hw, field) == value, field
     assert hw.ici_link_bandwidth == hardware.TABLE[name].ici_bandwidth.value / 4  # one ring, one direction
+
+
+def test_gpu_collectives_run_at_nccls_expected_bus_bandwidth_and_tpu_ones_at_the_links():
+    """NVIDIA's expected NCCL bus bandwidth on 8 x H100 over NVLink is 360 GB/s; the ring model gives
+    2 x NVLink / 4 = 450 GB/s, so an H100 / H200 ring collective is priced at 0.8 of it. TPUs keep the
+    links' bandwidth (no measurement), A100 H100's share (said so)."""
+    for name in ("h100", "h200"):
+        entry = hardware.TABLE[name]
+        assert entry.ici_efficiency.value == pytest.approx(360e9 / (2 * entry.ici_bandwidth.value / 4))
+        assert "nccl-tests/issues/326" in entry.ici_efficiency.source and "360 GB/s" in entry.ici_efficiency.source
+    assert hardware.TABLE["a100"].ici_efficiency.source.startswith("assumption")
+    for name in ("v4", "v5e", "v5p", "v6e"):
+        assert hardware.TABLE[name].ici_efficiency.value == 1.0
+        assert hardware.TABLE[name].ici_efficiency.source.startswith("assumption")
 
 
 def test_latencies_are_passed_to_the_planner_hardware():

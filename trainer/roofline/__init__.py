@@ -95,7 +95,9 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   time = bytes / bandwidth + hops x latency per hop (below).
   ICI bandwidth: a group that spans k physical torus dimensions (from the devices'
   coordinates; 1 when they are unknown) runs k bidirectional rings, so it drives 2k links:
-  bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way).
+  bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way), times
+  Hardware.ici_efficiency, the share of it collectives sustain (trainer/hardware.py: on H100 / H200
+  NCCL's measured bus bandwidth, 360 of the 450 GB/s the ring gives, 0.8; on TPUs 1, no measurement).
   DCN bandwidth: the chip's share of its host's data-center NICs. Torus wrap-around links
   are assumed present (the compile-only slice has them where the hardware does:
   trainer/topology.py TpuSlice.wrap).

@@ -25,6 +25,9 @@ class Hardware:
     # None: the matmul efficiency
     attention_efficiency: float | None = None
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
+    # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
+    # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given
+    ici_efficiency: float = 1.0
     host_bandwidth: float | None = None  # one direction of the chip's link to host memory; None: not priced
     # the clock the TPU compiler's per-op cycle estimates count (`estimated_cycles` of a fully
     # compiled module); None: those estimates are not read

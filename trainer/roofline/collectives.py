@@ -433,7 +433,7 @@ def collectives(module: HloModule, graph: CallGraph, layout: DeviceLayout, hw: H
             else:
                 one_way = kind in ("collective-permute", "collective-broadcast")
                 links = 1 if one_way else 2 * min(phys, max(hw.physical_dims, 1))
-                bw, lat = hw.ici_link_bandwidth * links, hw.ici_latency_s
+                bw, lat = hw.ici_link_bandwidth * links * hw.ici_efficiency, hw.ici_latency_s
             steps = _hops(kind, n, layout.ring_steps(groups) if link == "ici" else None)
             seconds = 0.0 if link == "none" or per == 0 else (per / bw + steps * lat) * mult
             if link == "dcn":
