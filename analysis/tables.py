@@ -134,6 +134,17 @@ STEP_NOTE = ("Where each front trial's predicted step goes (the planner's roofli
 _LINKS = {"ici": "step.exposed_ici_s", "dcn": "step.exposed_dcn_s", "host": "step.exposed_host_s"}
 
 
+def link_totals(roof: dict) -> dict[str, dict[str, float]]:
+    """A stored roofline's collectives summed per link ("ici", "dcn", "host"): the bytes each device
+    moves per step, their seconds, and the seconds no scheduled work hides."""
+    totals: dict[str, dict[str, float]] = {}
+    for c in roof.get("collectives") or []:
+        total = totals.setdefault(c.get("link"), {"bytes": 0.0, "seconds": 0.0, "exposed_seconds": 0.0})
+        for key in total:
+            total[key] += float(c.get(key) or 0.0)
+    return totals
+
+
 def step_parts(roofline_text) -> dict | None:
     """A stored roofline (JSON text, trainer/roofline/model.py Roofline.to_dict) split into the
     on-chip seconds, the exposed seconds per link and the collective exposed the longest; None
@@ -144,14 +155,14 @@ def step_parts(roofline_text) -> dict | None:
         roof = json.loads(roofline_text)
         if not isinstance(roof, dict) or roof.get("roofline_s") is None or roof.get("step_time_s") is None:
             return None
-        parts = {"step.on_chip_s": float(roof["roofline_s"]), **{column: 0.0 for column in _LINKS.values()}}
+        totals = link_totals(roof)
+        parts = {"step.on_chip_s": float(roof["roofline_s"]),
+                 **{column: totals.get(link, {}).get("exposed_seconds", 0.0) for link, column in _LINKS.items()}}
         largest = None
         for c in roof.get("collectives") or []:
             exposed = float(c.get("exposed_seconds") or 0.0)
-            column = _LINKS.get(c.get("link"))
-            if column is None or exposed <= 0:
+            if c.get("link") not in _LINKS or exposed <= 0:
                 continue
-            parts[column] += exposed
             if largest is None or exposed > largest[0]:
                 over = f" over {'/'.join(map(str, c['axes']))}" if c.get("axes") else ""
                 largest = (exposed, f"{c['kind']}{over} ({c['link']}), {exposed:.3g} s")

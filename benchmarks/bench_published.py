@@ -36,6 +36,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import published as P  # noqa: E402
+from paxsearch.analysis.tables import link_totals  # noqa: E402
 from paxsearch.trainer import hardware  # noqa: E402
 
 GiB = 2 ** 30
@@ -191,11 +192,8 @@ def _pairs_line(group: str, mfus: list[tuple[float, float]]) -> str:
 
 
 def _dcn(roof: dict) -> dict:
-    dcn = [c for c in roof.get("collectives") or [] if c.get("link") == "dcn"]
-    if not dcn:
-        return {"dcn_bytes": None, "dcn_s": None, "dcn_exposed_s": None}
-    return {k: sum(c[f] for c in dcn) for k, f in (("dcn_bytes", "bytes"), ("dcn_s", "seconds"),
-                                                    ("dcn_exposed_s", "exposed_seconds"))}
+    dcn = link_totals(roof).get("dcn", {})
+    return {"dcn_bytes": dcn.get("bytes"), "dcn_s": dcn.get("seconds"), "dcn_exposed_s": dcn.get("exposed_seconds")}
 
 
 def _f(x, fmt):

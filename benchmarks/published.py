@@ -80,11 +80,12 @@ PEAK_TFLOPS = {"v4": 275.0, "v5e": 197.0, "v5p": 459.0, "v6e": 918.0}
 
 
 class _OnASlice:
-    """What a published run on one slice derives from its target, chips and MaxText batch."""
+    """What a published run derives from its target, chips (of one slice), slices and MaxText batch."""
 
     target: str
     chips: int
     maxtext_per_device_batch: int
+    slices = 1  # Published overrides it with a field (a Recipe runs on one slice)
 
     @property
     def chip(self) -> str:
@@ -92,7 +93,7 @@ class _OnASlice:
 
     @property
     def global_batch(self) -> int:
-        return self.maxtext_per_device_batch * self.chips
+        return self.maxtext_per_device_batch * self.chips * self.slices
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,6 @@ class Published(_OnASlice):
     note: str = ""
     causal_attention: bool = True  # False: the published program computed every S x S block (V5E_2023_ATTENTION)
     slices: int = 1  # slices over the data-center network: MaxText's dcn_data_parallelism (-1: all of them)
-
-    @property
-    def global_batch(self) -> int:
-        return self.maxtext_per_device_batch * self.chips * self.slices
 
 
 # What MaxText's 2023-10 v5e program did that ours does not (read at C_V5E_16_32, MaxText/layers.py
