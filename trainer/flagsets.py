@@ -326,9 +326,12 @@ _VALID: dict[tuple, None] = {}
 
 
 def _probe_code(tpu_slice: str | None) -> str:
-    if tpu_slice:  # compile-only TPU devices: libtpu reads LIBTPU_INIT_ARGS when it loads
-        return ("from paxsearch.trainer.topology import topology_devices; "
-                f"topology_devices({tpu_slice!r})")
+    if tpu_slice:  # compile-only TPU devices: libtpu reads LIBTPU_INIT_ARGS when it loads, and its
+        # own XLA reads XLA_FLAGS when it first compiles (it may not know a flag jaxlib's XLA knows)
+        return ("from paxsearch.trainer.topology import topology_devices; import jax; "
+                "from jax.sharding import SingleDeviceSharding as S; "
+                f"d = topology_devices({tpu_slice!r})[0]; "
+                "jax.jit(lambda v: v + 1).lower(jax.ShapeDtypeStruct((8,), 'float32', sharding=S(d))).compile()")
     return "import jax; jax.devices()"
 
 

@@ -111,6 +111,13 @@ def flag_sets_of(space: Space, configs: list | None = None) -> list[str]:
     return list(dict.fromkeys(cfg.flags for cfg in (neighbour_configs(space) if configs is None else configs)))
 
 
+def _own_flags() -> bool:
+    """The shell sets compiler flags of its own (XLA_FLAGS beyond the simulated device count
+    and paxsearch's collective timeout, or LIBTPU_INIT_ARGS)."""
+    return bool(flagsets.with_device_count(os.environ.get("XLA_FLAGS"), None).strip()
+                or os.environ.get("LIBTPU_INIT_ARGS", "").strip())
+
+
 def check_data(configs: list) -> None:
     """Every data source the configs name can be read here: a registered seqio task (after the
     study's imports), text files that exist (SetupError, one line, before anything is written)."""
@@ -133,7 +140,11 @@ def check_configs(space: Space, settings: StudySettings, target: Target) -> None
     try:
         for name in flag_sets_of(space, configs):
             flagsets.check(name)
-            if name != "default" and flagsets.applies(name, target.platform, target.chip):
+            # "default" adds nothing, but a plan-only target compiles with another XLA than this
+            # process's (libtpu's own), which may not know a flag of the shell's XLA_FLAGS: each
+            # trial's worker would exit on it, so those flags are probed too (one line here)
+            probe = name != "default" or (target.plan_only and _own_flags())
+            if probe and flagsets.applies(name, target.platform, target.chip):
                 flagsets.validate(name, target.platform, tpu_slice=compile_only_slice(target),
                                   compile_only=target.plan_only)
     except ConfigError as e:

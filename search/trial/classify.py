@@ -102,6 +102,10 @@ def _exit(status: ExitStatus) -> tuple[Kind, str]:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        said = f"; its last fatal log line: {status.fatal_line}" if status.fatal_line else ""
-        return Kind.CRASH, f"worker died of {name}{said}"
-    return Kind.CRASH, f"worker exited with status {code} without a result"
+        return Kind.CRASH, f"worker died of {name}{_said(status)}"
+    # glog's quick fatal (XLA refusing a flag of XLA_FLAGS at start-up) exits 1 without a signal
+    return Kind.CRASH, f"worker exited with status {code} without a result{_said(status)}"
+
+
+def _said(status: ExitStatus) -> str:
+    return f"; its last fatal log line: {status.fatal_line}" if status.fatal_line else ""

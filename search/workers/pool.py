@@ -239,9 +239,11 @@ class WorkerGang:
             for proc, msg in self._messages(deadline):
                 if msg is None:
                     code = proc.popen.wait()
+                    fatal = proc.fatal_line()
                     self.kill()
+                    said = f" ({fatal})" if fatal else ""
                     raise WorkerStartError(
-                        f"worker process exited with status {code} before it was ready; see "
+                        f"worker process exited with status {code} before it was ready{said}; see "
                         f"{self.log_path(proc.index)}")
                 if msg.get("type") == "ready":
                     envs[proc.index] = msg["env"]
@@ -370,7 +372,7 @@ class WorkerGang:
         killed_by = self.killed_by
         self.kill()
         evidence = self.watch.oom_evidence() if self.watch and code == -signal.SIGKILL else None
-        fatal = proc.fatal_line() if code is not None and code < 0 and not killed_by else None
+        fatal = proc.fatal_line() if code and not killed_by else None
         kind, message = classify(ExitStatus(code, killed_by, evidence, fatal))
         if self.processes > 1:
             message = f"process {proc.index}: {message}"

@@ -322,3 +322,18 @@ def test_a_libtpu_arg_libtpu_lacks_is_one_line(tmp_path):
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "xla_tpu_no_such_flag" in lines[0] and "LIBTPU_INIT_ARGS" in lines[0], run.stderr
+
+
+@needs_libtpu
+def test_a_shell_flag_libtpus_own_xla_lacks_stops_a_plan_study_in_one_line(tmp_path):
+    """jaxlib's XLA knows --xla_cpu_use_fusion_emitters; libtpu 0.0.52's XLA (which compiles the
+    plans) does not, and exits on it when it first compiles: each trial's worker did, one crash
+    after another. The driver probes the shell's flags with a compile for the slice first."""
+    flag = "--xla_cpu_use_fusion_emitters=false"
+    run = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--no-progress",
+              env={"XLA_FLAGS": f"{DEVICES8} {flag}"}, check=False)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"Unknown flag in XLA_FLAGS: {flag}" in lines[0], run.stderr
+    assert "the XLA_FLAGS of your shell" in lines[0]
+    assert not (tmp_path / "r").exists()  # nothing written

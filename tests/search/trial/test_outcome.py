@@ -144,3 +144,14 @@ def test_a_signal_death_names_the_last_native_fatal_line_and_is_still_a_crash():
     kind, message = classify(ExitStatus(-signal.SIGABRT, fatal_line=line))
     assert kind is Kind.CRASH and message == f"worker died of SIGABRT; its last fatal log line: {line}"
     assert last_fatal_line("F1205 18:26:43.5 1 a.cc:1] " + "x" * 1000) == "a.cc:1] " + "x" * 292
+
+
+def test_an_exit_on_a_fatal_line_without_a_signal_names_it_too():
+    """glog's quick fatal (XLA refusing an XLA_FLAGS flag when it starts) exits 1, no signal."""
+    line = last_fatal_line("F1206 12:02:23.688438   28603 parse_flags_from_env.cc:234] Unknown flag in "
+                           "XLA_FLAGS: --xla_cpu_use_fusion_emitters=false")
+    kind, message = classify(ExitStatus(1, fatal_line=line))
+    assert kind is Kind.CRASH and message == ("worker exited with status 1 without a result; its last fatal log line: "
+                                              "parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: "
+                                              "--xla_cpu_use_fusion_emitters=false")
+    assert classify(ExitStatus(1))[1] == "worker exited with status 1 without a result"
