@@ -265,7 +265,45 @@ def topology_devices(name: str, num_slices: int = 1) -> list:
     expected = tpu_slice.chips * num_slices
     if len(devices) != expected:
         raise ConfigError(f"{name} x {num_slices} slices gave {len(devices)} devices, expected {expected}")
+    _libtpu_reads_no_cpu_flags(devices[0])
     return devices
+
+
+CPU_FLAG_PREFIX = "--xla_cpu_"
+_libtpu_flags_read = False
+
+
+def without_cpu_flags(xla_flags: str) -> str:
+    """An XLA_FLAGS value without XLA:CPU's own flags (--xla_cpu_*)."""
+    return " ".join(f for f in xla_flags.split() if not f.startswith(CPU_FLAG_PREFIX))
+
+
+def _libtpu_reads_no_cpu_flags(device) -> None:
+    """libtpu compiles with its own copy of XLA, which parses XLA_FLAGS once, at its first
+    compile, and exits on a flag it does not know. XLA:CPU's own flags (--xla_cpu_*: the
+    simulated devices' collective timeout, a code-generation choice) mean nothing to a TPU
+    compile, and a newer jaxlib's may be unknown to libtpu (libtpu 0.0.52 exits on
+    --xla_cpu_use_fusion_emitters, which jaxlib 0.10.2 knows). So the first time this process
+    compiles for a TPU topology, the CPU backend reads XLA_FLAGS whole first, then libtpu
+    reads it without those flags (a one-op compile), and XLA_FLAGS is put back as it was."""
+    global _libtpu_flags_read
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _libtpu_flags_read or CPU_FLAG_PREFIX not in flags:
+        return
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    try:
+        jax.devices("cpu")  # XLA:CPU parses XLA_FLAGS when its backend starts
+    except RuntimeError:
+        pass  # no CPU backend in this process (JAX_PLATFORMS without cpu): nothing reads them
+    os.environ["XLA_FLAGS"] = without_cpu_flags(flags)
+    try:
+        x = jax.ShapeDtypeStruct((8,), "float32", sharding=SingleDeviceSharding(device))
+        jax.jit(lambda v: v + 1).lower(x).compile()
+    finally:
+        os.environ["XLA_FLAGS"] = flags
+    _libtpu_flags_read = True
 
 
 # ----------------------------------------------------------------------------- OOM

@@ -325,11 +325,11 @@ def test_a_libtpu_arg_libtpu_lacks_is_one_line(tmp_path):
 
 
 @needs_libtpu
-def test_a_shell_flag_libtpus_own_xla_lacks_stops_a_plan_study_in_one_line(tmp_path):
-    """jaxlib's XLA knows --xla_cpu_use_fusion_emitters; libtpu 0.0.52's XLA (which compiles the
-    plans) does not, and exits on it when it first compiles: each trial's worker did, one crash
-    after another. The driver probes the shell's flags with a compile for the slice first."""
-    flag = "--xla_cpu_use_fusion_emitters=false"
+def test_a_shell_flag_libtpu_does_not_know_stops_a_plan_study_in_one_line(tmp_path):
+    """libtpu compiles the plans with its own XLA, which exits on a flag of XLA_FLAGS it does not
+    know, in each trial's worker, one crash after another: the driver probes the shell's flags
+    with a compile for the slice first."""
+    flag = "--xla_tpu_paxsearch_no_such_flag=1"
     run = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--no-progress",
               env={"XLA_FLAGS": f"{DEVICES8} {flag}"}, check=False)
     assert run.returncode == 2, run.stderr
@@ -337,3 +337,23 @@ def test_a_shell_flag_libtpus_own_xla_lacks_stops_a_plan_study_in_one_line(tmp_p
     assert len(lines) == 1 and f"Unknown flag in XLA_FLAGS: {flag}" in lines[0], run.stderr
     assert "the XLA_FLAGS of your shell" in lines[0]
     assert not (tmp_path / "r").exists()  # nothing written
+
+
+@needs_libtpu
+def test_xla_cpu_flags_reach_the_cpu_backend_and_never_libtpu(tmp_path):
+    """jaxlib 0.10.2's XLA knows --xla_cpu_use_fusion_emitters, libtpu 0.0.52's does not: the CPU
+    backend reads it, libtpu reads XLA_FLAGS without XLA:CPU's flags (topology.py), so a plan
+    study runs, and the process's XLA_FLAGS is as it was."""
+    flag = "--xla_cpu_use_fusion_emitters=false"
+    code = ("import os, jax; from paxsearch.trainer import topology; "
+            "d = topology.topology_devices('v5e-16'); "
+            "c = jax.jit(lambda v: v * 2, out_shardings=jax.sharding.SingleDeviceSharding(d[3]))"
+            ".lower(jax.ShapeDtypeStruct((4,), 'float32', sharding=jax.sharding.SingleDeviceSharding(d[3]))).compile(); "
+            "print(os.environ['XLA_FLAGS'], len(jax.devices('cpu')))")
+    env = {**os.environ, "XLA_FLAGS": f"{DEVICES8} {flag}", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [DEVICES8, flag, "8"]  # put back; the CPU backend read the device count
+    run = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--no-progress", "--trials", "2",
+              env={"XLA_FLAGS": f"{DEVICES8} {flag}"})
+    assert "crash" not in run.stdout and "complete" in run.stdout, run.stdout
