@@ -345,10 +345,9 @@ def test_xla_cpu_flags_reach_the_cpu_backend_and_never_libtpu(tmp_path):
     backend reads it, libtpu reads XLA_FLAGS without XLA:CPU's flags (topology.py), so a plan
     study runs, and the process's XLA_FLAGS is as it was."""
     flag = "--xla_cpu_use_fusion_emitters=false"
-    code = ("import os, jax; from paxsearch.trainer import topology; "
-            "d = topology.topology_devices('v5e-16'); "
-            "c = jax.jit(lambda v: v * 2, out_shardings=jax.sharding.SingleDeviceSharding(d[3]))"
-            ".lower(jax.ShapeDtypeStruct((4,), 'float32', sharding=jax.sharding.SingleDeviceSharding(d[3]))).compile(); "
+    code = ("import os, jax; from jax.sharding import SingleDeviceSharding as S; "
+            "from paxsearch.trainer import topology; d = topology.topology_devices('v5e-16'); "
+            "jax.jit(lambda v: v * 2).lower(jax.ShapeDtypeStruct((4,), 'float32', sharding=S(d[3]))).compile(); "
             "print(os.environ['XLA_FLAGS'], len(jax.devices('cpu')))")
     env = {**os.environ, "XLA_FLAGS": f"{DEVICES8} {flag}", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
