@@ -364,6 +364,7 @@ def validate(name: str, platform: str, base_env=None, tpu_slice: str | None = No
     if key in _VALID:
         return
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # its one-op program is nothing to keep
     try:
         proc = subprocess.run([sys.executable, "-c", _probe_code(tpu_slice)], env=env, capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT_S)

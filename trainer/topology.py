@@ -298,11 +298,16 @@ def _libtpu_reads_no_cpu_flags(device) -> None:
     except RuntimeError:
         pass  # no CPU backend in this process (JAX_PLATFORMS without cpu): nothing reads them
     os.environ["XLA_FLAGS"] = without_cpu_flags(flags)
+    # a compile-only executable cannot be read back from the persistent cache (each later
+    # process would warn): this one is never written there (no compile takes 1e9 s)
+    min_s = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
     try:
         x = jax.ShapeDtypeStruct((8,), "float32", sharding=SingleDeviceSharding(device))
         jax.jit(lambda v: v + 1).lower(x).compile()
     finally:
         os.environ["XLA_FLAGS"] = flags
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_s)
     _libtpu_flags_read = True
 
 
