@@ -300,14 +300,15 @@ def _libtpu_reads_no_cpu_flags(device) -> None:
     os.environ["XLA_FLAGS"] = without_cpu_flags(flags)
     # a compile-only executable cannot be read back from the persistent cache (each later
     # process would warn): this one is never written there (no compile takes 1e9 s)
-    min_s = jax.config.jax_persistent_cache_min_compile_time_secs
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
+    setting = "jax_persistent_cache_min_compile_time_secs"
+    min_s = getattr(jax.config, setting)  # (jax's Config types no attribute per setting)
+    jax.config.update(setting, 1e9)
     try:
         x = jax.ShapeDtypeStruct((8,), "float32", sharding=SingleDeviceSharding(device))
         jax.jit(lambda v: v + 1).lower(x).compile()
     finally:
         os.environ["XLA_FLAGS"] = flags
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_s)
+        jax.config.update(setting, min_s)
     _libtpu_flags_read = True
 
 
