@@ -345,9 +345,7 @@ def test_xla_cpu_flags_reach_the_cpu_backend_and_never_libtpu(tmp_path):
     backend reads it, libtpu reads XLA_FLAGS without XLA:CPU's flags (topology.py), so a plan
     study runs, and the process's XLA_FLAGS is as it was."""
     flag = "--xla_cpu_use_fusion_emitters=false"
-    code = ("import os, jax; from jax.sharding import SingleDeviceSharding as S; "
-            "from paxsearch.trainer import topology; d = topology.topology_devices('v5e-16'); "
-            "jax.jit(lambda v: v * 2).lower(jax.ShapeDtypeStruct((4,), 'float32', sharding=S(d[3]))).compile(); "
+    code = ("import os, jax; from paxsearch.trainer import topology; topology.topology_devices('v5e-16'); "
             "print(os.environ['XLA_FLAGS'], len(jax.devices('cpu')))")
     env = {**os.environ, "XLA_FLAGS": f"{DEVICES8} {flag}", "JAX_PLATFORMS": "cpu",
            "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla_cache")}
@@ -356,6 +354,7 @@ def test_xla_cpu_flags_reach_the_cpu_backend_and_never_libtpu(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split() == [DEVICES8, flag, "8"]  # put back; the CPU backend read the device count
         assert "persistent compilation cache" not in out.stderr, out.stderr[-2000:]
+    # and the plans, compiled after it in each worker, are libtpu's with the CPU flag still set
     run = cli("run", PLAN_SPACE, "--run-dir", tmp_path / "r", "--no-progress", "--trials", "2",
               env={"XLA_FLAGS": f"{DEVICES8} {flag}"})
     assert "crash" not in run.stdout and "complete" in run.stdout, run.stdout
