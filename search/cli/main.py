@@ -9,7 +9,6 @@ import signal
 import sys
 
 from ..errors import ShutDown, Terminated, UserError
-from ..native_libs import bind_symbols_lazily
 from .envsetup import configure_logs
 
 # subcommand name -> module of this package defining add_parser(sub) and main(args)
@@ -39,7 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    bind_symbols_lazily()  # before anything loads JAX
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logs(args.verbose)

@@ -35,7 +35,6 @@ import threading
 import time
 
 from ...store.outcome import TrialOutcome
-from ..native_libs import bind_symbols_lazily
 
 
 class Channel:
@@ -102,7 +101,6 @@ def _join(dist: dict | None) -> None:
 
 
 def main() -> int:
-    bind_symbols_lazily()  # before a trial imports JAX
     channel = Channel(os.dup(1))
     os.dup2(2, 1)  # library prints must not corrupt the protocol
     _watch_parent()
