@@ -308,6 +308,13 @@ def env_for(name: str, platform: str | None, base_env=None) -> dict[str, str]:
     return env
 
 
+def own_flags(environ=None) -> str:
+    """The XLA_FLAGS of `environ` (default os.environ) that are the user's own: without the
+    simulated device count and the collective timeout paxsearch sets itself."""
+    env = os.environ if environ is None else environ
+    return with_device_count(env.get("XLA_FLAGS"), None)
+
+
 def applied(name: str, environ=None, platform: str | None = "cpu") -> bool:
     """True when every flag of the set is in `environ` (default os.environ) with the set's
     value (its LIBTPU_INIT_ARGS only when `platform` is "tpu" or None)."""
@@ -328,10 +335,8 @@ _VALID: dict[tuple, None] = {}
 def _probe_code(tpu_slice: str | None) -> str:
     if tpu_slice:  # compile-only TPU devices: libtpu reads LIBTPU_INIT_ARGS when it loads, and its
         # own XLA reads XLA_FLAGS when it first compiles (it may not know a flag jaxlib's XLA knows)
-        return ("from paxsearch.trainer.topology import topology_devices; import jax; "
-                "from jax.sharding import SingleDeviceSharding as S; "
-                f"d = topology_devices({tpu_slice!r})[0]; "
-                "jax.jit(lambda v: v + 1).lower(jax.ShapeDtypeStruct((8,), 'float32', sharding=S(d))).compile()")
+        return ("from paxsearch.trainer.topology import compile_one_op, topology_devices; "
+                f"compile_one_op(topology_devices({tpu_slice!r})[0])")
     return "import jax; jax.devices()"
 
 
@@ -364,7 +369,6 @@ def validate(name: str, platform: str, base_env=None, tpu_slice: str | None = No
     if key in _VALID:
         return
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # its one-op program is nothing to keep
     try:
         proc = subprocess.run([sys.executable, "-c", _probe_code(tpu_slice)], env=env, capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT_S)

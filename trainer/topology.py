@@ -16,6 +16,7 @@ _quiet_libtpu_env), so compile-only runs stay quiet. Importing this module loads
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -291,15 +292,26 @@ def _libtpu_reads_no_cpu_flags(device) -> None:
     if _libtpu_flags_read or CPU_FLAG_PREFIX not in flags:
         return
     import jax
+
+    # XLA:CPU parses XLA_FLAGS when its backend starts; a process without one (JAX_PLATFORMS
+    # without cpu) has nothing that reads them
+    with contextlib.suppress(RuntimeError):
+        jax.devices("cpu")
+    os.environ["XLA_FLAGS"] = without_cpu_flags(flags)
+    try:
+        compile_one_op(device)
+    finally:
+        os.environ["XLA_FLAGS"] = flags
+    _libtpu_flags_read = True
+
+
+def compile_one_op(device) -> None:
+    """Compile a one-op program for `device`: what makes a compiler read its flags. A
+    compile-only executable cannot be read back from the persistent cache (each later process
+    would warn), so this one is never written there (no compile takes 1e9 s)."""
+    import jax
     from jax.sharding import SingleDeviceSharding
 
-    try:
-        jax.devices("cpu")  # XLA:CPU parses XLA_FLAGS when its backend starts
-    except RuntimeError:
-        pass  # no CPU backend in this process (JAX_PLATFORMS without cpu): nothing reads them
-    os.environ["XLA_FLAGS"] = without_cpu_flags(flags)
-    # a compile-only executable cannot be read back from the persistent cache (each later
-    # process would warn): this one is never written there (no compile takes 1e9 s)
     setting = "jax_persistent_cache_min_compile_time_secs"
     min_s = getattr(jax.config, setting)  # (jax's Config types no attribute per setting)
     jax.config.update(setting, 1e9)
@@ -307,9 +319,7 @@ def _libtpu_reads_no_cpu_flags(device) -> None:
         x = jax.ShapeDtypeStruct((8,), "float32", sharding=SingleDeviceSharding(device))
         jax.jit(lambda v: v + 1).lower(x).compile()
     finally:
-        os.environ["XLA_FLAGS"] = flags
         jax.config.update(setting, min_s)
-    _libtpu_flags_read = True
 
 
 # ----------------------------------------------------------------------------- OOM

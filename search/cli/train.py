@@ -160,7 +160,7 @@ def check_shell_xla_flags() -> None:
     the run folder is written: the shell's own flags are probed first, and refused in one line."""
     from ...trainer import flagsets
 
-    own = flagsets.with_device_count(os.environ.get("XLA_FLAGS"), None)
+    own = flagsets.own_flags()
     if not own or flagsets.SET_ENV in os.environ and os.environ[flagsets.SET_ENV] != "default":
         return  # nothing of the user's own, or a flag set's flags (apply_flag_set probed them)
     flagsets.validate("default", _platform())  # ConfigError: one line (cli.main)

@@ -114,8 +114,7 @@ def flag_sets_of(space: Space, configs: list | None = None) -> list[str]:
 def _own_flags() -> bool:
     """The shell sets compiler flags of its own (XLA_FLAGS beyond the simulated device count
     and paxsearch's collective timeout, or LIBTPU_INIT_ARGS)."""
-    return bool(flagsets.with_device_count(os.environ.get("XLA_FLAGS"), None).strip()
-                or os.environ.get("LIBTPU_INIT_ARGS", "").strip())
+    return bool(flagsets.own_flags().strip() or os.environ.get("LIBTPU_INIT_ARGS", "").strip())
 
 
 def check_data(configs: list) -> None:
