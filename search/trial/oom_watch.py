@@ -1,8 +1,14 @@
 """Evidence of the kernel's OOM killer on a trial's worker processes: the oom_kill counters
-of their memory cgroups and of /proc/vmstat, and their memory high-water mark. JAX-free."""
+of their memory cgroups and of /proc/vmstat, the kernel log's "Killed process PID" lines, and
+their memory high-water mark. JAX-free."""
 from __future__ import annotations
 
+import errno
 import os
+import re
+
+KMSG = "/dev/kmsg"
+_KILLED = re.compile(r"Killed process (\d+) \(([^)]*)\)")
 
 
 def _read_counter(path: str, key: str) -> int | None:
@@ -72,14 +78,68 @@ def _kills(folder: str, counter: str) -> int | None:
     return total
 
 
+def _global_pid(pid: int) -> int:
+    """`pid` as the kernel log names it: the first NSpid of /proc/PID/status (the pid in the
+    kernel's own namespace; a container may number its processes apart)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return pid
+
+
+def kernel_kills(after_seq: int = -1) -> tuple[int, list[tuple[int, str]]] | None:
+    """(the last sequence number, [(pid, the record's text)] of the OOM killer's "Killed process"
+    records past `after_seq`) read from the kernel log (/dev/kmsg), or None where it cannot be
+    read (no such device, no permission: then the counters alone tell)."""
+    try:
+        fd = os.open(KMSG, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    last, kills = after_seq, []
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode("utf-8", "replace")
+            except BlockingIOError:
+                break  # read to the end
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # EPIPE: records were overwritten before this read; go on
+                    continue
+                return None
+            if not record:
+                break
+            head, _, text = record.partition(";")
+            try:
+                seq = int(head.split(",")[1])
+            except (IndexError, ValueError):
+                continue
+            last = max(last, seq)
+            m = _KILLED.search(text)
+            if seq > after_seq and m:
+                kills.append((int(m.group(1)), text.strip().splitlines()[0]))
+    finally:
+        os.close(fd)
+    return last, kills
+
+
 class MemoryWatch:
     """Watches a trial's worker processes for evidence of the kernel's OOM killer: the
     oom_kill counters of their memory cgroups (v2 memory.events, v1 memory.oom_control) and
     of /proc/vmstat, and their memory high-water mark (VmHWM) against the cgroup's limit.
-    `sample()` is called while the trial runs (cheap: a few /proc reads)."""
+    A counter counts every kill in its cgroup, and a worker's cgroup is often the whole
+    container's or CI job's: where the kernel log can be read, a kill counts as this trial's
+    only when the log's "Killed process PID" names the worker. `sample()` is called while the
+    trial runs (cheap: a few /proc reads)."""
 
     def __init__(self, pids: list[int]):
         self.pids = list(pids)
+        self.kernel_pids = {pid: _global_pid(pid) for pid in self.pids}
+        log = kernel_kills()
+        self.kmsg_seq = log[0] if log else None  # None: the kernel log cannot be read
         self.counters: dict[str, int] = {}  # cgroup folder -> its subtree's OOM kills when first seen
         self.kinds: dict[str, str] = {}  # cgroup folder -> its counter file's name
         self.limits: dict[str, int | None] = {}
@@ -101,8 +161,26 @@ class MemoryWatch:
             if hwm is not None:
                 self.hwm = max(self.hwm, hwm * 1024)
 
-    def oom_evidence(self) -> str | None:
-        """A sentence naming the counter that rose since the trial began, or None."""
+    def oom_evidence(self, pid: int | None = None) -> str | None:
+        """A sentence naming the counter that rose since the trial began, or None. `pid`: the
+        worker that died (any of the trial's when None). Where the kernel log can be read and
+        names the OOM killer's victims since the trial began, the kill is this worker's only
+        when the log names it: a counter that rose for another process's kill is not evidence."""
+        counted = self._counter_evidence()
+        if counted is None or self.kmsg_seq is None:
+            return counted
+        log = kernel_kills(self.kmsg_seq)
+        if log is None:
+            return counted
+        ours = {self.kernel_pids.get(p, p) for p in ([pid] if pid is not None else self.pids)}
+        mine = [text for victim, text in log[1] if victim in ours]
+        if mine:
+            return f"{counted}; the kernel log says: {mine[-1]}"
+        if log[1]:
+            return None  # the log names other victims only: their kills raised the counter
+        return counted  # no record survived in the log (overwritten): the counter alone tells
+
+    def _counter_evidence(self) -> str | None:
         hwm = f"worker peak RSS {self.hwm / 2**20:.0f} MiB"
         for folder, before in self.counters.items():
             after = _kills(folder, self.kinds[folder])

@@ -371,7 +371,7 @@ class WorkerGang:
             code = None
         killed_by = self.killed_by
         self.kill()
-        evidence = self.watch.oom_evidence() if self.watch and code == -signal.SIGKILL else None
+        evidence = self.watch.oom_evidence(proc.popen.pid) if self.watch and code == -signal.SIGKILL else None
         fatal = proc.fatal_line() if code and not killed_by else None
         kind, message = classify(ExitStatus(code, killed_by, evidence, fatal))
         if self.processes > 1:

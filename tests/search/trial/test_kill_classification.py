@@ -12,6 +12,8 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
+from paxsearch.search.trial.oom_watch import MemoryWatch, kernel_kills
+
 from ...search_util import AS_BACKGROUND_JOB, REPO, TINY, load
 
 LONG = ["--set", "steps=100000", "--timeout", "600"]  # a trial that trains until it is stopped
@@ -109,6 +111,68 @@ def _memory_cgroup_root():
     return here if os.access(here, os.W_OK) else None
 
 
+def _cgroup(parent, name, limit=None):
+    path = os.path.join(parent, f"{name}_{os.getpid()}")
+    os.mkdir(path)
+    if limit is not None:
+        with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+    return path
+
+
+def _join(cgroup, pid):
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+        f.write(str(pid))
+
+
+def _remove(*cgroups):
+    for cg in cgroups:
+        for _ in range(50):
+            try:
+                os.rmdir(cg)
+                break
+            except OSError:
+                time.sleep(0.2)
+
+
+# Waits for a line on stdin, then allocates until the kernel stops it.
+HOG = "import sys, time\nsys.stdin.readline()\nx = []\nwhile True:\n    x.append(bytearray(2**20))\n    time.sleep(0.001)\n"
+
+
+def test_an_oom_kill_of_another_process_in_the_cgroup_is_not_the_workers():
+    """A worker's memory cgroup is often the whole container's or CI job's, and its oom_kill counter
+    counts every kill in it: a kill of another process (here a memory hog in a child cgroup with
+    a 16 MiB limit) raises the counter while the worker dies of a SIGKILL from someone else. The
+    kernel log names the OOM killer's victim; it is not the worker, so the kill is not the worker's.
+    The hog's own watch, read the same way, is named by the log."""
+    parent = _memory_cgroup_root()
+    if parent is None or kernel_kills() is None:
+        pytest.skip("no writable cgroup v1 memory controller, or no readable kernel log")
+    shared = _cgroup(parent, "paxsearch_shared")
+    hog_cg = _cgroup(shared, "hog", limit=16 * 2**20)
+    worker = subprocess.Popen(["sleep", "120"])
+    hog = subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE, text=True)
+    try:
+        _join(shared, worker.pid)
+        _join(shared, hog.pid)
+        watch, hog_watch = MemoryWatch([worker.pid]), MemoryWatch([hog.pid])
+        _join(hog_cg, hog.pid)
+        hog.stdin.write("go\n")
+        hog.stdin.flush()
+        assert hog.wait(timeout=60) == -signal.SIGKILL  # the kernel's OOM killer
+        worker.kill()
+        assert worker.wait() == -signal.SIGKILL
+        assert watch._counter_evidence() is not None  # the shared counter did rise...
+        assert watch.oom_evidence(worker.pid) is None  # ...for the hog, which the log names
+        said = hog_watch.oom_evidence(hog.pid)
+        assert said and "oom_kill" in said and f"Killed process {hog.pid}" in said
+    finally:
+        for p in (worker, hog):
+            p.kill()
+            p.wait()
+        _remove(hog_cg, shared)
+
+
 @pytest.mark.slow
 def test_kernel_oom_kill_is_runtime_oom(tmp_path):
     """A real kernel OOM kill: the training worker is moved into a memory cgroup with a tiny
@@ -116,16 +180,12 @@ def test_kernel_oom_kill_is_runtime_oom(tmp_path):
     parent = _memory_cgroup_root()
     if parent is None:
         pytest.skip("no writable cgroup v1 memory controller")
-    cg = os.path.join(parent, f"paxsearch_oom_{os.getpid()}")
-    os.mkdir(cg)
+    cg = _cgroup(parent, "paxsearch_oom", limit=8 * 2**20)
     try:
-        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(8 * 2**20))
         run = tmp_path / "run"
         proc = _start_run(run, "--trials", "1")
         pid = _wait_training(proc, run)
-        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
+        _join(cg, pid)
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-3000:]
         first = load(run).get_trials(deepcopy=False)[0]
@@ -134,13 +194,10 @@ def test_kernel_oom_kill_is_runtime_oom(tmp_path):
         assert kills >= 1  # the kernel did kill it
         assert first.user_attrs["failure_kind"] == "runtime_oom", first.user_attrs
         assert "oom_kill" in first.user_attrs["failure_message"]
+        if kernel_kills() is not None:  # the kernel log names the worker
+            assert f"Killed process {pid}" in first.user_attrs["failure_message"]
     finally:
-        for _ in range(50):
-            try:
-                os.rmdir(cg)
-                break
-            except OSError:
-                time.sleep(0.2)
+        _remove(cg)
 
 
 def test_recovery_requeues_once_after_a_kill_between_its_steps(tmp_path):
