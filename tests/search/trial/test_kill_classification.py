@@ -136,7 +136,8 @@ def _remove(*cgroups):
 
 
 # Waits for a line on stdin, then allocates until the kernel stops it.
-HOG = "import sys, time\nsys.stdin.readline()\nx = []\nwhile True:\n    x.append(bytearray(2**20))\n    time.sleep(0.001)\n"
+HOG = ("import sys, time\nsys.stdin.readline()\nx = []\n"
+       "while True:\n    x.append(bytearray(2**20))\n    time.sleep(0.001)\n")
 
 
 def test_an_oom_kill_of_another_process_in_the_cgroup_is_not_the_workers():

@@ -148,16 +148,28 @@ def test_skips_count_towards_the_budget_only_past_one_per_trained_trial():
 
 
 WIDE_THEN_NARROW = ["wide"] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
+# With two processes per trial the CPU's cross-process collectives dominate the step: measured /
+# predicted MFU is ~0.2 on mesh 8x1x1, ~0.1 on 4x2x1 and ~0.03-0.05 on 2x2x2. Measured first,
+# 2x2x2 widens the bound so much that the narrow point's optimistic MFU came within 2% of the
+# best measured one (a skip decided by the machine's load). The wide points measured first are
+# the four off 2x2x2, so the skip has a ~2x margin.
+NOT_2x2x2 = ("8x1x1", "4x2x1")
+TWO_PROCESS_ORDER = [("wide", NOT_2x2x2)] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
 
 
-def _seed_with_order(space, widths):
+def _seed_with_order(space, order):
     """A grid seed whose shuffled order starts with points of these widths (computed, not
     guessed): MIN_MEASURED + 1 wide points measured first, then a narrow one to skip, then a
-    wide one to train, so that a budget of MIN_MEASURED + 2 trains that many and skips one."""
+    wide one to train, so that a budget of MIN_MEASURED + 2 trains that many and skips one.
+    An entry is a width, or (width, the meshes it may have)."""
+    def fits(point, want):
+        width, meshes = (want, None) if isinstance(want, str) else want
+        return point["width"] == width and (meshes is None or point["mesh"] in meshes)
+
     for seed in range(5000):
-        if [p["width"] for p in GridProposer(space, seed).order[:len(widths)]] == widths:
+        if all(fits(p, w) for p, w in zip(GridProposer(space, seed).order[:len(order)], order, strict=True)):
             return seed
-    raise AssertionError(f"no seed puts the points in the order {widths}")
+    raise AssertionError(f"no seed puts the points in the order {order}")
 
 
 @pytest.mark.slow  # a study of 5 trained trials and a skipped one
@@ -215,7 +227,7 @@ def test_processes_of_a_trial_skip_together(tmp_path):
     """Two processes per trial: process 0's verdict is every process's (a process that trained
     alone would wait in a collective until the timeout)."""
     space = load_space(STEER_SPACE)
-    seed, budget = _seed_with_order(space, WIDE_THEN_NARROW), len(WIDE_THEN_NARROW) - 1
+    seed, budget = _seed_with_order(space, TWO_PROCESS_ORDER), len(TWO_PROCESS_ORDER) - 1
     run = tmp_path / "steer2"
     out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--processes", 2,
               "--timeout", 180, "--steer", "predicted", "--no-progress")  # the learned bound's path, end to end
