@@ -78,23 +78,25 @@ def _kills(folder: str, counter: str) -> int | None:
     return total
 
 
-def _global_pid(pid: int) -> int:
-    """`pid` as the kernel log names it: the first NSpid of /proc/PID/status (the pid in the
-    kernel's own namespace; a container may number its processes apart)."""
+INIT_PID_NS = 0xEFFFFFFC  # the inode of the kernel's initial pid namespace (PROC_PID_INIT_INO)
+
+
+def _pids_are_the_kernels() -> bool:
+    """Whether this process numbers processes as the kernel log does: in a container with its
+    own pid namespace the log's pids are the host's, and cannot be matched to ours."""
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return pid
+        return os.stat("/proc/self/ns/pid").st_ino == INIT_PID_NS
+    except OSError:
+        return False
 
 
 def kernel_kills(after_seq: int = -1) -> tuple[int, list[tuple[int, str]]] | None:
     """(the last sequence number, [(pid, the record's text)] of the OOM killer's "Killed process"
     records past `after_seq`) read from the kernel log (/dev/kmsg), or None where it cannot be
-    read (no such device, no permission: then the counters alone tell)."""
+    read or its pids are not ours (no such device, no permission, a pid namespace of our own:
+    then the counters alone tell)."""
+    if not _pids_are_the_kernels():
+        return None
     try:
         fd = os.open(KMSG, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -137,7 +139,6 @@ class MemoryWatch:
 
     def __init__(self, pids: list[int]):
         self.pids = list(pids)
-        self.kernel_pids = {pid: _global_pid(pid) for pid in self.pids}
         log = kernel_kills()
         self.kmsg_seq = log[0] if log else None  # None: the kernel log cannot be read
         self.counters: dict[str, int] = {}  # cgroup folder -> its subtree's OOM kills when first seen
@@ -172,7 +173,7 @@ class MemoryWatch:
         log = kernel_kills(self.kmsg_seq)
         if log is None:
             return counted
-        ours = {self.kernel_pids.get(p, p) for p in ([pid] if pid is not None else self.pids)}
+        ours = {pid} if pid is not None else set(self.pids)
         mine = [text for victim, text in log[1] if victim in ours]
         if mine:
             return f"{counted}; the kernel log says: {mine[-1]}"
