@@ -14,9 +14,15 @@ _USER_API = {"intv": ("study.space", "intv"), "preset": ("study.space", "preset"
 __all__ = sorted(_USER_API)
 
 
-def __getattr__(name: str):
-    if name not in _USER_API:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attr = _USER_API[name]
-    loaded = importlib.import_module(f"{__name__}.{module}")
+def load_export(package: str, homes: dict[str, tuple[str, str | None]], name: str):
+    """`name` of `package`, imported on first use (a package's PEP 562 __getattr__): homes maps
+    each exported name to (its submodule, its attribute there, or None for the submodule)."""
+    if name not in homes:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    module, attr = homes[name]
+    loaded = importlib.import_module(f"{package}.{module}")
     return loaded if attr is None else getattr(loaded, attr)
+
+
+def __getattr__(name: str):
+    return load_export(__name__, _USER_API, name)

@@ -11,7 +11,6 @@ import jax
 
 from . import distributed
 from . import flops as flops_lib
-from .checkpoint import Checkpointer
 from .config import TrainConfig
 from .errors import ConfigError, NonFiniteLoss
 from .plan import Program, build_program
@@ -41,7 +40,11 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
 
     run_dir = cfg.run_dir
     writer = ScalarWriter(os.path.join(run_dir, "tb") if run_dir and cfg.log.tensorboard and pidx == 0 else None)
-    ckpt = Checkpointer(cfg.checkpoint, run_dir) if cfg.checkpoint.enabled else None
+    ckpt = None
+    if cfg.checkpoint.enabled:
+        from .checkpoint import Checkpointer  # Orbax, imported only by a run that checkpoints (not trials)
+
+        ckpt = Checkpointer(cfg.checkpoint, run_dir)
     start = 0
     try:
         if ckpt and resume and ckpt.latest_step() is not None:

@@ -17,3 +17,21 @@ def test_a_worker_imports_tensorflow_only_when_it_builds_data():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-2:] == ["[]", "['seqio', 'tensorflow']"]
+
+
+def test_a_worker_imports_neither_the_space_system_nor_the_storage_nor_orbax():
+    """A trial worker reads a config file (Fiddle) and the steering rule, never a space file, the
+    study's storage or a checkpoint: importing its module must not import PyGlove, Optuna or Orbax
+    (~0.6 CPU-s at each worker's start). The rooms' names stay importable and load on first use."""
+    heavy = ("pyglove", "optuna", "orbax.checkpoint")
+    code = ("import sys; import paxsearch.search.trial.execute; "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules)); "
+            "from paxsearch.search.study import load_space, StudyLock; "
+            "from paxsearch.search.tuning import make_sampler; "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-2:] == ["[]", "['optuna', 'pyglove']"]
+    from paxsearch.search import study
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        study.nothing  # noqa: B018
