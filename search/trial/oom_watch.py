@@ -6,8 +6,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 
 KMSG = "/dev/kmsg"
+LOG_WAIT_S = 1.0  # how long the log is read again for the victim's line (see oom_evidence)
 _KILLED = re.compile(r"Killed process (\d+) \(([^)]*)\)")
 
 
@@ -170,16 +172,23 @@ class MemoryWatch:
         counted = self._counter_evidence()
         if counted is None or self.kmsg_seq is None:
             return counted
-        log = kernel_kills(self.kmsg_seq)
-        if log is None:
-            return counted
         ours = {pid} if pid is not None else set(self.pids)
-        mine = [text for victim, text in log[1] if victim in ours]
-        if mine:
-            return f"{counted}; the kernel log says: {mine[-1]}"
+        # The OOM killer sends SIGKILL, then writes its line: a parent that reaps its child at
+        # once may read the log before the line is there, so it is read again for up to a second.
+        deadline = time.monotonic() + LOG_WAIT_S
+        while True:
+            log = kernel_kills(self.kmsg_seq)
+            if log is None:
+                return counted
+            mine = [text for victim, text in log[1] if victim in ours]
+            if mine:
+                return f"{counted}; the kernel log says: {mine[-1]}"
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         if log[1]:
             return None  # the log names other victims only: their kills raised the counter
-        return counted  # no record survived in the log (overwritten): the counter alone tells
+        return counted  # no record in the log (overwritten, or not yet written): the counter alone tells
 
     def _counter_evidence(self) -> str | None:
         hwm = f"worker peak RSS {self.hwm / 2**20:.0f} MiB"
