@@ -303,8 +303,10 @@ CODEGEN_SUFFIX = "after_codegen.txt"
 
 def _dumped_hlo(lowered) -> str:
     """Compile `lowered` again with XLA dumping its optimized module as text; that text.
-    The dump flags are part of jax's cache key (compiler_options), so this compiles for real
-    and is not written to the persistent compilation cache (a throw-away entry)."""
+    jax's persistent-cache key leaves XLA's dump options out (jax/_src/cache_key.py), so where
+    the same program is in that cache and can be loaded, the cache serves it, nothing is dumped,
+    and _read_dump says so (LookupError: the caller records why there is no HLO). A program of
+    compile-only devices cannot be loaded from the cache, so it always compiles here."""
     with _hlo_dump_folder(True) as folder:
         lowered.compile(compiler_options=_dump_options(folder))
         return _read_dump(folder)
@@ -329,9 +331,10 @@ def _read_dump(folder: str) -> str:
 
 @contextlib.contextmanager
 def _hlo_dump_folder(wanted: bool):
-    """A temporary folder for an XLA dump (None when not `wanted`). A compile with dump flags has
-    a cache key of its own (jax keys on compiler_options, the folder included), so nothing it
-    compiles is written to the persistent compilation cache: it would never be read."""
+    """A temporary folder for an XLA dump (None when not `wanted`), with nothing written to the
+    persistent compilation cache meanwhile: the dump is wanted for programs of compile-only
+    devices, whose entries cannot be loaded without a client (a later read would only warn and
+    compile again; tests/roofline/test_hlo_source_fallback.py saw that warning)."""
     if not wanted:
         yield None
         return
