@@ -148,13 +148,12 @@ def test_skips_count_towards_the_budget_only_past_one_per_trained_trial():
 
 
 WIDE_THEN_NARROW = ["wide"] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
-# With two processes per trial the CPU's cross-process collectives dominate the step: measured /
-# predicted MFU is ~0.2 on mesh 8x1x1, ~0.1 on 4x2x1 and ~0.03-0.05 on 2x2x2. Measured first,
-# 2x2x2 widens the bound so much that the narrow point's optimistic MFU came within 2% of the
-# best measured one (a skip decided by the machine's load). The wide points measured first are
-# the four off 2x2x2, so the skip has a ~2x margin.
+# Mesh 2x2x2's collectives suffer most from a loaded CPU: with two spinning processes beside the
+# test, its measured / predicted MFU fell to 0.22 where 8x1x1's and 4x2x1's stayed at ~0.5, which
+# widened the bound until the narrow point's optimistic MFU was within 5% of the best. The
+# two-process test measures the four wide points off 2x2x2 first.
 NOT_2x2x2 = ("8x1x1", "4x2x1")
-TWO_PROCESS_ORDER = [("wide", NOT_2x2x2)] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
+STEADY_THEN_NARROW = [("wide", NOT_2x2x2)] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
 
 
 def _seed_with_order(space, order):
@@ -225,15 +224,25 @@ def test_steer_on_a_planned_target_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_processes_of_a_trial_skip_together(tmp_path):
     """Two processes per trial: process 0's verdict is every process's (a process that trained
-    alone would wait in a collective until the timeout)."""
+    alone would wait in a collective until the timeout).
+
+    The references are measured in a first session with one process a trial, the skip is decided
+    in a second with two. Measured with two processes, the CPU's cross-process collectives make
+    MFU swing 3x with the machine's load (CI saw 1.8% and 5.2% in one study), and the narrow
+    point's bound came within a few percent of the best: whether anything was skipped depended
+    on the load. With one-process references off mesh 2x2x2 the margin is ~8x on an idle machine
+    (optimistic 4-5% against ~38%) and ~2x with two processes spinning beside the test."""
     space = load_space(STEER_SPACE)
-    seed, budget = _seed_with_order(space, TWO_PROCESS_ORDER), len(TWO_PROCESS_ORDER) - 1
-    run = tmp_path / "steer2"
-    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--processes", 2,
+    seed = _seed_with_order(space, STEADY_THEN_NARROW)
+    run, measured = tmp_path / "steer2", steer.MIN_MEASURED + 1
+    cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", measured, "--no-progress")
+    out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", measured + 1, "--processes", 2,
               "--timeout", 180, "--steer", "predicted", "--no-progress")  # the learned bound's path, end to end
     trials = load(run, "steer_space").get_trials()
     assert not [t.user_attrs.get("failure_message") for t in trials if t.user_attrs.get("failure_kind")]
-    skipped = [t for t in trials if t.user_attrs.get("steered")]
-    assert skipped, out.stdout
-    assert all(t.user_attrs["steered"]["dominated_by"] is not None for t in skipped)  # process 0's own verdict
-    assert all(t.user_attrs["env"]["process_count"] == 2 for t in trials)
+    assert [t.user_attrs["env"]["process_count"] for t in trials[:measured]] == [1] * measured
+    second = trials[measured:]
+    skipped = [t for t in second if t.user_attrs.get("steered")]
+    assert skipped and skipped[0].params["width"] == "narrow", out.stdout
+    assert all(t.user_attrs["steered"]["dominated_by"] < measured for t in skipped)  # process 0's own verdict
+    assert all(t.user_attrs["env"]["process_count"] == 2 for t in second)
