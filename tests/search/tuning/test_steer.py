@@ -147,11 +147,10 @@ def test_skips_count_towards_the_budget_only_past_one_per_trained_trial():
     assert steer.counted([T(False)] * 3 + [T(True)] * 5) == 5
 
 
-WIDE_THEN_NARROW = ["wide"] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
 # Mesh 2x2x2's collectives suffer most from a loaded CPU: with two spinning processes beside the
 # test, its measured / predicted MFU fell to 0.22 where 8x1x1's and 4x2x1's stayed at ~0.5, which
 # widened the bound until the narrow point's optimistic MFU was within 5% of the best. The
-# two-process test measures the four wide points off 2x2x2 first.
+# steered studies measure the four wide points off 2x2x2 first.
 NOT_2x2x2 = ("8x1x1", "4x2x1")
 STEADY_THEN_NARROW = [("wide", NOT_2x2x2)] * (steer.MIN_MEASURED + 1) + ["narrow", "wide"]
 
@@ -174,7 +173,7 @@ def _seed_with_order(space, order):
 @pytest.mark.slow  # a study of 5 trained trials and a skipped one
 def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
     space = load_space(STEER_SPACE)
-    seed, budget = _seed_with_order(space, WIDE_THEN_NARROW), len(WIDE_THEN_NARROW) - 1
+    seed, budget = _seed_with_order(space, STEADY_THEN_NARROW), len(STEADY_THEN_NARROW) - 1
     run = tmp_path / "steer"
     out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--no-progress")
     study = load(run, "steer_space")
