@@ -43,7 +43,13 @@ from .errors import TrainerError
 from .results import FLOPS_FROM_HLO, MemoryEstimate
 from .roofline import step_work
 from .roofline.host import HOST_MEMORY_SPACE
-from .topology import PredictedOOM, chip_for_device_kind, predicted_oom_from, topology_devices
+from .topology import (
+    PredictedOOM,
+    chip_for_device_kind,
+    no_persistent_cache_writes,
+    predicted_oom_from,
+    topology_devices,
+)
 
 MODULE = "jit_train_step"  # the dumped module of step.make_train_step's jitted step
 BUFFERS = ".after_optimizations-buffer-assignment.txt"
@@ -312,7 +318,7 @@ def _child() -> int:
         *_, lowered = plan_lib.lower_step(cfg, mesh, global_batch, rules, platform, phases=phases)
         with open(os.path.join(os.path.dirname(spec["result"]), LOWERED), "w") as f:
             json.dump({"lower_s": phases["lower_s"]}, f)
-        with plan_lib._no_persistent_cache_writes(), plan_lib.mesh_context(mesh, rules):
+        with no_persistent_cache_writes(), plan_lib.mesh_context(mesh, rules):
             lowered.compile(compiler_options=plan_lib._dump_options(spec["dump"]))
     except Exception as e:  # reported to the parent as data; it raises the same kind
         oom = predicted_oom_from(e)

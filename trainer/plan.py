@@ -25,7 +25,7 @@ from . import flops as flops_lib
 from . import mesh as mesh_lib
 from . import pipeline as pipeline_lib
 from . import placement as placement_lib
-from . import sharding, validate
+from . import sharding, topology, validate
 from . import step as step_lib
 from .config import TrainConfig
 from .results import FLOPS_FROM_HLO, FLOPS_FROM_PROBES, FLOPS_LOOP_BODY_ONCE, FLOPS_NO_LOOPS, MemoryEstimate, PlanResult
@@ -338,19 +338,8 @@ def _hlo_dump_folder(wanted: bool):
     if not wanted:
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix="paxsearch-hlo-") as folder, _no_persistent_cache_writes():
+    with tempfile.TemporaryDirectory(prefix="paxsearch-hlo-") as folder, topology.no_persistent_cache_writes():
         yield folder
-
-
-@contextlib.contextmanager
-def _no_persistent_cache_writes():
-    key = "jax_persistent_cache_min_compile_time_secs"
-    before = getattr(jax.config, key)
-    jax.config.update(key, float("inf"))
-    try:
-        yield
-    finally:
-        jax.config.update(key, before)
 
 
 def _first_line(e: BaseException) -> str:

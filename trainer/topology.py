@@ -305,21 +305,31 @@ def _libtpu_reads_no_cpu_flags(device) -> None:
     _libtpu_flags_read = True
 
 
+@contextlib.contextmanager
+def no_persistent_cache_writes():
+    """Nothing compiled meanwhile is written to JAX's persistent compilation cache (no compile
+    takes forever). What compile-only devices compile cannot be loaded back from it without a
+    client: each later read of such an entry would only warn and compile again."""
+    import jax
+
+    setting = "jax_persistent_cache_min_compile_time_secs"
+    before = getattr(jax.config, setting)  # (jax's Config types no attribute per setting)
+    jax.config.update(setting, float("inf"))
+    try:
+        yield
+    finally:
+        jax.config.update(setting, before)
+
+
 def compile_one_op(device) -> None:
-    """Compile a one-op program for `device`: what makes a compiler read its flags. A
-    compile-only executable cannot be read back from the persistent cache (each later process
-    would warn), so this one is never written there (no compile takes 1e9 s)."""
+    """Compile a one-op program for `device`: what makes a compiler read its flags. Not written
+    to the persistent cache (no_persistent_cache_writes)."""
     import jax
     from jax.sharding import SingleDeviceSharding
 
-    setting = "jax_persistent_cache_min_compile_time_secs"
-    min_s = getattr(jax.config, setting)  # (jax's Config types no attribute per setting)
-    jax.config.update(setting, 1e9)
-    try:
+    with no_persistent_cache_writes():
         x = jax.ShapeDtypeStruct((8,), "float32", sharding=SingleDeviceSharding(device))
         jax.jit(lambda v: v + 1).lower(x).compile()
-    finally:
-        jax.config.update(setting, min_s)
 
 
 # ----------------------------------------------------------------------------- OOM

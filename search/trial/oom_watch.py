@@ -111,7 +111,7 @@ def kernel_kills(after_seq: int = -1) -> tuple[int, list[tuple[int, str]]] | Non
             except BlockingIOError:
                 break  # read to the end
             except OSError as e:
-                if e.errno == errno.EPIPE:  # EPIPE: records were overwritten before this read; go on
+                if e.errno == errno.EPIPE:  # records were overwritten before this read; go on
                     continue
                 return None
             if not record:
