@@ -184,9 +184,24 @@ _NCCL_BUSBW = ("measured: nccl-tests all_gather_perf and all_reduce_perf on 8 x 
                "collective at 2 x NVLink / 4 = 450 GB/s, so 360 / 450 = 0.80 of it")
 _NCCL_SAME_NVLINK = "H200 SXM has H100 SXM's NVLink 4 (900 GB/s) through the same NVSwitch generation: " + _NCCL_BUSBW
 _NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's share is used (" + _NCCL_BUSBW + ")"
-_TPU_COLLECTIVES = ("assumption: collectives priced at the links' full bandwidth; no measurement of XLA's TPU "
-                    "collectives traced (a barriered ppermute loop fitted to 86.3-86.8 GB/s on v5p-8 / v6e-8, "
-                    "marin-community/marin issue 6736, does not say the shift's route; benchmarks/RESULTS.md run 18)")
+_SCALING_AG = ("measured: XLA's AllGather on a TPU v5e 8x16 slice along its 16-chip axis (a full bidirectional "
+               "ring), the unidirectional link bandwidth worked out from the collective's cost reaching 'about 95% "
+               "of the peak claimed bandwidth (4.5e10)' from about 10 MB on: 42.75 GB/s of this table's 50 GB/s "
+               "link = 0.855: " + _SCALING.replace("tpus/", "sharding/") + " ('empirical bandwidth and estimated "
+               "link bandwidth for TPU v5e during an AllGather'; read from the figure, so about +-2%)")
+_PPERMUTE = ("measured: a barriered lax.ppermute in a fori_loop on {chip}, the repeat-count slope (device "
+             "time, no dispatch) fitted over 1 KiB-64 MiB per device to 'time = {fixed} us + bytes / {gbs} GB/s', "
+             "64 MiB in {t64} us; priced as one link one way ({link} GB/s here): {gbs} / {link} = {share}. The "
+             "thread does not give the shift's route: github.com/marin-community/marin issue 6736, comment of "
+             "2026-06-28 ('TPU ppermute payload sweep update')")
+_V5P_ICI = _PPERMUTE.format(chip="TPU v5p-8", fixed="4.55", gbs="86.3", t64="781.98", link="100", share="0.863")
+_V6E_ICI = (_PPERMUTE.format(chip="TPU v6e-8", fixed="2.29", gbs="86.8", t64="776.34", link="100", share="0.868")
+            + ". A psum of a replicated bf16 17408x17408 over all 256 chips of a v6e-256, host-timed, ran at "
+              "235.76 GB/s of bus bandwidth (github.com/AI-Hypercomputer/tpu-recipes microbenchmarks/trillium/"
+              "collectives README), 0.60 of the two rings' 400 GB/s: the planner prices it 31% faster "
+              "(tests/roofline/test_ici_efficiency.py)")
+_V4_ICI = ("assumption: no measurement of XLA's collectives traced for this chip; TPU v5e's measured share is used ("
+           + _SCALING_AG + ")")
 _CUDNN_FMHA_ASSUMED = ("assumption: no measurement of cuDNN's flash attention traced for this GPU; its matmul "
                        "efficiency is used")
 _JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX preallocates 75% of "
@@ -206,7 +221,7 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
         clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128),
         attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))),
-        ici_efficiency=Figure(1.0, _TPU_COLLECTIVES))
+        ici_efficiency=Figure(*s["collectives"]))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -230,7 +245,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ici": _SCALING + " (TPU v4: 45 GB/s per ICI port and direction, 6 ports; Jouppi et al., ISCA 2023)",
         "ports": _CLOUD + "v4 (3D torus, 6 ICI ports per chip)",
         "dcn": "assumption: the v4 page gives no DCN figure; taken equal to v5p's 50 Gbps per chip ("
-               + _CLOUD + "v5p)"}),
+               + _CLOUD + "v5p)", "collectives": (0.855, _V4_ICI)}),
     _tpu("v5e", ("TPU v5 lite", "TPU v5e"), 197e12, 16, 15.75, 819e9, 400e9, 4, 25e9 / 8, 2, 1, {
         "peak": _CLOUD + "v5e (197 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5e (16 GB HBM2 per chip, counted here as 16 GiB)",
@@ -238,14 +253,14 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ici": _CLOUD + "v5e (ICI 1,600 Gbps per chip one way = 400 GB/s both ways)",
         "ports": _CLOUD + "v5e (2D torus, 4 ICI ports per chip)",
         "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)",
-        "matmul": (0.923, _PALLAS_MATMUL), "hbm_eff": (0.803, _SCALE_HBM)}),
+        "matmul": (0.923, _PALLAS_MATMUL), "hbm_eff": (0.803, _SCALE_HBM), "collectives": (0.855, _SCALING_AG)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",
         "hbm_bw": _CLOUD + "v5p (2,765 GB/s HBM bandwidth)",
         "ici": _CLOUD + "v5p (ICI 4,800 Gbps per chip = 1,200 GB/s both ways)",
         "ports": _CLOUD + "v5p (3D torus, 6 ICI ports per chip)",
-        "dcn": _CLOUD + "v5p (DCN 50 Gbps per chip)"}),
+        "dcn": _CLOUD + "v5p (DCN 50 Gbps per chip)", "collectives": (0.863, _V5P_ICI)}),
     _tpu("v6e", ("TPU v6 lite", "TPU v6e"), 918e12, 32, 31.24, 1640e9, 800e9, 4, 100e9 / 8, 2, 1, {
         "peak": _CLOUD + "v6e (918 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v6e (32 GB HBM per chip, counted here as 32 GiB)",
@@ -256,7 +271,8 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "dcn": _CLOUD + "v6e (DCN 25.6 Tbps per 256-chip Pod = 100 Gbps per chip)",
         "host": (3.2e10, _SCALING + " ('Trillium (TPU v6e) has 32GB/s, about 2x higher than v5' of PCIe "
                                     "per chip; taken as each direction of the full-duplex link)"),
-        "matmul": (0.793, _V6E_MATMUL), "attention": (0.309, _V6E_SPLASH), "hbm_eff": (0.829, _V6E_HBM)}),
+        "matmul": (0.793, _V6E_MATMUL), "attention": (0.309, _V6E_SPLASH), "hbm_eff": (0.829, _V6E_HBM),
+        "collectives": (0.868, _V6E_ICI)}),
     _gpu("a100", ("NVIDIA A100-SXM4-80GB",), 312e12, 80e9, 2039e9, 600e9, 200e9 / 8, 0.869, {
         "peak": "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 312 TFLOP/s bf16 dense, "
                 "80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)",

@@ -97,7 +97,10 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   coordinates; 1 when they are unknown) runs k bidirectional rings, so it drives 2k links:
   bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way), times
   Hardware.ici_efficiency, the share of it collectives sustain (trainer/hardware.py: on H100 / H200
-  NCCL's measured bus bandwidth, 360 of the 450 GB/s the ring gives, 0.8; on TPUs 1, no measurement).
+  NCCL's measured bus bandwidth, 360 of the 450 GB/s the ring gives, 0.8; on TPUs the share of one
+  link XLA's transfers were measured to sustain: v5e 0.855, an AllGather around a ring of 16; v5p
+  0.863 and v6e 0.868, a ppermute's slope; v4 v5e's, assumed. A 2-D psum over a whole v6e-256 ran at
+  0.60 of its two rings, host-timed: tests/roofline/test_ici_efficiency.py).
   DCN bandwidth: the chip's share of its host's data-center NICs. Torus wrap-around links
   are assumed present (the compile-only slice has them where the hardware does:
   trainer/topology.py TpuSlice.wrap).
