@@ -200,7 +200,7 @@ _V6E_ICI = (_PPERMUTE.format(chip="TPU v6e-8", fixed="2.29", gbs="86.8", t64="77
               "235.76 GB/s of bus bandwidth (github.com/AI-Hypercomputer/tpu-recipes microbenchmarks/trillium/"
               "collectives README), 0.60 of the two rings' 400 GB/s: the planner prices it 31% faster "
               "(tests/roofline/test_ici_efficiency.py)")
-_V4_ICI = ("assumption: no measurement of XLA's collectives traced for this chip; TPU v5e's measured share is used ("
+_ICI_ASSUMED = ("assumption: no measurement of XLA's collectives traced for this chip; TPU v5e's measured share is used ("
            + _SCALING_AG + ")")
 _CUDNN_FMHA_ASSUMED = ("assumption: no measurement of cuDNN's flash attention traced for this GPU; its matmul "
                        "efficiency is used")
@@ -221,7 +221,7 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
         clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128),
         attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))),
-        ici_efficiency=Figure(*s["collectives"]))
+        ici_efficiency=Figure(*s.get("collectives", (0.855, _ICI_ASSUMED))))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -245,7 +245,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ici": _SCALING + " (TPU v4: 45 GB/s per ICI port and direction, 6 ports; Jouppi et al., ISCA 2023)",
         "ports": _CLOUD + "v4 (3D torus, 6 ICI ports per chip)",
         "dcn": "assumption: the v4 page gives no DCN figure; taken equal to v5p's 50 Gbps per chip ("
-               + _CLOUD + "v5p)", "collectives": (0.855, _V4_ICI)}),
+               + _CLOUD + "v5p)"}),
     _tpu("v5e", ("TPU v5 lite", "TPU v5e"), 197e12, 16, 15.75, 819e9, 400e9, 4, 25e9 / 8, 2, 1, {
         "peak": _CLOUD + "v5e (197 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5e (16 GB HBM2 per chip, counted here as 16 GiB)",
