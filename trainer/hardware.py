@@ -200,8 +200,8 @@ _V6E_ICI = (_PPERMUTE.format(chip="TPU v6e-8", fixed="2.29", gbs="86.8", t64="77
               "235.76 GB/s of bus bandwidth (github.com/AI-Hypercomputer/tpu-recipes microbenchmarks/trillium/"
               "collectives README), 0.60 of the two rings' 400 GB/s: the planner prices it 31% faster "
               "(tests/roofline/test_ici_efficiency.py)")
-_ICI_ASSUMED = ("assumption: no measurement of XLA's collectives traced for this chip; TPU v5e's measured share is used ("
-           + _SCALING_AG + ")")
+_ICI_ASSUMED = ("assumption: no measurement of XLA's collectives traced for this chip; TPU v5e's measured "
+                "share is used (" + _SCALING_AG + ")")
 _CUDNN_FMHA_ASSUMED = ("assumption: no measurement of cuDNN's flash attention traced for this GPU; its matmul "
                        "efficiency is used")
 _JAX_GPU_MEM = ("https://docs.jax.dev/en/latest/gpu_memory_allocation.html: JAX preallocates 75% of "
