@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import flops as flops_lib
-from . import hardware
+from . import hardware, topology
 from .results import FLOPS_FROM_HLO
 from .roofline import Hardware, analyze
 
@@ -90,12 +90,24 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
                         ici_efficiency=entry.ici_efficiency.value if entry.ici_efficiency else 1.0,
                         attention_efficiency=entry.attention_efficiency.value if entry.attention_efficiency else None,
                         host_bandwidth=entry.host_bandwidth.value if entry.host_bandwidth else None,
-                        clock_hz=entry.clock_hz.value if entry.clock_hz else None)
+                        clock_hz=entry.clock_hz.value if entry.clock_hz else None,
+                        torus_wrap=_torus_wrap(devices, entry.name))
     local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
     peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)
     bw = host_memory_bandwidth() / max(local, 1)
     return Hardware(name=devices[0].platform, peak_flops=peak, hbm_bandwidth=bw, ici_link_bandwidth=bw / 2,
                     dcn_bandwidth=bw / 2, physical_dims=1)
+
+
+def _torus_wrap(devices: Sequence, chip: str) -> tuple[bool, ...] | None:
+    """Which torus dims of the devices' slice wrap (topology.torus_wrap of its shape, read from
+    the devices' coordinates), None where they have none (GPUs, no devices given)."""
+    spec = topology.CHIPS.get(chip)
+    coords = [tuple(c) for d in devices if (c := getattr(d, "coords", None)) is not None]
+    if spec is None or not coords or len(coords) != len(devices):
+        return None
+    shape = tuple(max(c[k] for c in coords) - min(c[k] for c in coords) + 1 for k in range(len(coords[0])))
+    return topology.torus_wrap(spec, shape)
 
 
 _HOST_BW: list[float] = []

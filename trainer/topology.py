@@ -140,18 +140,24 @@ class TpuSlice:
 
     @property
     def wrap(self) -> tuple[bool, bool, bool]:
-        """Which torus dimensions have wraparound links, as the slice's hardware has them and
-        get_topology_desc(wrap=...) takes them (three entries; live hosts know them from the
-        machine). v4 and v5p: slices of 64 chips or more (every dimension a multiple of 4) are
-        tori in all three dimensions; smaller ones are open meshes. v5e and v6e: a dimension of
-        16 chips (the whole pod's edge) wraps, shorter ones do not (v5e-256: both; v5e-128, 8x16:
-        the 16). Without wraparound the compiler plans each ring over that axis as an open line:
-        the same program then keeps its windowed-einsum permutes synchronous (RESULTS.md,
-        "v5e-256 128B")."""
-        if self.chip.torus_dims == 3:
-            full = self.chips >= 64 and all(d % 4 == 0 for d in self.shape)
-            return (full, full, full)
-        return (self.shape[0] == 16, self.shape[1] == 16, False)
+        """Which torus dimensions have wraparound links (torus_wrap)."""
+        return torus_wrap(self.chip, self.shape)
+
+
+def torus_wrap(chip: ChipSpec, shape: tuple[int, ...]) -> tuple[bool, bool, bool]:
+    """Which torus dimensions of a slice of `chip` shaped `shape` (chips per dimension) have
+    wraparound links, as the hardware has them and get_topology_desc(wrap=...) takes them (three
+    entries; live hosts know them from the machine). v4 and v5p: slices of 64 chips or more (every
+    dimension a multiple of 4) are tori in all three dimensions; smaller ones are open meshes. v5e
+    and v6e: a dimension of 16 chips (the whole pod's edge) wraps, shorter ones do not (v5e-256:
+    both; v5e-128, 8x16: the 16). Without wraparound the compiler plans each ring over that axis
+    as an open line: the same program then keeps its windowed-einsum permutes synchronous
+    (RESULTS.md, "v5e-256 128B"), and a ring collective along it runs one way on each link (the
+    roofline, trainer/roofline/collectives.py)."""
+    if chip.torus_dims == 3:
+        full = math.prod(shape) >= 64 and all(d % 4 == 0 for d in shape)
+        return (full, full, full)
+    return (shape[0] == 16, shape[1] == 16, False)
 
 
 def chip_for_device_kind(device_kind: str) -> ChipSpec | None:

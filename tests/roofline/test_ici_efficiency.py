@@ -49,6 +49,20 @@ def test_an_all_gather_around_a_v5e_ring_of_16_takes_its_measured_time():
 
 
 @needs_libtpu
+def test_an_all_gather_along_an_open_line_takes_its_measured_time():
+    """scaling-book ("Sharded Matrices", pop quiz 2): AllGather of bf16[2048, 8192] over the 4-chip
+    axis of a v5e {'X': 8, 'Y': 4} mesh. v5e wraps only a dimension of 16 chips, so this one is an
+    open line: "3 hops for data from the edges to reach the other edge", 560 us in theory, 680 us in
+    the profile (a full ring's bidirectional price: 377 us). The planner runs it one way on each
+    link of the line: 25.2 MB at 0.855 x 50 GB/s + 3 hops."""
+    transfer, seconds = _planned_transfer("v5e-32", (8, 4), ("x", "y"),
+                                          lambda x: jax.lax.all_gather(x, "y", tiled=True),
+                                          P("y", None), (2048, 8192))
+    assert transfer.kind == "all-gather" and transfer.group_size == 4
+    assert 0.85 < seconds / 680e-6 < 0.9, seconds
+
+
+@needs_libtpu
 @pytest.mark.parametrize("slice_name, devices, measured_s", [("v5p-8", 4, 781.98e-6), ("v6e-8", 8, 776.34e-6)])
 def test_a_ppermute_of_64_mib_takes_its_measured_time(slice_name, devices, measured_s):
     # marin-community/marin issue 6736: a barriered ppermute's slope, 64 MiB per device

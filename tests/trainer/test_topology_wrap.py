@@ -21,6 +21,18 @@ def test_wraparound_follows_the_slice_shape(name, wrap):
     assert topology.parse_slice(name).wrap == wrap
 
 
+@needs_libtpu
+@pytest.mark.parametrize("name", ["v5e-32", "v5e-128", "v5e-256", "v5p-64", "v5p-128"])
+def test_the_planner_reads_the_wraparound_from_the_devices_coordinates(name):
+    # the roofline prices a ring collective along an open dimension one way per link (tests/roofline/
+    # test_ici_efficiency.py); it learns which dimensions wrap from the compile-only devices it plans
+    from paxsearch.trainer.predict import hardware_for
+
+    tpu_slice = topology.parse_slice(name)
+    assert hardware_for(topology.topology_devices(name)).torus_wrap == tpu_slice.wrap
+    assert hardware_for([], tpu_slice.chip.name).torus_wrap is None  # no devices: every dim wraps, as before
+
+
 def _permutes(name: str, fsdp: int, tensor: int) -> tuple[int, int]:
     """(synchronous, asynchronous) collective-permutes in a sharded MLP's gradient step compiled
     for `name`, batch over fsdp and both activations over tensor (a windowed einsum each way)."""

@@ -95,7 +95,12 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   time = bytes / bandwidth + hops x latency per hop (below).
   ICI bandwidth: a group that spans k physical torus dimensions (from the devices'
   coordinates; 1 when they are unknown) runs k bidirectional rings, so it drives 2k links:
-  bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way), times
+  bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way). A
+  dimension without wraparound links (Hardware.torus_wrap, read from the slice's shape:
+  trainer/topology.py torus_wrap; a v5e-32's both, a v5e-128's 8) is an open line, whose end
+  devices have one link along it: it counts one link, not two (scaling-book, "Sharded
+  Matrices": an AllGather over 4 v5e chips without wraparound profiled at 680 us, 377 us
+  as a ring, 560 us as a line at the full link rate). Times
   Hardware.ici_efficiency, the share of it collectives sustain (trainer/hardware.py: on H100 / H200
   NCCL's measured bus bandwidth, 360 of the 450 GB/s the ring gives, 0.8; on TPUs the share of one
   link XLA's transfers were measured to sustain: v5e 0.855, an AllGather around a ring of 16; v5p

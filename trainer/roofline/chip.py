@@ -28,6 +28,10 @@ class Hardware:
     # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
     # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given
     ici_efficiency: float = 1.0
+    # per physical torus dim of the slice: True where it has wraparound links (a ring collective
+    # along it drives both directions of 2 links), False where it is an open line (one way on each
+    # of them: the devices at the ends have one link along it). None: every dim wraps
+    torus_wrap: tuple[bool, ...] | None = None
     host_bandwidth: float | None = None  # one direction of the chip's link to host memory; None: not priced
     # the clock the TPU compiler's per-op cycle estimates count (`estimated_cycles` of a fully
     # compiled module); None: those estimates are not read
