@@ -107,8 +107,8 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   0.863 and v6e 0.868, a ppermute's slope; v4 v5e's, assumed. A 2-D psum over a whole v6e-256 ran at
   0.60 of its two rings, host-timed: tests/roofline/test_ici_efficiency.py).
   DCN bandwidth: the chip's share of its host's data-center NICs. Torus wrap-around links
-  are assumed present (the compile-only slice has them where the hardware does:
-  trainer/topology.py TpuSlice.wrap).
+  are where the hardware has them (the compile-only slice has them there too); without
+  devices whose coordinates say which slice they are, every dimension is taken to wrap.
 
 Latency per hop (Hardware.ici_latency_s, dcn_latency_s; defaults ICI_STEP_LATENCY_S,
 DCN_STEP_LATENCY_S in chip.py). A ring collective is a chain of dependent steps, each
