@@ -1,8 +1,9 @@
 """ICI transfers are priced at the share of a link that XLA's transfers were measured to sustain on
 real chips (Hardware.ici_efficiency, trainer/hardware.py), as FLOPs are at the measured matmul rate
-and bytes at the measured HBM rate. Each measured program is compiled here for its slice and the
-planner's price of it must land on its measured time; one measurement that the per-link share does
-not explain (a 2-D psum over a whole v6e-256) is held here as the known miss it is."""
+and bytes at the measured HBM rate; along a torus dimension without wraparound links a ring
+collective runs one way on each link (Hardware.torus_wrap). Each measured program is compiled here
+for its slice and the planner's price of it must land on its measured time; one measurement that the
+per-link share does not explain (a 2-D psum over a whole v6e-256) is held here as the known miss it is."""
 import jax
 import jax.numpy as jnp
 import pytest
