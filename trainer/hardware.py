@@ -184,6 +184,7 @@ _NCCL_BUSBW = ("measured: nccl-tests all_gather_perf and all_reduce_perf on 8 x 
                "collective at 2 x NVLink / 4 = 450 GB/s, so 360 / 450 = 0.80 of it")
 _NCCL_SAME_NVLINK = "H200 SXM has H100 SXM's NVLink 4 (900 GB/s) through the same NVSwitch generation: " + _NCCL_BUSBW
 _NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's share is used (" + _NCCL_BUSBW + ")"
+_V5E_ICI_SHARE = 0.855  # v5e's measured share of a link, also assumed where a chip has none (_ICI_ASSUMED)
 _SCALING_AG = ("measured: XLA's AllGather on a TPU v5e 8x16 slice along its 16-chip axis (a full bidirectional "
                "ring), the unidirectional link bandwidth worked out from the collective's cost reaching 'about 95% "
                "of the peak claimed bandwidth (4.5e10)' from about 10 MB on: 42.75 GB/s of this table's 50 GB/s "
@@ -221,7 +222,7 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
         clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128),
         attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))),
-        ici_efficiency=Figure(*s.get("collectives", (0.855, _ICI_ASSUMED))))
+        ici_efficiency=Figure(*s.get("collectives", (_V5E_ICI_SHARE, _ICI_ASSUMED))))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -253,7 +254,8 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ici": _CLOUD + "v5e (ICI 1,600 Gbps per chip one way = 400 GB/s both ways)",
         "ports": _CLOUD + "v5e (2D torus, 4 ICI ports per chip)",
         "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)",
-        "matmul": (0.923, _PALLAS_MATMUL), "hbm_eff": (0.803, _SCALE_HBM), "collectives": (0.855, _SCALING_AG)}),
+        "matmul": (0.923, _PALLAS_MATMUL), "hbm_eff": (0.803, _SCALE_HBM),
+        "collectives": (_V5E_ICI_SHARE, _SCALING_AG)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",
