@@ -11,7 +11,7 @@ A figure whose needed value is far outside what a chip could do is not what the 
     python benchmarks/diag_figures.py --from /tmp/bp            # every row planned there
     python benchmarks/diag_figures.py --from /tmp/bp --only "v4-128 22B"
 
-Each row runs in a fresh process (its flag set's LIBTPU_INIT_ARGS), 10-40 s a row on 2 cores.
+Each row runs in a fresh process (its flag set's LIBTPU_INIT_ARGS), 5-20 s a row on 2 cores (37 rows: 7 minutes).
 Needs the tpu extra (libtpu).
 """
 from __future__ import annotations
