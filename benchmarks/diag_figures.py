@@ -139,8 +139,8 @@ def main(argv=None) -> int:
         if not os.path.exists(config):
             print(f"| {row.name} | no stored trial in {args.src} |" + " |" * len(FIGURES))
             continue
-        # the plan's step that gives the published MFU with the published program's work added
-        target_step = P.published_step_time(row) - P.noncausal_extra_seconds(row)
+        published, extra = P.published_step_time(row), P.noncausal_extra_seconds(row)
+        target_step = published - extra  # the plan's step that gives the published MFU with that work added
         proc = subprocess.run([sys.executable, __file__, "--from", args.src, "--child", config, row.target,
                                repr(target_step)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -149,12 +149,11 @@ def main(argv=None) -> int:
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         cells = " | ".join(_fmt(r["figures"][n]) for n, _ in FIGURES)
-        ratio = P.published_step_time(row) / (r["step_s"] + P.noncausal_extra_seconds(row))  # as bench_published
+        ratio = published / (r["step_s"] + extra)  # as bench_published
         print(f"| {row.name} | {ratio:.2f} | {cells} |", flush=True)
         m = r["figures"]["matmul_efficiency"]
         group = r["chip"] + (", one slice" if row.slices == 1 else ", several slices")
-        floor.append((group, m["value"], r["step_s"], m["leverage"], P.published_step_time(row),
-                      P.noncausal_extra_seconds(row)))
+        floor.append((group, m["value"], r["step_s"], m["leverage"], published, extra))
     print("\nEach cell: the step's change with the figure 10% lower; the figure now -> the value that plans "
           "the published step (the ratio it then plans at). '-': it moves the step by under 0.01%.")
     whole_chip = [(c.split(",")[0] + ", all rows", *rest) for c, *rest in floor]

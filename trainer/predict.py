@@ -17,7 +17,7 @@ import numpy as np
 from . import flops as flops_lib
 from . import hardware, topology
 from .results import FLOPS_FROM_HLO
-from .roofline import Hardware, analyze
+from .roofline import Hardware, analyze, device_coords
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,8 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
 def _torus_wrap(devices: Sequence, chip: str) -> tuple[bool, ...] | None:
     """Which torus dims of the devices' slice wrap (topology.torus_wrap of its shape, read from
     the devices' coordinates), None where they have none (GPUs, no devices given)."""
-    spec = topology.CHIPS.get(chip)
-    coords = [tuple(c) for d in devices if (c := getattr(d, "coords", None)) is not None]
-    if spec is None or not coords or len(coords) != len(devices):
+    spec, coords = topology.CHIPS.get(chip), device_coords(devices)
+    if spec is None or coords is None:
         return None
     shape = tuple(max(c[k] for c in coords) - min(c[k] for c in coords) + 1 for k in range(len(coords[0])))
     return topology.torus_wrap(spec, shape)

@@ -241,7 +241,7 @@ HBM efficiency (Hardware.hbm_efficiency, default 1), the same for bytes: an op's
 from __future__ import annotations
 
 from .chip import DCN_STEP_LATENCY_S, ICI_STEP_LATENCY_S, Hardware
-from .collectives import CollectiveCost, DeviceLayout, collectives, replica_groups, transfer_key
+from .collectives import CollectiveCost, DeviceLayout, collectives, device_coords, replica_groups, transfer_key
 from .cost import (
     SPLASH_MATMULS,
     compiler_cycles,
@@ -274,7 +274,8 @@ from .schedule import ScheduleReplay, events, exposed_by_schedule
 
 __all__ = [
     "analyze", "Hardware", "Roofline", "CollectiveCost", "DeviceLayout", "parse_module", "call_graph",
-    "collectives", "replica_groups", "instr_flops", "instr_bytes", "conv_flops", "splash_flops", "cudnn_fmha_flops",
+    "collectives", "device_coords", "replica_groups", "instr_flops", "instr_bytes", "conv_flops", "splash_flops",
+    "cudnn_fmha_flops",
     "shape_bytes", "hbm_shape_bytes", "shape_dims", "trip_count", "exposed_by_schedule", "events", "ScheduleReplay",
     "OVERLAP_FRACTION", "ICI_STEP_LATENCY_S", "DCN_STEP_LATENCY_S", "COLLECTIVES", "DTYPE_BYTES",
     "HloModule", "Computation", "Instr", "CallGraph", "op_seconds", "op_work", "transfer_key", "SPLASH_MATMULS",

@@ -194,6 +194,12 @@ def transfer_key(computation: str, ins: Instr) -> str:
     return f"{kind}:{channel}" if channel is not None else f"{computation}/{ins.name}"
 
 
+def device_coords(devices: Sequence) -> list[tuple[int, ...]] | None:
+    """The devices' physical torus coordinates (TPU `coords`), None unless every device has them."""
+    coords = [tuple(c) for d in devices if (c := getattr(d, "coords", None)) is not None]
+    return coords if coords and len(coords) == len(devices) else None
+
+
 class DeviceLayout:
     """Logical device id -> mesh coordinates, slice and physical coordinates.
 
@@ -214,8 +220,7 @@ class DeviceLayout:
         self.shape = arr.shape
         flat = list(arr.flat)
         self.slices = [getattr(d, "slice_index", 0) or 0 for d in flat]
-        coords = [tuple(c) for d in flat if (c := getattr(d, "coords", None)) is not None]
-        self.coords = coords if len(coords) == len(flat) else None
+        self.coords = device_coords(flat)
 
     @property
     def num_devices(self) -> int | None:
