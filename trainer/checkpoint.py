@@ -1,4 +1,10 @@
-"""Orbax checkpoints of the train state: save every N steps and at the end, keep K, resume."""
+"""Orbax checkpoints of the train state: save every N steps and at the end, keep K, resume.
+
+A save blocks the training loop only for what must block: the previous save's write, when it is
+still running (Orbax keeps one save in flight), and the copy of the state to host memory, which
+has to finish before the next step is given (donated) the state's buffers. Serializing and
+writing the files run in Orbax's background thread while training goes on. The seconds blocked
+are counted here (CheckpointSeconds), and the loop keeps them out of step time."""
 from __future__ import annotations
 
 import contextlib
@@ -13,6 +19,7 @@ import orbax.checkpoint as ocp
 
 from .config import CheckpointConfig
 from .errors import DataError
+from .results import CheckpointSeconds
 
 
 class CheckpointError(DataError):
@@ -89,6 +96,9 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=ckpt.keep, create=True, enable_async_checkpointing=ckpt.async_save)
         self.manager = ocp.CheckpointManager(directory, options=options)
+        self.last_blocking_s = 0.0  # the latest maybe_save's seconds blocked (0 when it did not save)
+        self.last_waiting_s = 0.0  # of which waiting for the previous save's write
+        self._saves, self._blocking_s, self._waiting_s, self._final_wait_s = 0, 0.0, 0.0, 0.0
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -135,14 +145,38 @@ class Checkpointer:
         step = self.manager.latest_step() if step is None else step
         return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
 
+    def due(self, step: int) -> bool:
+        """A periodic save falls at `step`."""
+        return bool(self.every) and step % self.every == 0
+
     def maybe_save(self, step: int, state, force: bool = False) -> bool:
-        if not force and not (self.every and step % self.every == 0):
+        """Save `state` as `step` when one is due (or `force`) and that step is not saved yet.
+        Returns once the state is in host memory; the write goes on in the background (with
+        async_save). The caller should have waited for the state itself (jax.block_until_ready):
+        otherwise the copy also waits for the step that computes it, and that is step time."""
+        self.last_blocking_s = self.last_waiting_s = 0.0
+        if not force and not self.due(step):
             return False
-        if step in self.manager.all_steps():
+        if step in self.manager.all_steps():  # Orbax's cached list: no file system read
             return False
-        return self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        start = time.perf_counter()
+        self.manager.wait_until_finished()  # the previous save's write (save() would wait for it too)
+        waited = time.perf_counter()
+        saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        self.last_blocking_s, self.last_waiting_s = time.perf_counter() - start, waited - start
+        self._saves += int(bool(saved))
+        self._blocking_s += self.last_blocking_s
+        self._waiting_s += self.last_waiting_s
+        return saved
+
+    def seconds(self) -> CheckpointSeconds:
+        """The saves so far and the seconds they blocked the loop (final_wait_s: after close)."""
+        return CheckpointSeconds(saves=self._saves, blocking_s=self._blocking_s,
+                                 waiting_for_previous_s=self._waiting_s, final_wait_s=self._final_wait_s)
 
     def close(self) -> None:
+        """Wait for the last save's write (its seconds: seconds().final_wait_s), then close."""
+        start = time.perf_counter()
         self.manager.wait_until_finished()
+        self._final_wait_s += time.perf_counter() - start
         self.manager.close()
-

@@ -99,9 +99,30 @@ class StepMetrics:
     compiled_peak_bytes: int
     measured_peak_bytes: int
     eval_loss: float | None = None
+    # seconds the loop was blocked in checkpoint saves during the interval (waiting for the
+    # previous write, copying the state off the devices); not in step_time, tokens/s, MFU
+    checkpoint_s: float = 0.0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CheckpointSeconds:
+    """Where a run's checkpoint saves spent the training loop's time (trainer/checkpoint.py).
+
+    A save blocks the loop only while it waits for the previous save's write to finish and while
+    Orbax copies the state off the devices (before the next step is given the state's buffers);
+    serializing and writing run in Orbax's background thread. None of it is in step time."""
+
+    saves: int = 0
+    blocking_s: float = 0.0  # the loop blocked in saves, all of them (the final save's included)
+    waiting_for_previous_s: float = 0.0  # of blocking_s: a save waiting for the previous save's write
+    final_wait_s: float = 0.0  # at the end: waiting for the last save's write to finish
+
+    @property
+    def blocking_per_save_s(self) -> float:
+        return self.blocking_s / self.saves if self.saves else 0.0
 
 
 @dataclass(frozen=True)
@@ -114,3 +135,4 @@ class TrainResult:
     eval_loss: float | None
     run_dir: str | None
     start_step: int = 0  # > 0 when resumed from a checkpoint
+    checkpoint_seconds: CheckpointSeconds | None = None  # None: a run without checkpoints

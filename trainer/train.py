@@ -73,23 +73,34 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     try:
         for step in range(start + 1, cfg.steps + 1):
             state, metrics = program.compiled_step(state, next(batches))
-            if ckpt:
-                ckpt.maybe_save(step, state)
+            if ckpt and ckpt.due(step):
+                _save(ckpt, step, state, writer)
+                loop.exclude(ckpt.last_blocking_s)  # out of the interval's step time
             if loop.should_log(step, start):
                 if loop.log(step, start, state, metrics):
                     stopped = True
                     break
         if ckpt:
-            ckpt.maybe_save(step, state, force=True)
+            _save(ckpt, step, state, writer, force=True)  # after the last interval: in no step time
     finally:
         batches.close()
         if ckpt:
-            ckpt.close()
+            ckpt.close()  # waits for the last write
+            writer.scalars(step, {"checkpoint/final_wait_s": ckpt.seconds().final_wait_s})
         writer.close()
         loop.close()
     return TrainResult(plan=plan, history=loop.history, final=loop.history[-1] if loop.history else None,
                        steps_run=step - start, stopped_early=stopped, eval_loss=loop.last_eval,
-                       run_dir=run_dir, start_step=start)
+                       run_dir=run_dir, start_step=start, checkpoint_seconds=ckpt.seconds() if ckpt else None)
+
+
+def _save(ckpt, step: int, state, writer: ScalarWriter, force: bool = False) -> None:
+    """Save `state` as `step` (trainer/checkpoint.py): first wait for the step that computes it
+    (that is the step's own time, not the save's), then for the save's blocking part only."""
+    jax.block_until_ready(state)
+    if ckpt.maybe_save(step, state, force=force):
+        writer.scalars(step, {"checkpoint/blocking_s": ckpt.last_blocking_s,
+                              "checkpoint/waiting_for_previous_s": ckpt.last_waiting_s})
 
 
 def _data():
@@ -124,6 +135,7 @@ class _Loop:
         self.last_eval: float | None = None
         self.t_mark = time.perf_counter()
         self.n_mark = start
+        self.checkpoint_s = 0.0  # seconds blocked in saves since t_mark, kept out of step time
         self._state_params = None
         self._eval_fn: Callable[..., Any] | None = None
         self._eval_batches: list[data_lib.Batch] | None = None
@@ -137,6 +149,11 @@ class _Loop:
         return (step == start + 1 or step == warm or step % self.cfg.log.every_steps == 0
                 or step == self.cfg.steps)
 
+    def exclude(self, seconds: float) -> None:
+        """Keep `seconds` (the loop blocked in a checkpoint save) out of this interval's step time."""
+        self.t_mark += seconds
+        self.checkpoint_s += seconds
+
     def log(self, step: int, start: int, state, metrics) -> bool:
         m = jax.device_get(metrics)  # the only host sync: at logging intervals
         now = time.perf_counter()
@@ -147,10 +164,11 @@ class _Loop:
             raise NonFiniteLoss(f"loss diverged at step {step}: {loss:.4g} (first step {self.first_loss:.4g})", step)
         # Each interval is timed on its own; logging at the warm-up boundary keeps the
         # first steps (dispatch and allocation warm-up) out of the later intervals.
-        step_time = (now - self.t_mark) / (step - self.n_mark)
+        step_time = (now - self.t_mark) / (step - self.n_mark)  # checkpoint saves excluded (exclude())
         self._state_params = state["params"]
         stop = self._emit(step, m, step_time)
         self.t_mark, self.n_mark = time.perf_counter(), step  # eval and logging stay out of step time
+        self.checkpoint_s = 0.0
         return stop
 
     def _emit(self, step: int, m: dict, step_time: float) -> bool:
@@ -168,7 +186,8 @@ class _Loop:
             steps_per_sec=1.0 / st, tokens_per_sec=plan.tokens_per_step / st,
             model_tflops_per_device=per_dev_model / 1e12, mfu=per_dev_model / self.peak,
             hfu=plan.xla_flops_per_step / st / self.peak, compiled_peak_bytes=plan.peak_bytes,
-            measured_peak_bytes=distributed.measured_peak_bytes(jax.local_devices()[0]), eval_loss=eval_loss)
+            measured_peak_bytes=distributed.measured_peak_bytes(jax.local_devices()[0]), eval_loss=eval_loss,
+            checkpoint_s=self.checkpoint_s)
         self.history.append(sm)
         self.writer.scalars(step, {f"train/{k}": v for k, v in sm.to_dict().items()
                                    if k not in ("step", "eval_loss") and isinstance(v, (int, float))})

@@ -194,14 +194,19 @@ def main(args) -> int:
     check_shell_xla_flags()
     from ...trainer import distributed
     from ...trainer.plan import build_program  # JAX only: a refused mesh pays no seqio/TensorFlow import
+    from .recheck import check_recheck, planned_recheck
 
     # Every refusal before the first write: the mesh against this machine's devices (e.g. a
     # --resume with another --cpu-devices), remat, memory, the data vocabulary. A refused run
     # leaves the run folder as it was (config.json, env.json, checkpoints untouched).
     distributed.maybe_initialize(cfg.distributed)
     memory = device_memory()
+    recheck = planned_recheck(args.config if trial is not None else None, trial, _device_platform())
+    if recheck is not None:  # a plan of another libtpu: the compile below is its memory's re-check
+        print(f"paxsearch: {recheck.line}", file=sys.stderr, flush=True)
     check_state_fits(cfg, memory)  # parameters and optimizer state alone: no compile
     program = build_program(cfg)  # ConfigError: one line (cli.main)
+    check_recheck(recheck, program.plan.peak_bytes, memory.bytes, memory.source)
     check_compiled_fits(program.plan.peak_bytes, memory)
     from ...trainer.train import check_vocab, train
 
@@ -215,6 +220,13 @@ def main(args) -> int:
     result = train(cfg, program=program)  # ConfigError / DataError: exit 2, NonFiniteLoss: exit 3 (cli.main)
     _summary(result, run_dir)
     return 0
+
+
+def _device_platform() -> str:
+    """The platform of this process's first device (jax.devices()[0].platform)."""
+    import jax
+
+    return jax.devices()[0].platform
 
 
 MEMORY_FIX = ("use a smaller model (e.g. --set model=llama-tiny), a smaller model.seq_len or per_device_batch, "
@@ -297,5 +309,16 @@ def _summary(result, run_dir: str) -> None:
         lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, "
                      + (f"process peak RSS {f.measured_peak_bytes / 2**20:.1f} MiB (CPU: the whole process)"
                         if plan.platform == "cpu" else f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB"))
+    if result.checkpoint_seconds is not None:
+        lines.append(_checkpoint_line(result.checkpoint_seconds))
     lines.append(f"run folder {run_dir} (checkpoints/, tb/, config.json, env.json)")
     print("\n".join(lines))
+
+
+def _checkpoint_line(c) -> str:
+    """What the checkpoint saves cost the run (trainer/results.py CheckpointSeconds), apart from step time."""
+    waited = (f", {c.waiting_for_previous_s:.1f} s of it waiting for the previous write"
+              if c.waiting_for_previous_s >= 0.05 else "")
+    return (f"checkpoints: {c.saves} save{'s' if c.saves != 1 else ''}, {c.blocking_s:.1f} s blocking "
+            f"({c.blocking_per_save_s:.2f} s a save{waited}), {c.final_wait_s:.1f} s waiting for the last write at "
+            "exit; not counted in step time")
