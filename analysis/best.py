@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..store import compiler
 from . import fmt, pareto
 from .load import Source, decision_columns, objective_names, open_study, trials_frame
 
@@ -37,6 +38,7 @@ class Chosen:
     config: str  # Fiddle JSON
     decisions: dict[str, Any]
     scores: dict[str, str]  # score title -> value as the report prints it
+    compiler: str | None = None  # "planned with jax ..., libtpu ..." (the study's when it mixes compilers)
 
 
 def choose(source: Source, objective: str = "knee", study_name: str | None = None, rtol: float = 0.0) -> Chosen:
@@ -61,4 +63,15 @@ def choose(source: Source, objective: str = "knee", study_name: str | None = Non
     row = frame[frame["number"] == number].iloc[0]
     decisions = {c[2:]: row[c] for c in decision_columns(frame) if pd.notna(row[c])}
     scores = {fmt.title(c): fmt.value(c, row[c]) for c in SCORES if c in row and pd.notna(row[c])}
-    return Chosen(int(number), config, decisions, scores)
+    return Chosen(int(number), config, decisions, scores, compiler_line(trial, study.get_trials(deepcopy=False)))
+
+
+def compiler_line(trial, trials) -> str | None:
+    """The chosen trial's compiler ("planned with jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52"), with
+    the study's when the study's plans were compiled by several; None when the trial has no plan."""
+    plan = trial.user_attrs.get("plan")
+    if plan is None:
+        return None
+    line = compiler.planned_line(compiler.of_plan(plan))
+    plans = [t.user_attrs.get("plan") for t in trials if not t.user_attrs.get("superseded")]
+    return f"{line}; the study was {compiler.planned_with(plans)}" if compiler.mixed(plans) else line

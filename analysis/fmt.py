@@ -42,6 +42,7 @@ _TITLES = {
     "failure_message": "message",
     "on_front": "Pareto",
     "figures": "figures",
+    "planned_with": "planned with",
 }
 # Scores that are predictions in a plan-only study.
 PREDICTABLE = {"loss", "eval_loss", "mfu", "hfu", "memory_bytes", "tokens_per_sec",
@@ -168,6 +169,7 @@ def header_items(info: dict, pareto_objectives: list[str], rtol: float) -> list[
         ("device kind", _listing(info["device_kind"])
          + f", {_listing(info['num_devices'])} devices, platform {_listing(info['platform'])}"),
         ("versions", versions),
+        *([("compiler", info["planned_with"])] if info.get("planned_with") else []),
         ("XLA flags", _listing(info["xla_flags"])),
         ("space file", _listing(relative(info["space_file"]) if isinstance(info["space_file"], str)
                                 else info["space_file"])),

@@ -9,6 +9,8 @@ One row per trial. Columns:
   eval_loss, hfu, tokens_per_sec, step_time, measured_peak_bytes, steps   measured figures
   measured_peak_source     what measured_peak_bytes is (device peak, or process RSS on CPU)
   plan.<key>               the ahead-of-time plan figures
+  planned_with             the compiler of the plan: "jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52",
+                           "analytic (nothing compiled)", or "unknown" (stored before plans named it)
   failure_kind, failure_message
   outcome                  ok, a failure kind, or the Optuna state (running, pruned, ...)
   memory_budget_bytes      the per-device budget the trial's plan was held against
@@ -30,6 +32,7 @@ import optuna
 import pandas as pd
 
 # One URL handling for search and analysis (store/urls.py): masking, env:NAME, drivers.
+from ..store import compiler
 from ..store.outcome import MEASURED_KEYS, TrialOutcome
 from ..store.urls import ENV_PREFIX, driver_url, mask_url, scrub
 
@@ -164,7 +167,9 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
 
     for key, value in (outcome.plan or {}).items():
-        row[f"plan.{key}"] = _scalar(value)  # nested figures (mesh_shape, roofline) as JSON text
+        if key != compiler.KEY:  # one column of its own, planned_with
+            row[f"plan.{key}"] = _scalar(value)  # nested figures (mesh_shape, roofline) as JSON text
+    row["planned_with"] = compiler.describe(compiler.of_plan(outcome.plan)) if outcome.plan is not None else None
     platform = (outcome.env or {}).get("platform")
     if not math.isnan(row["measured_peak_bytes"]):  # what "measured peak" is on this platform
         row["measured_peak_source"] = CPU_PEAK_SOURCE if platform == "cpu" else DEVICE_PEAK_SOURCE
@@ -283,6 +288,9 @@ def study_info(source: Source | OpenedStudy, study_name: str | None = None,
         if len(frame) and "outcome" in frame else {},
         "skipped": int(frame["steered_by"].notna().sum()) if "steered_by" in frame else 0,
     }
+    # the compiler of the plans, one line; a study that mixes versions says so (store/compiler.py)
+    info["planned_with"] = compiler.planned_with(t.user_attrs.get("plan") for t in study.get_trials(deepcopy=False)
+                                                 if not t.user_attrs.get("superseded"))
     for key in ("device_kind", "platform", "num_devices", "jax", "jaxlib", "libtpu",
                 "peak_flops_per_device", "peak_flops_source", "xla_flags"):
         info[key] = _one_or_all(_unique(frame, f"env.{key}"))

@@ -18,14 +18,20 @@ def _present(frame: pd.DataFrame, columns: list[str]) -> list[str]:
 
 def trial_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
     """Every trial: its outcome (ok or the failure kind), decisions, scores, compiled peak,
-    Pareto membership."""
+    Pareto membership, and the compiler of its plan where the study's plans had several."""
     table = frame.assign(on_front=on_front.reindex(frame.index, fill_value=False))
     if table["predicted"].any() and not table["predicted"].all():
         table["figures"] = np.where(table["predicted"], "predicted", "measured")
     columns = (["number", "outcome", *decision_columns(frame)]
                + _present(table, [*SCORES, "plan.peak_bytes"]) + _pipelined(table)
-               + ["on_front"] + (["figures"] if "figures" in table else []))
+               + ["on_front"] + (["figures"] if "figures" in table else []) + _compilers(table))
     return table[columns]
+
+
+def _compilers(frame: pd.DataFrame) -> list[str]:
+    """The planned_with column where the trials' plans were made by more than one compiler."""
+    column = "planned_with"
+    return [column] if column in frame and frame[column].dropna().nunique() > 1 else []
 
 
 def _pipelined(frame: pd.DataFrame) -> list[str]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import sys
 
+from ...store import compiler
 from ...store.outcome import kind_of
 from ..errors import ShutDown
 from ..study.settings import STEERS
@@ -121,8 +123,12 @@ def run_driver(ctx, progress: bool, slots=None) -> int:
     targets.use_plan_compile(ctx.settings.plan_compile)  # read by the workers and the plan cache's key
 
     print(f"study {ctx.name}: {ctx.settings.tuner}, budget {ctx.settings.trials} trial(s), "
-          f"objectives {', '.join(ctx.settings.objectives)}, target {ctx.target.text}; "
-          f"storage {mask_url(ctx.url)}; run folder {ctx.run_dir}", flush=True)
+          f"objectives {', '.join(ctx.settings.objectives)}, target {ctx.target.text} "
+          f"({compiler.describe(compiler.made_here())}); storage {mask_url(ctx.url)}; run folder {ctx.run_dir}",
+          flush=True)
+    other = None if ctx.created else other_libtpu_line(ctx)
+    if other:
+        print(f"paxsearch: {other}", file=sys.stderr, flush=True)
     try:
         with user_errors():
             summary = Driver(ctx, progress=progress, slots=slots).run()
@@ -138,6 +144,20 @@ def run_driver(ctx, progress: bool, slots=None) -> int:
         raise
     print(summarize(ctx.study, summary["elapsed_s"], ctx.run_dir))
     return 0
+
+
+def other_libtpu_line(ctx, local_libtpu: str | None = None) -> str | None:
+    """Once per session: the study's earlier plans came from another libtpu than this TPU
+    machine's (`local_libtpu`, default the installed one; store/compiler.study_line); None
+    elsewhere. The trials run where the target says: on TPUs when it is a TPU target with TPUs
+    here (not plan-only)."""
+    platform = "cpu" if ctx.target.plan_only else ctx.target.platform
+    if platform != "tpu":
+        return None
+    plans = (t.user_attrs.get("plan") for t in ctx.study.get_trials(deepcopy=False)
+             if not t.user_attrs.get("superseded"))
+    local = local_libtpu if local_libtpu is not None else compiler.package_version("libtpu")
+    return compiler.study_line(plans, local, platform)
 
 
 def remove_if_empty(ctx) -> None:

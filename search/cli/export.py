@@ -27,8 +27,9 @@ def add_parser(sub) -> None:
 
 
 def trial_attrs(run: str, trial: str, study_name: str | None):
-    """(study name, trial number, the trial's user_attrs, the study's target text)."""
-    from ...analysis.best import best_trial
+    """(study name, trial number, the trial's user_attrs, the study's target text, the line naming
+    the compiler of its plan, None without a plan: analysis.best.compiler_line)."""
+    from ...analysis.best import best_trial, compiler_line
     from ...analysis.load import open_study
     from ..study.trial_config import OBJECTIVE_WORDS
 
@@ -44,11 +45,13 @@ def trial_attrs(run: str, trial: str, study_name: str | None):
                                 f"{', '.join(OBJECTIVE_WORDS)}") from None
     except (LookupError, FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    found = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+    trials = study.get_trials(deepcopy=False)
+    found = [t for t in trials if t.number == number]
     if not found or not isinstance(found[0].user_attrs.get("config_dict"), dict):
         raise UserError(f"study {study.study_name!r} has no trial {number} with a stored config; see `paxsearch "
                         "report` for the trial numbers")
-    return study.study_name, number, found[0].user_attrs, study.user_attrs.get("target")
+    return (study.study_name, number, found[0].user_attrs, study.user_attrs.get("target"),
+            compiler_line(found[0], trials))
 
 
 def export_text(to: str, cfg, target, *, run_name: str, header: str) -> str:
@@ -77,7 +80,7 @@ def main(args) -> int:
     from ...trainer.config import from_dict
     from ..planning.targets import parse_target
 
-    study, number, attrs, study_target = trial_attrs(args.run, args.trial, args.study)
+    study, number, attrs, study_target, planned = trial_attrs(args.run, args.trial, args.study)
     target_text = args.target or attrs.get("plan_target") or study_target
     if not target_text:
         raise UserError(f"study {study!r} stores no target; pass --target (e.g. tpu:v5e-16)")
@@ -85,7 +88,8 @@ def main(args) -> int:
     target = parse_target(target_text).for_config(cfg)
     run_name = args.run_name or sanitized_folder_name(f"paxsearch-{study}-trial{number}")
     text = export_text(args.to, cfg, target, run_name=run_name,
-                       header=f"study {study}, trial {number}, target {target.name}")
+                       header=f"study {study}, trial {number}, target {target.name}"
+                              + (f"; {planned}" if planned else ""))
     for line in text.splitlines():  # what was dropped or approximated, also where the user looks
         if line.startswith(("# dropped", "# approximated")):
             print(f"paxsearch: {line[2:]}", file=sys.stderr)

@@ -87,6 +87,8 @@ def best_main(args) -> int:
     print(f"trial {chosen.number} ({what})")
     print("  decisions: " + (" ".join(f"{k}={v}" for k, v in chosen.decisions.items()) or "none"))
     print("  scores:    " + ("  ".join(f"{k} {v}" for k, v in chosen.scores.items()) or "none"))
+    if chosen.compiler:
+        print(f"  compiler:  {chosen.compiler}")
     source = args.run
     if _is_url(args.run):  # the URL as given, its password masked (never printed)
         source = mask_url(args.run) + (f" --study {args.study}" if args.study else "")

@@ -23,6 +23,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
+from ...store import compiler
 from ...store.outcome import Kind, TrialOutcome
 from ..errors import ShutDown, Terminated, UserError
 from ..study import configio
@@ -268,7 +269,8 @@ class Driver:
     def _record(self, trial: optuna.Trial, decisions: dict, outcome: TrialOutcome, total_s: float,
                 env: dict | None) -> None:
         state, values, outcome = record.settle(self.objectives, outcome, self.ctx.settings.train_tokens)
-        outcome = outcome.replace(timings=record.driver_timings(outcome, total_s)).with_env(env)
+        outcome = outcome.replace(timings=record.driver_timings(outcome, total_s),
+                                  plan=compiler.named(outcome.plan, env)).with_env(env)
         attrs = outcome.to_user_attrs()
         if state == TrialState.COMPLETE and values and not outcome.kind.failed and not outcome.predicted:
             values, attrs = self._inherit_group_loss(trial, values, attrs)

@@ -9,6 +9,7 @@ held against this study's budget exactly as a fresh one is.
 """
 from __future__ import annotations
 
+from ...store import compiler
 from ...store.outcome import Kind, TrialOutcome
 from ...trainer import topology
 from .targets import Target, compile_for_target, memory_limit, plan_result_fields
@@ -23,7 +24,7 @@ def compile_plan(cfg, target: Target, devices=None, phases: dict | None = None) 
     except topology.PredictedOOM as oom:
         plan = {"peak_bytes": oom.required_bytes or oom.available_bytes, "predicted": True,
                 "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.source})", "hbm_bytes": target.hbm_bytes_per_device,
-                "plan_method": getattr(oom, "plan_method", "compiled")}
+                "plan_method": getattr(oom, "plan_method", "compiled"), compiler.KEY: compiler.made_here()}
         return "refused", plan, str(oom)
 
 

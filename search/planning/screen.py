@@ -11,13 +11,16 @@ driver asks, in this order:
   4. dominated: a finished trial with the same shape key and a global batch no larger was
      predicted_oom -> predicted_oom (a larger batch needs at least as much memory).
 Each settled result names where its answer came from ("screen" in the plan dict) and its
-`plan_method`: "analytic", "study" (2 and 4) or "cache"; a compiled plan's is "compiled".
+`plan_method`: "analytic", "study" (2 and 4) or "cache"; a compiled plan's is "compiled". Its
+"compiler" (store/compiler.py) is None for the analytic one (nothing compiled), the earlier
+trial's for 2 and 4 (absent when that trial's plan names none), the cached plan's for 3.
 """
 from __future__ import annotations
 
 import optuna
 from optuna.trial import TrialState
 
+from ...store import compiler
 from ...store.outcome import Kind, TrialOutcome
 from ..study.storage import is_superseded
 from . import compiled, plan_cache
@@ -45,6 +48,7 @@ def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> Trial
     oom = prescreen(cfg, target, budget)
     if oom is not None:
         plan = {"peak_bytes": oom.required_bytes, **where, "screen": "analytic", "plan_method": "analytic",
+                compiler.KEY: compiler.NOT_COMPILED,
                 "peak_bytes_source": "lower bound: parameters, gradients, AdamW moments"}
         return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
     done = _finished(trials)
@@ -63,6 +67,8 @@ def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> Trial
             plan = {"peak_bytes": a["memory_bytes"], **where, "screen": f"dominated by trial {t.number}",
                     "plan_method": "study",
                     "peak_bytes_source": f"lower bound: trial {t.number}'s peak at a smaller batch"}
+            if compiler.KEY in (a.get("plan") or {}):  # the bound is that trial's plan: so is its compiler
+                plan[compiler.KEY] = a["plan"][compiler.KEY]
             return TrialOutcome.failure(
                 Kind.PREDICTED_OOM, f"predicted OOM (not compiled): trial {t.number} with global batch "
                                     f"{a['global_batch']} <= {keys['global_batch']} and the same model, mesh "
@@ -79,8 +85,9 @@ def from_cache(cfg, target: Target, budget: int | None) -> TrialOutcome | None:
     if record is None:
         return None
     # the target is this trial's (the key holds it), whatever the file says
-    plan = {**record["plan"], "target": target.name, "num_slices": target.num_slices, "screen": "plan cache",
-            "plan_method": "cache"}
+    # a record written before plans named their compiler: the key holds this machine's versions
+    plan = {compiler.KEY: compiler.made_here(), **record["plan"], "target": target.name,
+            "num_slices": target.num_slices, "screen": "plan cache", "plan_method": "cache"}
     outcome = compiled.outcome_of(record["kind"], plan, record["message"], target, budget)
     if record["env"]:  # the stored env, as the driver makes it of a worker's (with_env keeps working after)
         outcome = outcome.replace(env=outcome.with_env(record["env"]).env)

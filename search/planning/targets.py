@@ -34,9 +34,10 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Sequence
 
+from ...store import compiler
+from ...store.compiler import package_version
 from ...trainer import flops as flops_lib
 from ...trainer import gpu_topology as gpu_topo
 from ...trainer import hardware
@@ -284,14 +285,6 @@ def _passes_apply(target: Target, environ=None) -> bool:
     return setting != "full" and target.platform == "tpu" and target.plan_only and not topo.has_tpu_hardware()
 
 
-def package_version(package: str) -> str | None:
-    """The installed version of `package`; None when it is not installed."""
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def libtpu_unproven_line(libtpu: str | None = None) -> str | None:
     """One line when the installed libtpu (or `libtpu`, a version) is not one the HLO passes were
     proven on (PASSES_PROVEN_LIBTPU); None when it is, or when there is no libtpu."""
@@ -365,6 +358,7 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, pha
         **_mesh_shapes(cfg, target),
         **prediction,
         "plan_method": method,  # screen.py: "study", "cache" or "analytic" when not compiled here
+        compiler.KEY: compiler.made_here(),  # jax, jaxlib, libtpu: a plan is only as good as its compiler
         **({"plan_method_note": note} if note else {}),
     }
     return program, d
@@ -471,6 +465,7 @@ def analytic_plan(cfg, target: Target) -> dict:
                                f"efficiency {attention_eff:g}; trainer/hardware.py: "
                                f"{entry.peak_bf16_flops.source}; {entry.matmul_efficiency.source}"},
         "plan_method": "analytic",
+        compiler.KEY: compiler.NOT_COMPILED,
         "plan_notice": planning_notice(target),
     }
 

@@ -88,6 +88,8 @@ def test_html_and_markdown_state_conventions_and_environment(measured_report):
                        "Failures by kind", "predicted_oom", "compile_error", "invalid"):
             assert needle in text, (key, needle)
         assert "PREDICTED" not in text  # measured study
+        # a study stored before plans named their compiler still reads, and says so
+        assert "planned with an unknown compiler (stored before plans named theirs)" in text
 
 
 def test_markdown_lists_front_best_and_failures(measured_run, measured_report):

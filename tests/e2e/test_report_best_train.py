@@ -33,7 +33,9 @@ def test_report_best_export_and_train(tmp_path, tiny_grid_run):
     assert lines[0] == f"trial {number} (best mfu)"
     assert lines[1] == "  decisions: " + " ".join(f"{k}={v}" for k, v in chosen.user_attrs["decisions"].items())
     assert lines[2].startswith("  scores:    loss ") and "MFU " in lines[2] and "memory/device " in lines[2]
-    assert f"paxsearch train {tmp_path / 'best.json'} --steps N" in lines[3]
+    # the compiler of its plan, which the driver names from the worker that compiled and trained it
+    assert lines[3].startswith("  compiler:  planned with jax ") and "jaxlib " in lines[3]
+    assert f"paxsearch train {tmp_path / 'best.json'} --steps N" in lines[4]
     knee = cli("best", run)
     assert f"run it with: paxsearch train {run} --trial " in knee.stdout and "(knee of the Pareto front)" in knee.stdout
     exported = configio.loads((tmp_path / "best.json").read_text())

@@ -15,6 +15,9 @@ from paxsearch.trainer.config import MeshConfig, TrainConfig, mesh_shape, to_dic
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+CHIP = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
+
+
 def config(**kw) -> TrainConfig:
     model = presets.replace("llama2-7b", n_layers=2, d_model=128, n_heads=2, head_dim=64, d_ff=256, seq_len=128,
                             vocab_size=512)
@@ -32,7 +35,8 @@ def run(tmp_path_factory):
                                        (("loss", "minimize"), ("mfu", "maximize"), ("memory", "minimize"))])
     study.set_user_attr("target", "tpu:v5e-4")
     learned = config(model=dataclasses.replace(config().model, position="learned"))
-    for cfg, values, attrs in [(config(), [2.0, 0.5, 1e9], {"plan_target": "tpu:v5e-4"}),
+    planned = {"plan_target": "tpu:v5e-4", "plan": {"peak_bytes": 10**9, "compiler": CHIP}}
+    for cfg, values, attrs in [(config(), [2.0, 0.5, 1e9], planned),
                                (learned, [2.0, 0.1, 1e9], {})]:
         study.add_trial(optuna.trial.create_trial(
             values=values, user_attrs={"config": "{}", "config_dict": to_dict(cfg), **attrs}))
@@ -49,7 +53,8 @@ def export(capsys, *argv) -> tuple[int, str, str]:
 def test_maxtext_best_trial(run, capsys):
     rc, out, err = export(capsys, run, "--trial", "mfu", "--to", "maxtext")
     assert rc == 0, err
-    assert "study exp, trial 0, target tpu:v5e-4" in out
+    # the plan's compiler: a plan is only as good as the compiler it was made with
+    assert "study exp, trial 0, target tpu:v5e-4; planned with jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1\n" in out
     assert "ici_fsdp_parallelism=4" in out and "per_device_batch_size=2" in out and "remat_policy=full" in out
     assert "compile_topology=v5e-4" in out
     assert "paxsearch: dropped data.task=" in err  # what the script drops is said on stderr too

@@ -67,6 +67,7 @@ def test_without_the_plugin_one_line_and_an_analytic_plan():
     h100 = hardware.spec("h100")
     model_flops = flops.model_flops_per_step(SMALL, 16)
     assert plan["model_flops_per_step"] == model_flops and plan["plan_method"] == "analytic"
+    assert "compiler" in plan and plan["compiler"] is None  # nothing compiled
     # the weights' matmuls at cuBLAS's measured rate, the causal attention at cuDNN's kernels' rate
     attention = 3 * SMALL.n_layers * 2 * SMALL.seq_len * SMALL.n_heads * SMALL.head_dim * 16 * SMALL.seq_len
     assert flops.attention_flops_per_step(SMALL, 16) == attention

@@ -11,7 +11,7 @@ from paxsearch.search.planning import plan_cache as C
 from paxsearch.search.planning import screen
 from paxsearch.search.planning import targets as T
 from paxsearch.search.study.settings import SettingsError, StudySettings
-from paxsearch.store import Kind
+from paxsearch.store import Kind, compiler
 from paxsearch.trainer import flagsets, remat
 from paxsearch.trainer.config import MeshConfig, ModelConfig, OptimizerConfig, TrainConfig
 
@@ -201,6 +201,7 @@ def test_a_step_the_compiler_refuses_is_cached_with_its_message(tmp_path, monkey
     c = dataclasses.replace(BASE, model=model_8b)
     compiled = plan_outcome(c, TARGET, cache=tmp_path)
     assert compiled.kind is Kind.PREDICTED_OOM and compiled.plan["plan_method"] == "hlo_passes"
+    assert compiled.plan["compiler"] == compiler.made_here()  # the compiler that refused it
     record = C.load(tmp_path, C.cache_key(c, TARGET))
     assert record["kind"] == "refused" and record["message"] == compiled.message
     assert record["env"]["jax"] and record["env"]["libtpu"]
@@ -209,3 +210,4 @@ def test_a_step_the_compiler_refuses_is_cached_with_its_message(tmp_path, monkey
     assert cached.kind is Kind.PREDICTED_OOM and cached.message == compiled.message
     assert cached.plan["peak_bytes"] == compiled.plan["peak_bytes"] > TARGET.hbm_bytes_per_device
     assert cached.plan["plan_method"] == "cache"
+    assert cached.plan["compiler"] == compiled.plan["compiler"]

@@ -54,6 +54,7 @@ def test_plan_only_study_compiles_two_of_twelve_points_and_reports_predictions(t
         if size == "huge":
             assert t.user_attrs["failure_kind"] == "predicted_oom"
             assert t.user_attrs["plan"]["screen"] == "analytic" and "analytic" in t.user_attrs["failure_message"]
+            assert t.user_attrs["plan"]["compiler"] is None  # nothing compiled
             assert t.values[0] == 0.0 and t.values[1] > 256 * 2**20
     # small, batch 64: compiled, over the budget, with the numbers
     oom = [by[("small", 64, lr)] for lr in (1e-3, 3e-3)]
@@ -70,6 +71,9 @@ def test_plan_only_study_compiles_two_of_twelve_points_and_reports_predictions(t
     cli("report", run, "--no-tensorboard")
     md = (run / "report.md").read_text()
     assert "Predicted figures" in md and "MFU (predicted)" in md and "TPU v5 lite" in md
+    # the compiler of the plans: libtpu compiled two, the analytic pre-screen none
+    assert all(t.user_attrs["plan"]["compiler"]["libtpu"] for t in compiled)
+    assert "- **compiler**: planned with jax " in md and "analytic plans compiled nothing" in md
     # where the compiled step's predicted time goes: the parts of its stored roofline add up to it
     assert "## Where the predicted step goes" in md
     for lr in (1e-3, 3e-3):

@@ -21,7 +21,7 @@ import pytest
 
 from paxsearch.search.planning import targets as T
 from paxsearch.search.trial.execute import plan_outcome
-from paxsearch.store import Kind
+from paxsearch.store import Kind, compiler
 from paxsearch.trainer import roofline as R
 from paxsearch.trainer import topology as topo
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
@@ -126,6 +126,7 @@ def test_cpu_plans_carry_memory_and_the_roofline_and_invalid_points_are_typed():
         assert r.kind is Kind.OK and PLAN_KEYS <= set(plan) and plan["predicted"] and plan["fits"] and r.predicted
         assert 0 < plan["predicted_mfu"] <= 1
         assert {"compute_s", "memory_s", "comm_s", "collectives", "predicted"} <= set(plan["roofline"])
+        assert plan["compiler"] == compiler.made_here()  # the jax / jaxlib / libtpu that compiled it
     # 2x2x2 moves data over all three axes
     axes = {a for c in plans[1].plan["roofline"]["collectives"] for a in c["axes"]}
     assert axes == {"data", "fsdp", "tensor"}
