@@ -1,0 +1,110 @@
+"""benchmarks/chip_figures.py and chip_profile.py, the chip's own figures: their FLOP formulas
+against the roofline's, and their JSON from a CPU run (--tiny; the full runs are for one TPU v5e)."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from paxsearch.trainer.roofline import cost
+
+from ..search_util import REPO
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+F = importlib.import_module("chip_figures")
+PROFILE = importlib.import_module("chip_profile")
+
+
+def _run(script: str, out, *args: str, timeout: int = 600) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), "--tiny", "--out", str(out),
+                           *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    name = F.OUT_FILE if script == "chip_figures.py" else PROFILE.OUT_FILE
+    assert os.listdir(out) == [name]  # one JSON per script
+    with open(os.path.join(out, name)) as f:
+        return json.load(f)
+
+
+def test_matmul_and_attention_flops():
+    assert F.matmul_flops(8192, 8192, 8192) == 2 * 8192 ** 3
+    assert F.matmul_flops(2048, 128, 2048, batch=16) == 16 * 2 * 2048 * 128 * 2048
+    # the model's count: QK^T and PV, causal at half, training 3 x forward
+    fwd = F.attention_model_flops(2, 8, 2048, 128, backward=False)
+    assert fwd == 4 * 2 * 8 * 2048 ** 2 * 128 / 2
+    assert F.attention_model_flops(2, 8, 2048, 128, backward=True) == 3 * fwd
+    assert F.attention_model_flops(2, 8, 2048, 128, backward=False, causal=False) == 2 * fwd
+    assert F.efficiency(197e12, 1.0, 197e12) == 1.0 and F.efficiency(1.0, None, 1.0) is None
+
+
+def test_splash_kernel_flops_are_the_roofline_count():
+    """The kernels' FLOPs as cost.splash_flops counts them: 2 (forward) and 4 + 3 (backward) S x S
+    matmuls per head over the causal blocks, (n + 1) / 2n for n = S / block."""
+    counts = dict(cost.SPLASH_MATMULS)
+    assert F.splash_kernel_matmuls(False) == counts["splash_mha_fwd"] == 2
+    assert F.splash_kernel_matmuls(True) == 2 + 4 + 3
+    b, h, s, d = 1, 8, 4096, 128
+    n = s // 512
+    assert F.splash_kernel_flops(b, h, s, d, 512, backward=False) == pytest.approx(
+        2 * 2 * s * s * d * h * (n + 1) / (2 * n))
+    # at block 128 more of the diagonal blocks are skipped: fewer FLOPs than at 512, more than half
+    small = F.splash_kernel_flops(b, h, s, d, 128, backward=True)
+    assert 9 * 2 * s * s * d * h / 2 < small < F.splash_kernel_flops(b, h, s, d, 512, backward=True)
+    assert F.splash_kernel_flops(b, h, s, d, 512, matmuls=3) == pytest.approx(
+        1.5 * F.splash_kernel_flops(b, h, s, d, 512, backward=False))
+
+
+def test_the_chip_sets_cover_the_issues_shapes():
+    mm = F.matmul_cases(tiny=False)
+    ids = {c.id for c in mm}
+    assert len(ids) == len(mm)
+    assert {"mm_square_8192x8192x8192", "mm_up_16384x4096x16384", "mm_up_2048x1024x4096",
+            "mm_vocab_8192x1024x32000"} <= ids
+    assert all(c.flops == F.matmul_flops(c.params["m"], c.params["k"], c.params["n"], c.params.get("batch", 1))
+               for c in mm)
+    hbm = F.hbm_cases(tiny=False)
+    kinds = {c.params["kind"] for c in hbm}
+    assert {"add", "reduce_sum_to_f32", "transpose", "copy", "convert_bf16_to_f32", "convert_f32_to_bf16"} <= kinds
+    for c in hbm:  # bytes = operands + result; `mib`: the bf16 input's MiB, each read at least once
+        assert c.bytes >= c.params["mib"] * 2 ** 20
+
+
+def test_overhead_and_host_sections_write_one_json(tmp_path):
+    doc = _run("chip_figures.py", tmp_path, "--sections", "overhead,host")
+    assert doc["tiny"] and doc["environment"]["platform"] == "cpu" and doc["peak_flops"] > 0
+    over = {c["id"]: c for c in doc["sections"]["overhead"]["cases"]}
+    assert {"back_to_back", "blocked_each", "donated_back_to_back", "tree64_donated_back_to_back"} <= set(over)
+    assert all(c["per_call_s"] > 0 for c in over.values())
+    host = doc["sections"]["host"]
+    paths = {c["path"] for c in host["cases"] if "error" not in c}
+    assert {"numpy_to_device", "device_to_numpy"} <= paths
+    assert all(c["gb_per_s_best"] > 0 for c in host["cases"] if "error" not in c)
+
+
+@pytest.mark.slow
+def test_every_section_runs_on_cpu(tmp_path):
+    doc = _run("chip_figures.py", tmp_path)
+    for name in ("matmul", "splash", "hbm"):
+        cases = doc["sections"][name]["cases"]
+        assert cases and all("error" not in c for c in cases), name
+        assert all(c["wall_s"] > 0 and c["efficiency_wall"] > 0 for c in cases)
+    splash = doc["sections"]["splash"]["cases"]
+    assert {c["pass_"] for c in splash} == {"fwd", "fwd_bwd"} and all(c["kernel_flops"] > 0 for c in splash)
+
+
+@pytest.mark.slow
+def test_chip_profile_compares_plan_and_trace_buckets_on_cpu(tmp_path):
+    doc = _run("chip_profile.py", tmp_path, "--configs", "dot_b1,flash_b1", "--warm", "1", "--steps", "2",
+               "--budget-s", "500")
+    assert [r["config"] for r in doc["results"]] == ["dot_b1", "flash_b1"]
+    for r in doc["results"]:
+        assert "error" not in r, r.get("traceback")
+        assert r["steps_traced"] == 2 and r["measured_step_s"] > 0 and r["wall_step_s"] > 0
+        b = r["buckets"]
+        assert b["matmul"]["predicted_s"] > 0 and b["matmul"]["measured_s"] > 0 and b["unmatched"]["measured_s"] == 0
+        assert r["top_ops"]
