@@ -155,6 +155,12 @@ def compile_cases(cases: list[Case], log, threads: int = 8) -> None:
     t = time.perf_counter()
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(one, cases))
+    failed = [c for c in cases if c.compiled is None]
+    if failed:
+        log(f"  {len(failed)} failed to compile in threads ({failed[0].error}); once more, one at a time")
+        for c in failed:
+            c.error = None
+            one(c)
     log(f"  compiled {sum(c.compiled is not None for c in cases)} of {len(cases)} in {time.perf_counter() - t:.1f} s")
 
 
