@@ -17,6 +17,7 @@ _quiet_libtpu_env), so compile-only runs stay quiet. Importing this module loads
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.util
 import math
 import os
@@ -99,6 +100,7 @@ def _chip(entry: hardware.DeviceSpec) -> ChipSpec:
                     int(entry.cores_per_chip.value), prefix, chip_config, entry.sources())
 
 
+HOST_CHIPS = 4  # chips of the smallest multi-chip TPU host (2x2x1), what libtpu assumes by default
 CHIPS: dict[str, ChipSpec] = {name: _chip(hardware.spec(name)) for name in _SLICE_NAMING}
 # usable HBM per chip: what XLA's TPU compiler lets a program use (hardware.py says how measured)
 HBM_USABLE = {name: chip.hbm_bytes for name, chip in CHIPS.items()}
@@ -142,6 +144,16 @@ class TpuSlice:
     def wrap(self) -> tuple[bool, bool, bool]:
         """Which torus dimensions have wraparound links (torus_wrap)."""
         return torus_wrap(self.chip, self.shape)
+
+    @property
+    def chips_per_host_bounds(self) -> tuple[int, int, int] | None:
+        """The chips of one host, for a slice smaller than a host (v5e-1: (1, 1, 1)); None
+        otherwise. libtpu 0.0.42.1 assumes hosts of 2x2x1 chips and refuses a compile-only
+        "v5e:1x1" ("not divisible by the given (or default) chips_per_host_bounds 2x2x1");
+        the project's v5e chip sets TPU_CHIPS_PER_HOST_BOUNDS itself."""
+        if self.chips >= HOST_CHIPS:
+            return None
+        return tuple((list(self.shape) + [1, 1, 1])[:3])  # type: ignore[return-value]
 
 
 def torus_wrap(chip: ChipSpec, shape: tuple[int, ...]) -> tuple[bool, bool, bool]:
@@ -230,8 +242,10 @@ def require_libtpu() -> None:
         raise LibtpuMissing()
 
 
-def has_tpu_hardware() -> bool:
-    return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+def has_tpu_hardware(dev: str = "/dev") -> bool:
+    """TPU chips are attached: /dev/accel<N> (TPU VMs of v4 and older) or a numbered VFIO group
+    /dev/vfio/<N> (v5e and newer; N is not always 0: the project's v5e chip is /dev/vfio/3)."""
+    return bool(glob.glob(os.path.join(dev, "accel[0-9]*")) or glob.glob(os.path.join(dev, "vfio", "[0-9]*")))
 
 
 def _quiet_libtpu_env(tpu_slice: TpuSlice) -> None:
@@ -263,11 +277,13 @@ def topology_devices(name: str, num_slices: int = 1) -> list:
     _quiet_libtpu_env(tpu_slice)
     from jax.experimental import topologies
 
-    kwargs: dict[str, str | int | tuple[bool, ...]] = {"wrap": tpu_slice.wrap}
+    kwargs: dict[str, str | int | tuple[bool, ...] | tuple[int, ...]] = {"wrap": tpu_slice.wrap}
     if tpu_slice.chip.chip_config_name:
         kwargs["chip_config_name"] = tpu_slice.chip.chip_config_name
     if num_slices > 1:
         kwargs["num_slices"] = num_slices
+    if tpu_slice.chips_per_host_bounds:
+        kwargs["chips_per_host_bounds"] = tpu_slice.chips_per_host_bounds
     devices = list(topologies.get_topology_desc(tpu_slice.topology_name, "tpu", **kwargs).devices)
     expected = tpu_slice.chips * num_slices
     if len(devices) != expected:

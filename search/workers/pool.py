@@ -91,11 +91,18 @@ class _Proc:
 MAX_FLAG_SETS_PER_SLOT = 2  # gangs kept started per worker slot, one per compiler flag set
 
 
+def gangs_kept(target: Target) -> int:
+    """Gangs a slot keeps started: one where its trials run on attached TPU chips (one program at a
+    time can hold a chip: a second gang's processes, started with another flag set while the
+    first holds the chip, fail to open it), else MAX_FLAG_SETS_PER_SLOT."""
+    return 1 if target.platform == "tpu" and not target.plan_only else MAX_FLAG_SETS_PER_SLOT
+
+
 class WorkerSlot:
     """One trial at a time, on a gang started with the trial's compiler flag set (flags are
     read when the backend starts, so each set needs its own processes). The gangs of the
-    sets used last stay started; the least recently used beyond MAX_FLAG_SETS_PER_SLOT is
-    closed."""
+    sets used last stay started; the least recently used beyond gangs_kept(target) is closed
+    (before the new gang starts: on attached TPU chips only one gang can hold them)."""
 
     def __init__(self, target: Target, processes: int, run_dir: str, index: int = 0, imports: tuple[str, ...] = (),
                  cuda_devices: list[str] | None = None):
@@ -115,7 +122,7 @@ class WorkerSlot:
         if self.shut:
             g.shut_down(self.shut)
         self.gangs[flags] = g
-        while len(self.gangs) > MAX_FLAG_SETS_PER_SLOT:
+        while len(self.gangs) > gangs_kept(self.target):
             self.gangs.pop(next(iter(self.gangs))).close()
         return g
 
