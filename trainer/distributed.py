@@ -41,6 +41,33 @@ def measured_peak_bytes(device) -> int:
     return device_peak_bytes(_memory_stats(device))
 
 
+class PeakMeter:
+    """The device peak of one run (measured_peak_bytes), or 0 where the device cannot tell it.
+
+    A device's high-water marks cover the whole process: in a worker that ran an earlier trial,
+    they may be that trial's. So the peak is read only when, at the run's start, no mark stood
+    above what was then in use (nothing earlier in the process reached further: its first run);
+    otherwise `read` gives 0, "not measured". On CPU it is the process's peak RSS, as before."""
+
+    def __init__(self, device):
+        self.device = device
+        self.attributable = marks_at_rest(_memory_stats(device))
+
+    def read(self) -> int:
+        stats = _memory_stats(self.device)
+        if stats and "peak_bytes_in_use" in stats and not self.attributable:
+            return 0
+        return device_peak_bytes(stats)
+
+
+def marks_at_rest(stats: dict | None) -> bool:
+    """No high-water mark of `stats` stands above what is in use (or the platform keeps none)."""
+    if not stats or "peak_bytes_in_use" not in stats:
+        return True
+    return (int(stats["peak_bytes_in_use"]) <= int(stats.get("bytes_in_use", 0) or 0)
+            and int(stats.get("peak_bytes_reserved", 0) or 0) <= int(stats.get("bytes_reserved", 0) or 0))
+
+
 def _memory_stats(device) -> dict | None:
     try:
         return device.memory_stats()

@@ -97,7 +97,7 @@ class StepMetrics:
     mfu: float
     hfu: float
     compiled_peak_bytes: int
-    measured_peak_bytes: int
+    measured_peak_bytes: int  # 0: not measured (distributed.PeakMeter: an earlier run of the process set the marks)
     eval_loss: float | None = None
     # seconds the loop was blocked in checkpoint saves during the interval (waiting for the
     # previous write, copying the state off the devices); not in step_time, tokens/s, MFU

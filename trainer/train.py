@@ -37,6 +37,7 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     plan = program.plan
     pidx, pcount = jax.process_index(), jax.process_count()
     check_vocab(cfg)
+    peak_meter = distributed.PeakMeter(jax.local_devices()[0])  # before the state is on the devices
 
     run_dir = cfg.run_dir
     writer = ScalarWriter(os.path.join(run_dir, "tb") if run_dir and cfg.log.tensorboard and pidx == 0 else None)
@@ -65,7 +66,7 @@ def train(cfg: TrainConfig, report: Report | None = None, *, program: Program | 
     data_lib = _data()
     local_batches = data_lib.train_batches(cfg.data, cfg.model.seq_len, plan.global_batch, pidx, pcount,
                                            start_step=start)
-    loop = _Loop(cfg, program, peak, writer, report, start)
+    loop = _Loop(cfg, program, peak, writer, report, start, peak_meter)
     batches = Prefetcher(local_batches, lambda b: _to_global(b, program.batch_sharding, plan.global_batch),
                          depth=prefetch)
     stopped = False
@@ -128,8 +129,9 @@ class _Loop:
     """Logging-interval bookkeeping: timing, metrics, eval, divergence, TensorBoard, progress."""
 
     def __init__(self, cfg: TrainConfig, program: Program, peak_flops: float, writer: ScalarWriter, report,
-                 start: int):
+                 start: int, peak_meter: distributed.PeakMeter):
         self.cfg, self.program, self.peak, self.writer, self.report = cfg, program, peak_flops, writer, report
+        self.peak_meter = peak_meter
         self.history: list[StepMetrics] = []
         self.first_loss: float | None = None
         self.last_eval: float | None = None
@@ -186,7 +188,7 @@ class _Loop:
             steps_per_sec=1.0 / st, tokens_per_sec=plan.tokens_per_step / st,
             model_tflops_per_device=per_dev_model / 1e12, mfu=per_dev_model / self.peak,
             hfu=plan.xla_flops_per_step / st / self.peak, compiled_peak_bytes=plan.peak_bytes,
-            measured_peak_bytes=distributed.measured_peak_bytes(jax.local_devices()[0]), eval_loss=eval_loss,
+            measured_peak_bytes=self.peak_meter.read(), eval_loss=eval_loss,
             checkpoint_s=self.checkpoint_s)
         self.history.append(sm)
         self.writer.scalars(step, {f"train/{k}": v for k, v in sm.to_dict().items()

@@ -306,13 +306,21 @@ def _summary(result, run_dir: str) -> None:
         lines.append(f"loss {f.loss:.4f}{eval_loss}")
         lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  "
                      f"MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
-        lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, "
-                     + (f"process peak RSS {f.measured_peak_bytes / 2**20:.1f} MiB (CPU: the whole process)"
-                        if plan.platform == "cpu" else f"measured peak {f.measured_peak_bytes / 2**20:.1f} MiB"))
+        lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, " + _measured_text(plan, f))
     if result.checkpoint_seconds is not None:
         lines.append(_checkpoint_line(result.checkpoint_seconds))
     lines.append(f"run folder {run_dir} (checkpoints/, tb/, config.json, env.json)")
     print("\n".join(lines))
+
+
+def _measured_text(plan, f) -> str:
+    """The measured side of the memory line: the process's RSS on CPU, the device's peak elsewhere."""
+    mib = f.measured_peak_bytes / 2**20
+    if plan.platform == "cpu":
+        return f"process peak RSS {mib:.1f} MiB (CPU: the whole process)"
+    if not f.measured_peak_bytes:
+        return "measured peak: not measured (an earlier run in this process set the device's high-water marks)"
+    return f"measured peak {mib:.1f} MiB (buffers + program temporaries)"
 
 
 def _checkpoint_line(c) -> str:

@@ -267,7 +267,7 @@ def measured_of(result) -> Measured:
     return Measured(loss=finite_or_none(f.loss), eval_loss=finite_or_none(result.eval_loss),
                     mfu=finite_or_none(f.mfu), hfu=finite_or_none(f.hfu),
                     tokens_per_sec=finite_or_none(f.tokens_per_sec), step_time=finite_or_none(f.step_time),
-                    peak_bytes=int(f.measured_peak_bytes), steps=int(result.steps_run))
+                    peak_bytes=int(f.measured_peak_bytes) or None, steps=int(result.steps_run))
 
 
 def environment() -> dict:
