@@ -18,7 +18,7 @@ space file written into the run folder (so it can be re-run by hand), planned by
 
 Prints, per recipe: fits (peak / usable HBM GiB per chip, and the compiled breakdown:
 arguments, temporaries, outputs, and the outputs aliased to arguments), the analytic state
-per chip (parameters + AdamW moments, float32, sharded over the slice), predicted and
+per chip (parameters, gradients + AdamW moments, sharded over the slice), predicted and
 published MFU, their ratio, and the plan's wall time (the whole `paxsearch run`, process
 start to exit).
 """
@@ -56,11 +56,12 @@ class _Named:
 
 
 def state_bytes_per_chip(r: P.Recipe) -> float:
-    """Parameters + both AdamW moments, float32, fully sharded over the slice (what MaxText's
-    fsdp over every chip holds between steps), per chip."""
+    """Parameters, gradients and both AdamW moments, fully sharded over the slice (what MaxText's
+    fsdp over every chip holds at the update), per chip: trainer/state_memory.py's one formula."""
     from paxsearch.trainer import flops
+    from paxsearch.trainer.state_memory import dtype_bytes, train_state_bytes
     m = P.recipe_model(r)
-    return 3 * 4 * flops.param_count(m) / r.chips
+    return float(train_state_bytes(flops.param_count(m), dtype_bytes(m.param_dtype), r.chips))
 
 
 def figures(r: P.Recipe, result: dict | None) -> dict:

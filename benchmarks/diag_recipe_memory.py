@@ -1,7 +1,7 @@
 """Where a recipe's compiled step holds its memory: one compile-only TPU compile of a recipe's
 nearest config (benchmarks/published.py RECIPES), in this process, with the compiler's own words.
 
-Prints the analytic state per chip (parameters + AdamW moments), then either the compiled
+Prints the analytic state per chip (parameters, gradients + AdamW moments), then either the compiled
 memory_analysis() (arguments, outputs, aliases, temporaries, host temporaries) and the
 largest buffers of the optimized HLO's buffer assignment (an XLA dump), or, when the TPU
 compiler refuses the step for memory, its whole RESOURCE_EXHAUSTED message, which lists the
@@ -80,11 +80,14 @@ def main(argv=None) -> int:
     os.environ.update(topo.compile_only_env(topo.parse_slice(r.target.split(":")[1])))
     os.environ["JAX_PLATFORMS"] = "cpu"
     from paxsearch.trainer.plan import build_program
+    from paxsearch.trainer.state_memory import dtype_bytes, train_state_bytes
 
     n = flops.param_count(cfg.model)
     print(f"{r.name}: remat={cfg.remat} flags={cfg.flags} vocab_tiles={cfg.model.vocab_tiles} "
           f"global_batch={cfg.global_batch} mesh={cfg.mesh.ici}")
-    print(f"analytic state per chip: params {n:,} x (4 B + 8 B AdamW) / {r.chips} = {12 * n / r.chips / GiB:.3f} GiB")
+    state = train_state_bytes(n, dtype_bytes(cfg.model.param_dtype), r.chips)
+    print(f"analytic state per chip: params {n:,} x (parameter, gradient, 2 AdamW moments: "
+          f"4 x {dtype_bytes(cfg.model.param_dtype)} B) / {r.chips} = {state / GiB:.3f} GiB")
     devices = topo.topology_devices(r.target.split(":")[1])
     dump = tempfile.mkdtemp(prefix="diag_dump_")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump}").strip()

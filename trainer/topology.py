@@ -428,10 +428,3 @@ def check_fits(peak_bytes: int, hbm_bytes: int, what: str = "usable HBM") -> Non
         raise PredictedOOM(
             f"predicted OOM: compiled peak {peak_bytes / GiB:.2f} GiB per device > "
             f"{hbm_bytes / GiB:.2f} GiB {what}", peak_bytes, hbm_bytes, "memory_analysis")
-
-
-def state_bytes_per_device(param_count: int, param_dtype_bytes: int, shards: int,
-                           optimizer_states: int = 2) -> int:
-    """Parameters + AdamW moments (same dtype as the parameters) per device when sharded
-    `shards` ways; a lower bound of what a train step keeps in HBM."""
-    return int(math.ceil(param_count * param_dtype_bytes * (1 + optimizer_states) / max(shards, 1)))

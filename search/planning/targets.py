@@ -46,6 +46,7 @@ from ...trainer.config import MESH_AXES, compact_shape, full_shape
 from ...trainer.errors import ConfigError
 from ...trainer.flagsets import with_device_count
 from ...trainer.predict import hardware_for, predict
+from ...trainer.state_memory import dtype_bytes, train_state_bytes
 from ..errors import UserError
 
 PLATFORMS = ("cpu", "tpu", "gpu")
@@ -379,10 +380,6 @@ def plan_trial(cfg, target: Target) -> dict:
 
 # ----------------------------------------------------------------------------- many plans
 
-def _dtype_bytes(name: str) -> int:
-    return 2 if name == "bfloat16" else 4
-
-
 def state_bytes(cfg, target: Target) -> tuple[int, int, int, str]:
     """(bytes per device, shards, parameters, what the moments are) of what a train step keeps
     in device memory at the update: parameters, gradients and AdamW moments, without compiling.
@@ -394,16 +391,11 @@ def state_bytes(cfg, target: Target) -> tuple[int, int, int, str]:
     # stages (so a lower bound: embeddings are not split over stage)
     shards = sizes["fsdp"] * sizes["context"] * sizes["tensor"] * sizes["stage"]
     params = flops_lib.param_count(cfg.model)
-    # params + gradients (same dtype) + two AdamW moments: all live at the update, since
-    # global-norm clipping needs every gradient before any parameter changes. ZeRO-1 shards
-    # the moments over data too; offloaded moments are in host memory (offloaded parameters
-    # still come to the device for the step, so they count).
-    dtype_bytes = _dtype_bytes(cfg.model.param_dtype)
+    # params + gradients + two AdamW moments (trainer/state_memory.py): ZeRO-1 shards the moments
+    # over data too; offloaded moments are in host memory
     opt = cfg.optimizer
     moment_shards = shards * (sizes["data"] if opt.zero1 else 1)
-    need = topo.state_bytes_per_device(params, dtype_bytes, shards, optimizer_states=1)
-    if not opt.offload_state:
-        need += topo.state_bytes_per_device(params, dtype_bytes, moment_shards, optimizer_states=1)
+    need = train_state_bytes(params, dtype_bytes(cfg.model.param_dtype), shards, moment_shards, opt.offload_state)
     moments = ("AdamW moments (offloaded: not counted)" if opt.offload_state else
                f"AdamW moments (ZeRO-1: over {moment_shards} shards)" if opt.zero1 else "AdamW moments")
     return need, shards, params, moments

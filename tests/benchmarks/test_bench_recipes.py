@@ -47,8 +47,8 @@ def test_report_reads_a_plan_and_an_oom():
     text = R.report([(r, ""), (big, "")], {r.name: planned, big.name: oom})
     assert "| yes | 22.00 / 31.25 | 1.00 / 20.00 / 1.00 / 1.00 |" in text and "| 1.10 | 321 | planned |" in text
     assert "| **no** |" in text and "predicted_oom: predicted OOM: 40 GiB" in text
-    # the analytic state: float32 parameters and both AdamW moments over the slice
-    assert R.state_bytes_per_chip(r) == 12 * flops.param_count(P.recipe_model(r)) / 256
+    # the analytic state: float32 parameters, gradients and both AdamW moments over the slice
+    assert R.state_bytes_per_chip(r) == 16 * flops.param_count(P.recipe_model(r)) / 256
     assert f"| {R.state_bytes_per_chip(r) / GiB:.2f} |" in text
 
 
