@@ -16,6 +16,7 @@ import math
 from optuna.trial import TrialState
 
 from ...store.outcome import Kind, TrialOutcome
+from ...store.plan import Plan
 from ...store.units import format_bytes, format_duration
 from ..study.settings import TOKENS_PER_PARAM
 from ..tuning import steer
@@ -30,11 +31,11 @@ def full_run(outcome: TrialOutcome, train_tokens: int | None = None) -> dict | N
     (a trained trial) or predicted by the plan (a plan-only trial). The full run's tokens are
     `train_tokens` (STUDY train_tokens=), else TOKENS_PER_PARAM per parameter of the model
     (Chinchilla). None without a plan, a token count or a step time."""
-    plan, measured = outcome.plan or {}, outcome.measured
-    params = plan.get("param_count")
+    plan, measured = outcome.plan or Plan(), outcome.measured
+    params = plan.param_count
     tokens = train_tokens if train_tokens else (TOKENS_PER_PARAM * int(params) if params else None)
-    per_step = plan.get("tokens_per_step")
-    step_time = plan.get("predicted_step_time") if outcome.predicted else (measured.step_time if measured else None)
+    per_step = plan.tokens_per_step
+    step_time = plan.predicted_step_time if outcome.predicted else (measured.step_time if measured else None)
     if not tokens or not per_step or step_time is None or not math.isfinite(step_time) or step_time <= 0:
         return None
     tokens_per_sec = float(per_step) / float(step_time)
@@ -50,7 +51,9 @@ def objective_values(objectives, outcome: TrialOutcome, train_tokens: int | None
     (`predicted`) scores MFU with the plan's predicted MFU, time_to_train with its predicted
     step time. time_to_train: full_run's seconds (train_tokens: the full run's tokens, None
     for TOKENS_PER_PARAM per parameter)."""
-    plan, measured = outcome.plan or {}, outcome.measured
+    plan, measured = outcome.plan or Plan(), outcome.measured
+    predicted = {"mfu": plan.predicted_mfu, "step_time": plan.predicted_step_time,
+                 "tokens_per_sec": plan.predicted_tokens_per_sec}
     out = []
     v: float | int | None
     for name in objectives:
@@ -61,7 +64,7 @@ def objective_values(objectives, outcome: TrialOutcome, train_tokens: int | None
         elif name == "time_to_train":
             v = (full_run(outcome, train_tokens) or {}).get("seconds")
         elif outcome.predicted:
-            v = plan.get(f"predicted_{name}")
+            v = predicted.get(name)
         elif measured is None:
             v = None
         elif name == "loss":  # held-out eval loss when the trial evaluated, else its last training loss
@@ -83,7 +86,7 @@ def settle(objectives, outcome: TrialOutcome, train_tokens: int | None = None
         return TrialState.PRUNED, None, outcome
     if not outcome.kind.failed:
         outcome = outcome.replace(full_run=full_run(outcome, train_tokens))
-    if outcome.kind is Kind.PREDICTED_OOM and outcome.plan:
+    if outcome.kind is Kind.PREDICTED_OOM and outcome.plan is not None:
         return TrialState.COMPLETE, objective_values(objectives, outcome, train_tokens), outcome
     if outcome.kind.failed:
         return TrialState.FAIL, None, outcome
@@ -103,9 +106,11 @@ def driver_timings(outcome: TrialOutcome, total_s: float) -> dict:
     the worker measured them."""
     t = outcome.timings
     plan_s, train_s = float(t.get("plan_s", 0.0)), float(t.get("train_s", 0.0))
+    start_s = float(t.get("worker_start_s", 0.0))  # starting the worker (opening the devices), apart
     phases = {k: round(float(t[k]), 4) for k in PLAN_PHASES if k in t}
-    return {"plan_s": round(plan_s, 4), "train_s": round(train_s, 4), "total_s": round(total_s, 4),
-            "overhead_s": round(max(0.0, total_s - plan_s - train_s), 4), **phases}
+    started = {"worker_start_s": round(start_s, 4)} if "worker_start_s" in t else {}
+    return {"plan_s": round(plan_s, 4), "train_s": round(train_s, 4), "total_s": round(total_s, 4), **started,
+            "overhead_s": round(max(0.0, total_s - plan_s - train_s - start_s), 4), **phases}
 
 
 def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOutcome, total_s: float) -> str:
@@ -114,18 +119,18 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
     kind = outcome.kind
     label = kind.value if kind.failed else ("skipped" if outcome.steered else state.name.lower())
     parts = [f"#{number:<3d} {label:13s} {d}"]
-    plan, m, mem = outcome.plan or {}, outcome.measured, format_bytes(outcome.memory_bytes)
+    plan, m, mem = outcome.plan or Plan(), outcome.measured, format_bytes(outcome.memory_bytes)
     if outcome.steered:
         parts.append(f"{steer.describe(outcome.steered)}; mem {mem} (compiled)")
     elif kind is Kind.PREDICTED_OOM:
-        how = f" ({plan['screen']}, not compiled)" if plan.get("screen") else ""
+        how = f" ({plan.screen}, not compiled)" if plan.screen else ""
         parts.append(f"plan {mem} > budget{how}")
     elif outcome.predicted and not kind.failed:
-        mfu, step = plan.get("predicted_mfu"), plan.get("predicted_step_time")
-        how = f" ({plan['screen']})" if plan.get("screen") else ""
+        mfu, step = plan.predicted_mfu, plan.predicted_step_time
+        how = f" ({plan.screen})" if plan.screen else ""
         parts.append(f"PREDICTED{how} mfu {'-' if mfu is None else f'{100 * mfu:.1f}%'}  "
                      f"step {'-' if step is None else f'{1e3 * step:.0f} ms'}  mem {mem} "
-                     + _MEMORY_SOURCE.get(str(plan.get("plan_method")), "(compiled)")
+                     + _MEMORY_SOURCE.get(str(plan.plan_method), "(compiled)")
                      + _full_run(outcome) + _round_trips(plan))
     elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
         loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"
@@ -133,14 +138,15 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
                      + _full_run(outcome))
     elif kind.failed:
         parts.append(outcome.message[:100])
-    parts.append(f"{total_s:.1f} s")
+    start_s = float(outcome.timings.get("worker_start_s", 0.0))
+    parts.append(f"{total_s:.1f} s" + (f" (worker start {start_s:.1f} s)" if start_s >= 0.5 else ""))
     return " | ".join(parts)
 
 
-def _round_trips(plan: dict) -> str:
+def _round_trips(plan: Plan) -> str:
     """"  host round trip 2 x 8.6 GB ..." when the compiled step copies offloaded buffers from host
     memory to HBM and back only to relay them out (trainer/roofline/host.host_round_trips)."""
-    roof = plan.get("roofline") or {}
+    roof = plan.roofline or {}  # the roofline's own schema (trainer/roofline/)
     n, moved = roof.get("host_round_trips") or 0, roof.get("host_round_trip_bytes") or 0.0
     if not n:
         return ""

@@ -37,7 +37,8 @@ def test_grid_runs_each_point_once_and_stores_everything(tiny_grid_run):
         assert math.isclose(t.values[0], group["loss"] if group else own)
         assert t.user_attrs["measured"]["steps"] == 4 and t.user_attrs["counters"]["train_calls"] == 1
         timings = t.user_attrs["timings"]  # where the plan's seconds went, too (trial/record.py PLAN_PHASES)
-        assert set(timings) == {"plan_s", "train_s", "total_s", "overhead_s", *PLAN_PHASES}
+        assert set(timings) == {"plan_s", "train_s", "total_s", "worker_start_s", "overhead_s", *PLAN_PHASES}
+        assert timings["worker_start_s"] >= 0  # starting the worker (first trial), apart from the plan and training
         assert timings["lower_s"] + timings["compile_s"] + timings["hlo_text_s"] <= timings["plan_s"] + 1e-3
         env = t.user_attrs["env"]
         assert env["num_devices"] == 8 and env["platform"] == "cpu" and env["peak_flops_per_device"] > 0

@@ -83,6 +83,9 @@ def test_the_stored_timings_keep_the_plan_phases():
                       **{k: timings[k] for k in PLAN_PHASES}}
     assert driver_timings(TrialOutcome(timings={"plan_s": 1.0}), total_s=1.0) == {  # an older worker
         "plan_s": 1.0, "train_s": 0.0, "total_s": 1.0, "overhead_s": 0.0}
+    # the seconds a trial spent starting its worker (opening the chip) are kept apart from the overhead
+    started = driver_timings(TrialOutcome(timings={"plan_s": 3.0, "train_s": 2.0, "worker_start_s": 0.75}), 6.0)
+    assert started["worker_start_s"] == 0.75 and started["overhead_s"] == 0.25
 
 
 class _NoText:
