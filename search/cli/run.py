@@ -40,6 +40,7 @@ def main(args) -> int:
     from ..study.run_folder import check_writable
     from ..study.space import load_space
     from ..workers import gpu_assign
+    from ..workers.pool import check_chip_workers
 
     with user_errors():
         space = load_space(args.space_file)
@@ -54,6 +55,7 @@ def main(args) -> int:
         if slow and not args.dry_run:
             print(f"paxsearch: {slow}", file=sys.stderr, flush=True)
         gpu_assign.for_target(target, settings.workers, settings.processes)  # enough GPUs, before anything is written
+        check_chip_workers(target, settings.workers)  # one program holds a TPU chip
         if args.dry_run:
             dryrun.dry_run(space, settings, target, emit=lambda line: print(line, flush=True))
             return 0

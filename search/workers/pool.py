@@ -21,6 +21,7 @@ import time
 from typing import Callable
 
 from ...store.outcome import Kind, TrialOutcome
+from ..errors import UserError
 from ...trainer import flagsets
 from ..planning.targets import Target, target_env
 from ..trial.classify import ExitStatus, classify, last_fatal_line
@@ -96,6 +97,14 @@ def gangs_kept(target: Target) -> int:
     time can hold a chip: a second gang's processes, started with another flag set while the
     first holds the chip, fail to open it), else MAX_FLAG_SETS_PER_SLOT."""
     return 1 if target.platform == "tpu" and not target.plan_only else MAX_FLAG_SETS_PER_SLOT
+
+
+def check_chip_workers(target: Target, workers: int) -> None:
+    """Trials on attached TPU chips run one at a time: each worker would open every chip of the
+    machine, and a chip opens for one program (UserError, one line, before anything is written)."""
+    if target.platform == "tpu" and not target.plan_only and workers > 1:
+        raise UserError(f"--workers {workers} with target {target.text} on this machine's TPU chips: one program "
+                        "at a time can hold a chip, so trials here run one at a time; use --workers 1")
 
 
 class WorkerSlot:

@@ -43,3 +43,14 @@ def test_one_gang_per_slot_on_attached_chips_two_elsewhere():
     assert gangs_kept(on_chip) == 1
     assert gangs_kept(dataclasses.replace(on_chip, plan_only=True)) == MAX_FLAG_SETS_PER_SLOT
     assert gangs_kept(parse_target("cpu:8")) == MAX_FLAG_SETS_PER_SLOT
+
+
+def test_more_than_one_worker_on_attached_chips_is_one_line():
+    from paxsearch.search.errors import UserError
+    from paxsearch.search.workers.pool import check_chip_workers
+
+    on_chip = dataclasses.replace(parse_target("tpu:v5e-1"), plan_only=False)
+    check_chip_workers(on_chip, 1)
+    check_chip_workers(dataclasses.replace(on_chip, plan_only=True), 4)  # plans compile side by side
+    with pytest.raises(UserError, match=r"--workers 2 with target tpu:v5e-1 .* use --workers 1"):
+        check_chip_workers(on_chip, 2)

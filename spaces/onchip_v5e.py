@@ -1,0 +1,137 @@
+"""onchip_v5e: 44 fixed points on one TPU v5e chip, planned here and trained there (issue 41).
+
+The same space file gives the planner's side and the chip's side of benchmarks/bench_onchip.py:
+
+    # here (CPU, libtpu from the `tpu` extra): every point planned for the chip, nothing run
+    paxsearch run spaces/onchip_v5e.py --tuner grid --run-dir runs/onchip-plan
+    # on a machine with one v5e chip: the same points compiled there and trained for 10 steps,
+    # in two halves that each fit one 10-minute command
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=a --run-dir runs/onchip-a
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=b --run-dir runs/onchip-b
+    python benchmarks/bench_onchip.py --plan runs/onchip-plan --chip runs/onchip-a --chip runs/onchip-b
+
+Decisions: `point`, a name from POINTS (each a whole trainer config: the model, sequence length,
+attention, remat, batch, accumulation, vocab tiling, offload and flag set), and `half`, "a" or
+"b", which the constraint ties to each point (points alternate between halves, so both halves
+hold every kind of point; "b" is the held-out half: no hardware figure is ever set from it).
+
+Llama-style models (GQA, gated SiLU MLP, RoPE, vocabulary 32000, bfloat16 activations,
+float32 parameters and AdamW moments), sizes 0.11B-1.45B; sequences 1k-8k; dot-product and
+splash ("flash") attention; remat none / full / minimal / dots / custom with host offload;
+gradient accumulation; vocab tiling; AdamW moments or parameters offloaded to host memory;
+the flag sets that apply to v5e. Some points do not fit the chip's 15.75 GiB on purpose: the
+fit verdicts are half of what is checked.
+"""
+import fiddle as fdl
+import pyglove as pg
+
+from paxsearch.trainer.config import EvalConfig, LogConfig, MeshConfig, ModelConfig, OptimizerConfig, TrainConfig
+from paxsearch.trainer.remat import custom
+
+# name -> (d_model, n_layers, n_heads, n_kv_heads, d_ff); head_dim 128 except m100 (64)
+MODELS = {
+    "m100": (768, 12, 12, 4, 2048),  # 0.11B
+    "m350": (1024, 24, 8, 4, 2816),  # 0.35B
+    "m500": (1536, 16, 12, 4, 4096),  # 0.50B
+    "m900": (2048, 16, 16, 8, 5632),  # 0.89B
+    "m1500": (2048, 28, 16, 8, 5632),  # 1.45B
+}
+
+OFFLOAD_ALL = custom(decoder_input="offload", query_proj="offload", key_proj="offload", value_proj="offload")
+DEVICE_QKV = custom(query_proj="device", key_proj="device", value_proj="device", mlp1="device")
+OFFLOAD_INPUT = custom(decoder_input="offload")
+
+# name -> fields; defaults: seq 2048, flash, remat "none", batch 4, accum 1, tiles 1, no offload, flags default
+_BASE = dict(seq=2048, attention="flash", remat="none", batch=4, accum=1, tiles=1, offload_state=False,
+             offload_params=False, flags="default")
+_POINTS = [
+    # m100: small matmuls, the per-step overhead shows
+    ("m100-s1k-dp-b8", dict(model="m100", seq=1024, attention="dot_product", batch=8)),
+    ("m100-s2k-fl-b8", dict(model="m100", batch=8)),
+    ("m100-s4k-fl-b4", dict(model="m100", seq=4096)),
+    ("m100-s8k-fl-b2", dict(model="m100", seq=8192, batch=2)),
+    ("m100-s2k-dp-b16-full", dict(model="m100", attention="dot_product", batch=16, remat="full")),
+    ("m100-s2k-fl-b8-tiles4", dict(model="m100", batch=8, tiles=4)),
+    ("m100-s2k-fl-b8-lhs", dict(model="m100", batch=8, flags="latency_hiding")),
+    ("m100-s1k-fl-b16-acc2", dict(model="m100", seq=1024, batch=16, accum=2)),
+    # m350
+    ("m350-s2k-fl-b4", dict(model="m350")),
+    ("m350-s2k-dp-b4", dict(model="m350", attention="dot_product")),
+    ("m350-s2k-fl-b8-full", dict(model="m350", batch=8, remat="full")),
+    ("m350-s4k-fl-b2", dict(model="m350", seq=4096, batch=2)),
+    ("m350-s8k-fl-b1", dict(model="m350", seq=8192, batch=1)),
+    ("m350-s2k-fl-b8-minimal", dict(model="m350", batch=8, remat="minimal")),
+    ("m350-s2k-fl-b4-offstate", dict(model="m350", offload_state=True)),
+    ("m350-s1k-dp-b8-dots", dict(model="m350", seq=1024, attention="dot_product", batch=8, remat="dots")),
+    ("m350-s2k-fl-b8-cfusion", dict(model="m350", batch=8, remat="full", flags="collective_fusion")),
+    ("m350-s2k-fl-b8-acc4", dict(model="m350", batch=8, accum=4)),
+    # m500
+    ("m500-s2k-fl-b4", dict(model="m500")),
+    ("m500-s2k-dp-b4", dict(model="m500", attention="dot_product")),
+    ("m500-s2k-fl-b8", dict(model="m500", batch=8)),
+    ("m500-s2k-fl-b8-full", dict(model="m500", batch=8, remat="full")),
+    ("m500-s2k-fl-b16-full", dict(model="m500", batch=16, remat="full")),
+    ("m500-s4k-fl-b2-minimal", dict(model="m500", seq=4096, batch=2, remat="minimal")),
+    ("m500-s2k-fl-b8-offqkv", dict(model="m500", batch=8, remat=OFFLOAD_ALL)),
+    ("m500-s2k-fl-b8-devqkv", dict(model="m500", batch=8, remat=DEVICE_QKV)),
+    ("m500-s2k-fl-b4-offstate", dict(model="m500", offload_state=True)),
+    ("m500-s2k-fl-b4-tiles4", dict(model="m500", tiles=4)),
+    ("m500-s2k-fl-b16-acc4", dict(model="m500", batch=16, accum=4, remat="full")),
+    ("m500-s8k-fl-b1-full", dict(model="m500", seq=8192, batch=1, remat="full")),
+    # m900
+    ("m900-s2k-fl-b4", dict(model="m900")),
+    ("m900-s2k-fl-b4-full", dict(model="m900", remat="full")),
+    ("m900-s2k-fl-b8-full", dict(model="m900", batch=8, remat="full")),
+    ("m900-s2k-dp-b4-full", dict(model="m900", attention="dot_product", remat="full")),
+    ("m900-s2k-fl-b8", dict(model="m900", batch=8)),
+    ("m900-s4k-fl-b2-full", dict(model="m900", seq=4096, batch=2, remat="full")),
+    ("m900-s2k-fl-b8-offinput", dict(model="m900", batch=8, remat=OFFLOAD_INPUT)),
+    ("m900-s2k-fl-b4-offstate", dict(model="m900", offload_state=True, remat="full")),
+    ("m900-s2k-fl-b8-acc2-tiles4", dict(model="m900", batch=8, accum=2, tiles=4, remat="full")),
+    # m1500: the state alone is near the chip's memory: offload decides
+    ("m1500-s2k-fl-b4-full", dict(model="m1500", remat="full")),
+    ("m1500-s2k-fl-b4-offstate", dict(model="m1500", offload_state=True, remat="full")),
+    ("m1500-s2k-fl-b2-offboth", dict(model="m1500", batch=2, offload_state=True, offload_params=True,
+                                     remat="full")),
+    ("m1500-s1k-fl-b8-offstate-acc2", dict(model="m1500", seq=1024, batch=8, accum=2, offload_state=True,
+                                           remat="full")),
+    ("m1500-s2k-fl-b8-offstate", dict(model="m1500", batch=8, offload_state=True, remat="full")),
+]
+POINTS = {name: {**_BASE, **fields} for name, fields in _POINTS}
+HALF = {name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}
+
+STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=len(POINTS), target="tpu:v5e-1",
+             count_flops=False, timeout=600)
+
+
+def constraint(d: dict) -> bool:
+    return HALF[d["point"]] == d["half"]
+
+
+def model_config(p: dict):
+    d, layers, heads, kv, d_ff = MODELS[p["model"]]
+    return fdl.Config(ModelConfig, vocab_size=32000, d_model=d, n_layers=layers, n_heads=heads,
+                      head_dim=64 if p["model"] == "m100" else 128, n_kv_heads=kv, d_ff=d_ff,
+                      seq_len=p["seq"], dtype="bfloat16", param_dtype="float32", scan_layers=True,
+                      activation="silu", mlp="gated", position="rope", attention=p["attention"],
+                      vocab_tiles=p["tiles"])
+
+
+def space():
+    p = POINTS[pg.oneof(list(POINTS), name="point")]
+    pg.oneof(["a", "b"], name="half")
+    return fdl.Config(
+        TrainConfig,
+        model=model_config(p),
+        mesh=fdl.Config(MeshConfig, ici=(1, 1, 1)),
+        per_device_batch=p["batch"],
+        grad_accum_steps=p["accum"],
+        remat=p["remat"],
+        offload_params=p["offload_params"],
+        optimizer=fdl.Config(OptimizerConfig, peak_lr=3e-4, warmup_steps=5, offload_state=p["offload_state"]),
+        flags=p["flags"],
+        steps=10,
+        warmup_steps_for_timing=3,
+        log=fdl.Config(LogConfig, every_steps=10),
+        eval=fdl.Config(EvalConfig, enabled=False),
+    )
