@@ -21,8 +21,8 @@ import time
 from typing import Callable
 
 from ...store.outcome import Kind, TrialOutcome
-from ..errors import UserError
 from ...trainer import flagsets
+from ..errors import UserError
 from ..planning.targets import Target, target_env
 from ..trial.classify import ExitStatus, classify, last_fatal_line
 from ..trial.oom_watch import MemoryWatch
