@@ -163,6 +163,13 @@ _V6E_SPLASH = ("derived from MaxText's own XProf profile on TPU v6e-8 (Qwen3 8B,
                "other trainers running tokamax's faster splash variant at the same shape measured 25.5 ms per layer "
                "and step (39.6%; tests/roofline/test_attention_efficiency.py). The profile names the calls '1 fwd + 1 "
                "residuals-reusing fwd-dq + 1 dkv'; were the middle one a 3-matmul dq kernel, the figure would be 34.3%")
+_V5E_SPLASH = ("measured: fit to the half-a points of the on-chip benchmark, 2026-12-07, benchmarks/RESULTS.md "
+               "('The v5e chip's own steps: what the roofline missed'): spaces/onchip_v5e.py trained on the project's "
+               "TPU v5e (libtpu 0.0.42.1, 10 steps, the last 7 timed), the 8 half-a points planned here (libtpu "
+               "0.0.52) and re-priced with the splash kernels' share of peak varied on a 0.005 grid; 0.510 gives them "
+               "the least mean |error| (benchmarks/calibrate_onchip.py). Rule with it: the figure holds at head dim "
+               "128 (5 of the 6 half-a splash points), a kernel of head dim d < 128 runs at d / 128 of it (m100's 64: "
+               "0.255; trainer/roofline/cost.py flop_rate). Half b (held out) was never used to set it")
 _SPLASH_ASSUMED = ("assumption: no published measurement of the splash-attention kernels traced for this chip; its "
                    "matmul efficiency is used")
 _PCIE = (_SCALING + " ('PCIe bandwidth is typically around 1.5e10 bytes / second per chip'; "
@@ -254,7 +261,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ici": _CLOUD + "v5e (ICI 1,600 Gbps per chip one way = 400 GB/s both ways)",
         "ports": _CLOUD + "v5e (2D torus, 4 ICI ports per chip)",
         "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)",
-        "matmul": (0.923, _PALLAS_MATMUL), "hbm_eff": (0.803, _SCALE_HBM),
+        "matmul": (0.923, _PALLAS_MATMUL), "hbm_eff": (0.803, _SCALE_HBM), "attention": (0.510, _V5E_SPLASH),
         "collectives": (_V5E_ICI_SHARE, _SCALING_AG)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",

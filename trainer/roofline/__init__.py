@@ -36,6 +36,10 @@ What is counted, per device and per step
     buffer (the stacked per-layer weights and saved activations of a scan would otherwise
     be counted whole each layer: maxtext-v5e-16b on v5e-256 counted 1.93e12 B per step, 2.36
     s of memory time, with the nested slices read whole; 1.18e12 B, 1.44 s, read as slices).
+    The update is written and nothing of the buffer is read (in a fusion, the update's own
+    operands are its reads; counting a read of the slice too added 3-48 ms a step on the v5e
+    chip's points, benchmarks/calibrate_onchip.py), and TPU's AllocateBuffer custom call (the
+    buffer those updates fill, given and not written) moves nothing.
     Fusion-aware: a fusion counts its own operands and results only, each parameter once
     however many fused ops read it; what is computed inside it (on TPU, plain attention's
     f32 converts, masks, exp of the S x S scores: XLA fuses the softmax into the QK^T, the
@@ -224,7 +228,10 @@ Attention efficiency (Hardware.attention_efficiency, default: the matmul efficie
   are priced at the share of peak those kernels were measured to run at: TPU v6e 30.9%, from
   MaxText's own XProf profile on v6e-8 (jax's splash kernel, blocks 2048, fused backward, at batch
   3 x S 8192 x 32 heads of 128; two trainers running tokamax's faster variant at the same shape
-  measured 39.6%), under half what XLA's large matmul sustains there (79.3%). cuDNN's flash
+  measured 39.6%), under half what XLA's large matmul sustains there (79.3%). TPU v5e 51.0%, fit to
+  the half-a points of the project's own chip (benchmarks/calibrate_onchip.py, spaces/onchip_v5e.py). The
+  figure holds at head dim 128 (Hardware.attention_head_dim); a splash kernel of head dim d < 128 runs at
+  d / 128 of it: its QK^T contracts over d and its PV writes d columns of a 128-wide MXU. cuDNN's flash
   attention on H100 / H200: 50.8%, cuDNN 9.19's own benchmark on H200 (BF16, causal, S 4096, head
   dim 128, the forward and backward kernels' device time). Chips with no measurement keep their
   matmul efficiency (trainer/hardware.py says so per chip).

@@ -24,6 +24,9 @@ class Hardware:
     # share of peak_flops the splash-attention kernels' matmul FLOPs run at (measured on v6e, sourced);
     # None: the matmul efficiency
     attention_efficiency: float | None = None
+    # the head dim attention_efficiency holds for: a splash kernel with a smaller head dim d runs at
+    # d / attention_head_dim of it (cost.flop_rate); None: the same rate at every head dim
+    attention_head_dim: int | None = 128
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
     # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
     # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given

@@ -99,13 +99,24 @@ def splash_matmuls(ins: Instr) -> int:
     return next((k for name, k in SPLASH_MATMULS if name in ins.name), 0) if ins.opcode == "custom-call" else 0
 
 
+def _splash_query(comp: Computation, ins: Instr) -> list[int] | None:
+    """The dims (..., H, S, D) of a splash kernel's query-shaped operand (its largest of rank >= 3)."""
+    shapes = [shape_dims(operand_shape(comp, o)) for o in ins.operands]
+    return max((d for d in shapes if len(d) >= 3), key=prod, default=None)
+
+
+def splash_head_dim(comp: Computation, ins: Instr) -> int | None:
+    """The head dim of one splash-attention custom call (None for any other instruction)."""
+    q = _splash_query(comp, ins) if splash_matmuls(ins) else None
+    return q[-1] if q else None
+
+
 def splash_flops(comp: Computation, ins: Instr) -> float:
     """FLOPs of one splash-attention custom call (0 for any other custom call)."""
     matmuls = splash_matmuls(ins)
     if not matmuls:
         return 0.0
-    shapes = [shape_dims(operand_shape(comp, o)) for o in ins.operands]
-    q = max((d for d in shapes if len(d) >= 3), key=prod, default=None)
+    q = _splash_query(comp, ins)
     if q is None:
         return 0.0
     s, d = q[-2], q[-1]
@@ -200,8 +211,16 @@ def _param_index(ins: Instr) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# custom calls that move no bytes: AllocateBuffer gives a buffer without writing it (TPU: the
+# stacked buffer a scan's per-layer dynamic-update-slices then fill; priced at its whole result, it
+# added 11-43 ms to the steps of benchmarks/calibrate_onchip.py's points)
+_NO_TRAFFIC_CALLS = ("AllocateBuffer",)
+
+
 def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
     """HBM bytes one instruction reads and writes (see the module docstring)."""
+    if ins.opcode == "custom-call" and (ins.attr("custom_call_target") or "").strip('"') in _NO_TRAFFIC_CALLS:
+        return 0.0
     operand_bytes = [hbm_shape_bytes(operand_shape(comp, o)) for o in ins.operands]
     out_bytes = hbm_shape_bytes(ins.shape)
     if ins.opcode == "dynamic-slice":
@@ -237,8 +256,9 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
         uses = _through_bitcasts(called, pname, users)
         sliced = _sliced_read(module, called, pname, users)
         if uses and all(u.opcode == "dynamic-update-slice" and pos == 0 for u, pos in uses):
+            # updated in place: the update is written (the result's bytes below) and nothing of the
+            # buffer is read (the update's own operands are counted as the fusion's other parameters)
             upd = min(full, sum(shape_bytes(operand_shape(called, u.operands[1])) for u, _ in uses))
-            total += upd  # read-modify-write of the slice only
             in_place_outputs += full - upd
         elif sliced is not None:
             total += min(full, sliced)
@@ -348,11 +368,19 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
     return cycles / hw.clock_hz
 
 
-def flop_rate(ins: Instr, hw: Hardware) -> float:
+def flop_rate(comp: Computation, ins: Instr, hw: Hardware) -> float:
     """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
     flash attention on GPU) at the rate those kernels were measured to run at
-    (Hardware.attention_efficiency), any other op's at the matmul rate."""
-    return hw.sustained_attention_flops if is_attention_kernel(ins) else hw.sustained_flops
+    (Hardware.attention_efficiency), any other op's at the matmul rate. A splash kernel whose head
+    dim d is below Hardware.attention_head_dim (the head dim the figure holds for) runs at d / that
+    of it: its QK^T contracts over d and its PV writes d columns, so of a 128 x 128 MXU it fills d / 128
+    (v5e at head dim 64: 0.26 of peak where 128 runs at 0.52, benchmarks/calibrate_onchip.py)."""
+    if not is_attention_kernel(ins):
+        return hw.sustained_flops
+    d = splash_head_dim(comp, ins)
+    if d and hw.attention_head_dim and d < hw.attention_head_dim:
+        return hw.sustained_attention_flops * d / hw.attention_head_dim
+    return hw.sustained_attention_flops
 
 
 def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:
@@ -369,7 +397,7 @@ def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
     if work is None:
         return None
     f, b = work
-    roof = roofline_seconds(f, b, hw, flop_rate(ins, hw))
+    roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw))
     return f, b, roof, compiler_estimate(module, ins, hw) if estimate else None
 
 
