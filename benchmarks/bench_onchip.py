@@ -194,8 +194,8 @@ def table(points: list[Point]) -> str:
 def summary_text(s: Summary, points: list[Point]) -> str:
     def mm(mean, mx):
         return "-" if mean is None else f"mean {mean:.1%}, max {mx:.1%}"
-    libs = sorted({f"plan libtpu {p.plan_libtpu}" for p in points} | {f"chip libtpu {p.chip_libtpu}" for p in points
-                                                                         if p.chip_libtpu})
+    libs = sorted({f"plan libtpu {p.plan_libtpu}" for p in points if p.plan_libtpu}
+                  | {f"chip libtpu {p.chip_libtpu}" for p in points if p.chip_libtpu})
     side = (f"{s.predicted_faster} predicted faster, {s.predicted_slower} slower"
             + (f" ({max(s.predicted_faster, s.predicted_slower) / s.trained:.0%} on one side)" if s.trained else ""))
     return "\n".join([
