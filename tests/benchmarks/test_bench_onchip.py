@@ -1,0 +1,62 @@
+"""benchmarks/bench_onchip.py's bookkeeping, without a study: each point's error, side and verdict,
+and the summary over the trained points and the held-out half."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+
+from ..search_util import REPO
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+B = importlib.import_module("bench_onchip")
+
+
+def _point(name, half, plan, chip, predicted=None, measured=None, chip_predicted=None, chip_bytes=None,
+           measured_bytes=None):
+    return B.Point(name=name, half=half, plan_outcome=plan, chip_outcome=chip, predicted_step=predicted,
+                   chip_predicted_step=chip_predicted, measured_step=measured, plan_bytes=None, chip_bytes=chip_bytes,
+                   measured_bytes=measured_bytes, plan_libtpu="0.0.52", chip_libtpu="0.0.42.1")
+
+
+POINTS = [
+    _point("p1", "a", "ok", "ok", predicted=0.9, measured=1.0, chip_predicted=0.95, chip_bytes=10.0,
+           measured_bytes=9.0),
+    _point("p2", "b", "ok", "ok", predicted=1.1, measured=1.0),
+    _point("p3", "b", "ok", "ok", predicted=0.8, measured=1.0),
+    _point("p4", "b", "ok", "predicted_oom", predicted=0.5),  # the plan said fit, the chip's compiler refused
+    _point("p5", "a", "predicted_oom", "predicted_oom"),
+    _point("p6", "b", "predicted_oom", None),  # not run on the chip
+    _point("p7", "a", "ok", "crash", predicted=1.0),  # a crash says nothing about memory
+]
+
+
+def test_each_points_error_and_verdicts():
+    p1, _, p3, p4, p5, p6, p7 = POINTS
+    assert p1.error == pytest.approx(-0.1) and p1.chip_error == pytest.approx(-0.05)
+    assert p1.memory_error == pytest.approx(-0.1)
+    assert p3.error == pytest.approx(-0.2)
+    assert (p4.plan_fits, p4.chip_fits, p4.error) == (True, False, None)
+    assert (p5.plan_fits, p5.chip_fits) == (False, False)
+    assert p6.chip_fits is None and p7.chip_fits is None
+
+
+def test_the_summary_over_trained_points_and_the_held_out_half():
+    s = B.summarize(POINTS, held_out_half="b")
+    assert s.trained == 3 and s.mean_abs_error == pytest.approx((0.1 + 0.1 + 0.2) / 3)
+    assert s.max_abs_error == pytest.approx(0.2)
+    assert s.held_out == 2 and s.held_out_mean_abs_error == pytest.approx(0.15)
+    assert (s.predicted_faster, s.predicted_slower) == (2, 1)
+    assert (s.verdicts_compared, s.verdicts_agree) == (5, 4)  # p1 p2 p3 p5 agree, p4 does not
+    assert s.memory_compared == 1
+    text = B.summary_text(s, POINTS)
+    assert "2 predicted faster, 1 slower (67% on one side)" in text and "4 of 5 agree" in text
+    assert "plan libtpu 0.0.52" in text and "chip libtpu 0.0.42.1" in text
+
+
+def test_the_table_has_a_row_per_point():
+    table = B.table(POINTS).splitlines()
+    assert len(table) == 2 + len(POINTS) and table[1].count("---") == table[0].count("|") - 1
+    assert "| p4 | b | ok | predicted_oom |" in B.table(POINTS)
