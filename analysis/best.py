@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from ..store import compiler
+from ..store.outcome import plan_of
 from . import fmt, pareto
 from .load import Source, decision_columns, objective_names, open_study, trials_frame
 
@@ -69,9 +70,9 @@ def choose(source: Source, objective: str = "knee", study_name: str | None = Non
 def compiler_line(trial, trials) -> str | None:
     """The chosen trial's compiler ("planned with jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52"), with
     the study's when the study's plans were compiled by several; None when the trial has no plan."""
-    plan = trial.user_attrs.get("plan")
+    plan = plan_of(trial.user_attrs)
     if plan is None:
         return None
     line = compiler.planned_line(compiler.of_plan(plan))
-    plans = [t.user_attrs.get("plan") for t in trials if not t.user_attrs.get("superseded")]
+    plans = [plan_of(t.user_attrs) for t in trials if not t.user_attrs.get("superseded")]
     return f"{line}; the study was {compiler.planned_with(plans)}" if compiler.mixed(plans) else line

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..store import correction
+from ..store.plan import Plan
 from .load import decision_columns
 
 COLUMN = "corrected_mfu"
@@ -24,9 +25,10 @@ LEVEL = 0.9
 _NESTED = ("plan.roofline", "plan.mesh_shape")  # stored as JSON text in the frame (load._scalar)
 
 
-def _plan(row: pd.Series) -> dict:
-    """The plan dict of a frame row, nested figures parsed back."""
-    plan = {}
+def _plan(row: pd.Series) -> Plan:
+    """The plan of a frame row (its plan.<key> columns are the stored plan's keys), nested figures
+    parsed back."""
+    plan: dict = {}
     for column, value in row.items():
         if not isinstance(column, str) or not column.startswith("plan."):
             continue
@@ -35,7 +37,7 @@ def _plan(row: pd.Series) -> dict:
         elif isinstance(value, float) and math.isnan(value):
             continue
         plan[column[len("plan."):]] = value
-    return plan
+    return Plan.from_stored(plan) or Plan()
 
 
 def _measured(frame: pd.DataFrame) -> pd.Series:
@@ -62,7 +64,7 @@ def corrected_table(frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
         return pd.DataFrame(), None
     figures = {name: pd.Series(np.nan, index=rows.index) for name in (COLUMN, LOW, HIGH)}
 
-    def put(index, fitted: correction.Correction | None, plan: dict, predicted: float) -> None:
+    def put(index, fitted: correction.Correction | None, plan: Plan, predicted: float) -> None:
         value = fitted.corrected(plan, predicted) if fitted else None
         span = fitted.interval(plan, predicted, LEVEL) if fitted else None
         if value is not None and span is not None:
@@ -71,7 +73,7 @@ def corrected_table(frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
 
     loo = correction.leave_one_out_models(plans, logs)
     for index, plan, fitted in zip(measured.index, plans, loo, strict=True):
-        put(index, fitted, plan, float(plan["predicted_mfu"]))
+        put(index, fitted, plan, float(plan.predicted_mfu or 0.0))
     for index, row in rows[~is_measured].iterrows():
         put(index, model, _plan(row), float(row["plan.predicted_mfu"]))
     table = rows.assign(**figures)

@@ -33,7 +33,7 @@ import pandas as pd
 
 # One URL handling for search and analysis (store/urls.py): masking, env:NAME, drivers.
 from ..store import compiler
-from ..store.outcome import MEASURED_KEYS, TrialOutcome
+from ..store.outcome import MEASURED_KEYS, TrialOutcome, plan_of
 from ..store.urls import ENV_PREFIX, driver_url, mask_url, scrub
 
 Source = Union[str, os.PathLike, optuna.Study]
@@ -166,7 +166,7 @@ def trial_row(trial: optuna.trial.FrozenTrial, objective_names: list[str]) -> di
         for name, value in zip(objective_names, trial.values, strict=False):  # names may differ from what was stored
             row[OBJECTIVE_COLUMNS.get(name, name)] = _finite_or_nan(value)
 
-    for key, value in (outcome.plan or {}).items():
+    for key, value in (outcome.plan.to_stored() if outcome.plan is not None else {}).items():  # a display format
         if key != compiler.KEY:  # one column of its own, planned_with
             row[f"plan.{key}"] = _scalar(value)  # nested figures (mesh_shape, roofline) as JSON text
     row["planned_with"] = compiler.describe(compiler.of_plan(outcome.plan)) if outcome.plan is not None else None
@@ -289,7 +289,7 @@ def study_info(source: Source | OpenedStudy, study_name: str | None = None,
         "skipped": int(frame["steered_by"].notna().sum()) if "steered_by" in frame else 0,
     }
     # the compiler of the plans, one line; a study that mixes versions says so (store/compiler.py)
-    info["planned_with"] = compiler.planned_with(t.user_attrs.get("plan") for t in study.get_trials(deepcopy=False)
+    info["planned_with"] = compiler.planned_with(plan_of(t.user_attrs) for t in study.get_trials(deepcopy=False)
                                                  if not t.user_attrs.get("superseded"))
     for key in ("device_kind", "platform", "num_devices", "jax", "jaxlib", "libtpu",
                 "peak_flops_per_device", "peak_flops_source", "xla_flags"):

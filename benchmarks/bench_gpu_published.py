@@ -37,12 +37,13 @@ def main() -> int:
             print(notice, file=sys.stderr)
         t0 = time.perf_counter()
         plan = plan_trial(pub.gpu_config(row), target)
+        stored = plan.to_stored()  # the row's JSON: the plan's stored keys
         published = pub.gpu_converted_mfu(row)
         wall = round(time.perf_counter() - t0, 1)
-        print(json.dumps({"row": row.name, **{k: plan.get(k) for k in KEEP}, "wall_s": wall,
+        print(json.dumps({"row": row.name, **{k: stored.get(k) for k in KEEP}, "wall_s": wall,
                           "published_mfu_ours": round(published, 4),
                           "published_step_s": round(pub.gpu_step_time(row), 4),
-                          "predicted_over_published": round(plan["predicted_mfu"] / published, 4)}))
+                          "predicted_over_published": round(plan.predicted_mfu / published, 4)}))
     return 0
 
 

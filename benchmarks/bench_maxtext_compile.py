@@ -194,17 +194,19 @@ def _f(x, fmt):
 
 
 def report(rows, ours: dict, theirs: dict) -> str:
+    from paxsearch.store.plan import Plan
+
     lines = ["| config | side | fits (peak / HBM GiB) | temp GiB | XLA FLOPs / chip | HBM bytes / chip | predicted "
              "step s | predicted MFU | / published | compute s | memory s | comm s | exposed comm s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         pub = P.converted_mfu(r)
         o = ours.get(r.name) or {}
-        plan = o.get("plan") or {}
+        plan = Plan.from_stored(o.get("plan")) or Plan()  # the result file holds the stored plan
         m = theirs.get(r.name) or {}
         for side, peak, hbm, temp, roof, mfu, fail in (
-                ("paxsearch", plan.get("peak_bytes"), plan.get("hbm_bytes"), plan.get("temp_bytes"),
-                 plan.get("roofline") or {}, plan.get("predicted_mfu"),
+                ("paxsearch", plan.peak_bytes, plan.hbm_bytes, plan.temp_bytes,
+                 plan.roofline or {}, plan.predicted_mfu,
                  o.get("failure_kind") and f"{o.get('failure_kind')}: {(o.get('failure_message') or '')[:160]}"),
                 ("MaxText 0.2.5", m.get("peak_bytes"), m.get("hbm_bytes"), (m.get("memory") or {}).get("temp"),
                  m.get("roofline") or {}, m.get("predicted_mfu"),

@@ -109,7 +109,7 @@ def compile_ours(peer: Peer, out_path: str) -> None:
     t0 = time.perf_counter()
     try:
         _, plan = T.compile_for_target(cfg, target)
-        res.update(plan=plan)
+        res.update(plan=plan.to_stored())  # the result file holds the plan's stored form
     except BaseException as e:  # noqa: BLE001  recorded, not raised
         res.update(error=f"{type(e).__name__}: {str(e).strip()[:300]}", traceback=traceback.format_exc()[-3000:])
     res["compile_s"] = time.perf_counter() - t0
@@ -126,11 +126,13 @@ def run_side(peer: Peer, side: str, out: str, timeout: int) -> dict:
 def figures(res: dict, side: str) -> dict:
     """peak, temp, argument bytes, executed FLOPs, predicted step time of one side's result."""
     if side == "ours":
-        plan = res.get("plan") or {}
-        roof = plan.get("roofline") or {}
-        return {"peak": plan.get("peak_bytes"), "temp": plan.get("temp_bytes"), "args": plan.get("argument_bytes"),
+        from paxsearch.store.plan import Plan
+
+        plan = Plan.from_stored(res.get("plan")) or Plan()  # the result file holds the stored plan
+        roof = plan.roofline or {}
+        return {"peak": plan.peak_bytes, "temp": plan.temp_bytes, "args": plan.argument_bytes,
                 "flops": roof.get("flops_per_step"), "step": roof.get("step_time_s"),
-                "bubble": plan.get("pipeline_bubble"), "compile_s": res.get("compile_s")}
+                "bubble": plan.pipeline_bubble, "compile_s": res.get("compile_s")}
     mem, roof = res.get("memory") or {}, res.get("roofline") or {}
     return {"peak": res.get("peak_bytes"), "temp": mem.get("temp"), "args": mem.get("argument"),
             "flops": roof.get("flops_per_step"), "step": roof.get("step_time_s"), "bubble": None,

@@ -51,7 +51,8 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             _, plan = T.compile_for_target(cfg, target)
-            out = {k: plan.get(k) for k in ("peak_bytes", "hbm_bytes", "fits", "global_batch", "pipeline_bubble",
+            stored = plan.to_stored()  # the printed JSON: the plan's stored keys
+            out = {k: stored.get(k) for k in ("peak_bytes", "hbm_bytes", "fits", "global_batch", "pipeline_bubble",
                                             "predicted_mfu", "predicted_step_time", "xla_flops_per_step",
                                             "model_flops_per_step", "mesh_shape")}
         except Exception as e:  # a refusal for memory is a result too

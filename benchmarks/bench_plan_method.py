@@ -70,11 +70,13 @@ def _plan(case, out: str, mode: str, timeout: int) -> dict:
 
 
 def _figures(result: dict) -> dict:
-    plan = result.get("plan") or {}
-    return {"wall_s": result["wall_s"], "peak": plan.get("peak_bytes"), "code": plan.get("generated_code_bytes"),
-            "step": plan.get("predicted_step_time"), "flops": plan.get("xla_flops_per_step"),
-            "mfu": plan.get("predicted_mfu"), "method": plan.get("plan_method"),
-            "compile_s": plan.get("compile_seconds"), "failure": result.get("failure_kind")}
+    from paxsearch.store.plan import Plan
+
+    plan = Plan.from_stored(result.get("plan")) or Plan()  # the result file holds the stored plan
+    return {"wall_s": result["wall_s"], "peak": plan.peak_bytes, "code": plan.generated_code_bytes,
+            "step": plan.predicted_step_time, "flops": plan.xla_flops_per_step,
+            "mfu": plan.predicted_mfu, "method": plan.plan_method,
+            "compile_s": plan.compile_seconds, "failure": result.get("failure_kind")}
 
 
 def _ratio(a, b):

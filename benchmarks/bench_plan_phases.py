@@ -49,8 +49,8 @@ def child(args) -> None:
     _, plan = T.compile_for_target(cfg, target, devices, phases)
     wall = time.perf_counter() - t0
     print(json.dumps({"mode": args.child, "wall_s": round(wall, 2), "phases": phases,
-                      "hlo_source": plan.get("hlo_source"), "peak_bytes": plan["peak_bytes"],
-                      "predicted_step_time": plan.get("predicted_step_time")}), flush=True)
+                      "hlo_source": plan.hlo_source, "peak_bytes": plan.peak_bytes,
+                      "predicted_step_time": plan.predicted_step_time}), flush=True)
 
 
 def main() -> None:

@@ -25,19 +25,21 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--set", action="append", default=[], help="decision or config override (repeatable)")
     args = ap.parse_args(argv)
+    from paxsearch.store.outcome import plan_of
+    from paxsearch.store.plan import Plan
     from study_run import run_space
 
     _, trials = run_space(args.space, ["--trials", str(args.trials), *[x for s in args.set for x in ("--set", s)]])
     rows = []
     for t in trials:
         a = t.user_attrs
-        plan, measured = a.get("plan") or {}, a.get("measured") or {}
-        if a.get("failure_kind") or not measured.get("step_time") or not plan.get("predicted_step_time"):
+        plan, measured = plan_of(a) or Plan(), a.get("measured") or {}
+        if a.get("failure_kind") or not measured.get("step_time") or not plan.predicted_step_time:
             continue
         rows.append({"trial": t.number, **(a.get("decisions") or {}), "device_kind": (a.get("env") or {}).get(
-            "device_kind"), "measured_step_s": measured["step_time"], "predicted_step_s": plan["predicted_step_time"],
-            "step_ratio": measured["step_time"] / plan["predicted_step_time"],
-            "mfu_ratio": (measured["mfu"] / plan["predicted_mfu"]) if plan.get("predicted_mfu") else None})
+            "device_kind"), "measured_step_s": measured["step_time"], "predicted_step_s": plan.predicted_step_time,
+            "step_ratio": measured["step_time"] / plan.predicted_step_time,
+            "mfu_ratio": (measured["mfu"] / plan.predicted_mfu) if plan.predicted_mfu else None})
     if not rows:
         print("no completed trial with both a measured and a predicted step time", file=sys.stderr)
         return 1

@@ -140,11 +140,13 @@ def load_result(row: P.Published, out: str) -> dict | None:
 
 def figures(row: P.Published, result: dict | None) -> dict:
     """The row's comparison figures (None where the plan lacks them)."""
-    plan = (result or {}).get("plan") or {}
-    roof = plan.get("roofline") or {}
-    pred = plan.get("predicted_mfu")
+    from paxsearch.store.plan import Plan
+
+    plan = Plan.from_stored((result or {}).get("plan")) or Plan()  # the result file holds the stored plan
+    roof = plan.roofline or {}
+    pred = plan.predicted_mfu
     pub = P.converted_mfu(row)
-    step, extra = plan.get("predicted_step_time"), P.noncausal_extra_seconds(row)
+    step, extra = plan.predicted_step_time, P.noncausal_extra_seconds(row)
     # the published program's work: our plan's step plus the attention blocks it computed and ours skips
     same_work = pred * step / (step + extra) if pred and step else None
     return {
@@ -155,21 +157,21 @@ def figures(row: P.Published, result: dict | None) -> dict:
         "ratio_same_work": same_work / pub if same_work else None,
         # a predicted_oom trial is "does not fit" (its plan may carry the compiler's figure, not "fits")
         "fits": False if (result or {}).get("failure_kind") == "predicted_oom"
-        else plan.get("fits") if plan.get("peak_bytes") else None,
-        "peak_gib": plan["peak_bytes"] / GiB if plan.get("peak_bytes") else None,
-        "hbm_gib": plan["hbm_bytes"] / GiB if plan.get("hbm_bytes") else None,
-        "step_s": plan.get("predicted_step_time"),
+        else plan.fits if plan.peak_bytes else None,
+        "peak_gib": plan.peak_bytes / GiB if plan.peak_bytes else None,
+        "hbm_gib": plan.hbm_bytes / GiB if plan.hbm_bytes else None,
+        "step_s": plan.predicted_step_time,
         "published_step_s": P.published_step_time(row),
         "compute_s": roof.get("compute_s"), "memory_s": roof.get("memory_s"), "roofline_s": roof.get("roofline_s"),
         "comm_s": roof.get("comm_s"), "exposed_comm_s": roof.get("exposed_comm_s"),
         # what each chip sends over the data-center network per step (the cross-slice transfers), and
         # the seconds the roofline gives those transfers, all and exposed
         **_dcn(roof),
-        "hfu_flops": plan.get("xla_flops_per_step"), "model_flops": plan.get("model_flops_per_step"),
-        "num_devices": plan.get("num_devices"),
+        "hfu_flops": plan.xla_flops_per_step, "model_flops": plan.model_flops_per_step,
+        "num_devices": plan.num_devices,
         # the hardware FLOP rate the published step time implies for the FLOPs XLA executes here
-        "implied_hfu": (plan["xla_flops_per_step"] / P.published_step_time(row) / plan["peak_flops_per_device"]
-                        if plan.get("xla_flops_per_step") and plan.get("peak_flops_per_device") else None),
+        "implied_hfu": (plan.xla_flops_per_step / P.published_step_time(row) / plan.peak_flops_per_device
+                        if plan.xla_flops_per_step and plan.peak_flops_per_device else None),
         "failure": (result or {}).get("failure_kind"),
         "failure_message": (result or {}).get("failure_message"),
     }

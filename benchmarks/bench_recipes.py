@@ -65,18 +65,20 @@ def state_bytes_per_chip(r: P.Recipe) -> float:
 
 
 def figures(r: P.Recipe, result: dict | None) -> dict:
-    plan = (result or {}).get("plan") or {}  # the plan dict holds the compiled breakdown's fields
-    pred = plan.get("predicted_mfu")
+    from paxsearch.store.plan import Plan
+
+    plan = Plan.from_stored((result or {}).get("plan")) or Plan()  # the stored plan holds the compiled breakdown
+    pred = plan.predicted_mfu
     pub = P.recipe_converted_mfu(r)
     oom = (result or {}).get("failure_kind") == "predicted_oom"
     return {
-        "fits": False if oom else (plan.get("fits") if plan.get("peak_bytes") else None),
-        "peak_gib": plan["peak_bytes"] / GiB if plan.get("peak_bytes") else None,
-        "hbm_gib": plan["hbm_bytes"] / GiB if plan.get("hbm_bytes") else None,
-        "argument_gib": plan["argument_bytes"] / GiB if plan.get("argument_bytes") is not None else None,
-        "temp_gib": plan["temp_bytes"] / GiB if plan.get("temp_bytes") is not None else None,
-        "output_gib": plan["output_bytes"] / GiB if plan.get("output_bytes") is not None else None,
-        "alias_gib": plan["alias_bytes"] / GiB if plan.get("alias_bytes") is not None else None,
+        "fits": False if oom else (plan.fits if plan.peak_bytes else None),
+        "peak_gib": plan.peak_bytes / GiB if plan.peak_bytes else None,
+        "hbm_gib": plan.hbm_bytes / GiB if plan.hbm_bytes else None,
+        "argument_gib": plan.argument_bytes / GiB if plan.argument_bytes is not None else None,
+        "temp_gib": plan.temp_bytes / GiB if plan.temp_bytes is not None else None,
+        "output_gib": plan.output_bytes / GiB if plan.output_bytes is not None else None,
+        "alias_gib": plan.alias_bytes / GiB if plan.alias_bytes is not None else None,
         "state_gib": state_bytes_per_chip(r) / GiB,
         "predicted_mfu": pred, "published_mfu": pub, "ratio": pred / pub if pred else None,
         "wall_s": (result or {}).get("wall_s"), "failure": (result or {}).get("failure_kind"),

@@ -133,6 +133,9 @@ def study_rows(run_dir: str, t0: float | None = None) -> list[dict]:
     """One row per trial of the arm's study (times from t0, else from its first trial's start)."""
     import optuna
 
+    from paxsearch.store.outcome import plan_of
+    from paxsearch.store.plan import Plan
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="mesh_sweep", storage=f"sqlite:///{os.path.abspath(run_dir)}/study.db")
     rows = []
@@ -142,7 +145,7 @@ def study_rows(run_dir: str, t0: float | None = None) -> list[dict]:
     for t in trials:
         m = t.user_attrs.get("measured") or {}
         rows.append({"number": t.number, "decisions": t.user_attrs.get("decisions"), "mfu": m.get("mfu"),
-                     "steps": m.get("steps"), "predicted_mfu": (t.user_attrs.get("plan") or {}).get("predicted_mfu"),
+                     "steps": m.get("steps"), "predicted_mfu": (plan_of(t.user_attrs) or Plan()).predicted_mfu,
                      "skipped": bool(t.user_attrs.get("steered")), "plan": t.user_attrs.get("plan"),
                      "done_s": t.datetime_complete.timestamp() - t0 if t.datetime_complete else None,
                      "overhead_s": (t.user_attrs.get("timings") or {}).get("overhead_s"),
@@ -206,7 +209,10 @@ def replay(found: dict, orders: int, seed: int = 0, truth: dict[str, float] | No
     configs were trained, and the mean best true MFU found after k trainings (CURVE_AT, as a
     fraction of the best's). Every rule walks the same orders over the same measurements, so a
     difference is the rule's alone (not the machine's noise, nor TPE's adaptation)."""
-    rows = [r for r in found["rows"] if r["mfu"] is not None and (r.get("plan") or {}).get("predicted_mfu")]
+    from paxsearch.store.plan import Plan
+
+    rows = [r for r in found["rows"]
+            if r["mfu"] is not None and (Plan.from_stored(r.get("plan")) or Plan()).predicted_mfu]
     if truth is not None:
         rows = [r for r in rows if _key(r["decisions"]) in truth]
     score = [truth[_key(r["decisions"])] if truth is not None else float(r["mfu"]) for r in rows]
@@ -234,6 +240,7 @@ def _walk(rows: list[dict], score: list[float], perm, best: int, rule: str) -> d
     within WITHIN of it was, how many were, and the best score trained after each training."""
     from paxsearch.search.tuning import steer
     from paxsearch.store import correction
+    from paxsearch.store.plan import Plan
 
     trained: list[int] = []
     curve: list[float] = []
@@ -242,10 +249,11 @@ def _walk(rows: list[dict], score: list[float], perm, best: int, rule: str) -> d
         job = None
         if rule != "none":  # what the driver sends a worker (steer.steer_job), from the rows trained so far
             done = [rows[j] for j in trained]
-            logs = [correction.log_ratio(r["mfu"], r["plan"]["predicted_mfu"]) for r in done]
+            plans = [Plan.from_stored(r["plan"]) or Plan() for r in done]  # the rows hold stored plans
+            logs = [correction.log_ratio(r["mfu"], p.predicted_mfu) for r, p in zip(done, plans, strict=True)]
             refs = [{"number": j, "mfu": rows[j]["mfu"], "memory_bytes": 0} for j in trained]
-            job = steer.steer_job(["mfu"], [r["plan"] for r in done], logs, refs, rule)
-        if steer.dominated(job, rows[i]["plan"]) is None:
+            job = steer.steer_job(["mfu"], plans, logs, refs, rule)
+        if steer.dominated(job, Plan.from_stored(rows[i]["plan"]) or Plan()) is None:
             trained.append(int(i))
             curve.append(max(curve[-1], score[i]) if curve else score[i])
             if i == best:

@@ -60,6 +60,8 @@ def child_naive(args) -> None:
 
 def run_planned(args, env) -> dict:
     from paxsearch.search.study.space import decisions_key
+    from paxsearch.store.outcome import plan_of
+    from paxsearch.store.plan import Plan
     from study_run import run_space
 
     extra = ["--trials", "100000", *[x for s in args.set for x in ("--set", s)]]
@@ -69,11 +71,11 @@ def run_planned(args, env) -> dict:
     rows = {}
     for t in trials:
         a = t.user_attrs
-        plan = a.get("plan") or {}
+        plan = plan_of(a) or Plan()
         rows[decisions_key(a["decisions"])] = {
-            "status": a.get("failure_kind") or "planned", "screen": plan.get("screen"),
-            "seconds": (a.get("timings") or {}).get("total_s"), "predicted_mfu": plan.get("predicted_mfu"),
-            "predicted_step_time": plan.get("predicted_step_time"), "peak_bytes": plan.get("peak_bytes")}
+            "status": a.get("failure_kind") or "planned", "screen": plan.screen,
+            "seconds": (a.get("timings") or {}).get("total_s"), "predicted_mfu": plan.predicted_mfu,
+            "predicted_step_time": plan.predicted_step_time, "peak_bytes": plan.peak_bytes}
     return {"mode": "planned", "wall_s": wall, "rows": rows}
 
 

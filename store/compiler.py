@@ -1,7 +1,7 @@
-"""The compiler a plan was made with: the jax, jaxlib and libtpu versions, in the plan dict.
+"""The compiler a plan was made with: the jax, jaxlib and libtpu versions, a Plan's `compiler`.
 
-    plan[KEY] = made_here()            # a compiled plan (a worker's compile, the HLO passes, the trainer's)
-    plan[KEY] = NOT_COMPILED           # None: an analytic plan compiled nothing
+    Plan.make(..., compiler=made_here())      # a compiled plan (a worker's compile, the HLO passes, the trainer's)
+    Plan.make(..., compiler=NOT_COMPILED)     # None: an analytic plan compiled nothing
     of_plan(plan)                      # the record, None (analytic) or UNKNOWN (stored before plans named it)
     describe(of_plan(plan))            # "jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52"
     planned_with(plans)                # one line for a study's plans; mixed versions are said so
@@ -11,7 +11,8 @@ A plan is only as good as its compiler: the same step compiled by another libtpu
 GiB more (on the project's v5e, libtpu 0.0.42.1 needed 1-3 GiB more per point than 0.0.52).
 `made_here` is the one builder of the record (a typed Plan picks it up from here). Stored
 data is read as data: a record that is not a dict of version strings reads as UNKNOWN.
-Pure: imports neither JAX nor anything of paxsearch (the versions come from package metadata).
+Pure: imports neither JAX nor anything of paxsearch but store/plan.py's type (the versions come
+from package metadata).
 """
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Union
+from typing import TYPE_CHECKING, Any, Union
 
-KEY = "compiler"  # the plan dict's entry
+if TYPE_CHECKING:
+    from .plan import Plan
+
+KEY = "compiler"  # the stored plan's entry (store/plan.py)
 PACKAGES = ("jax", "jaxlib", "libtpu")
 NOT_COMPILED = None  # an analytic plan: nothing was compiled
 GIB = 2 ** 30
@@ -45,29 +49,32 @@ def made_here(version: Callable[[str], str | None] = package_version) -> Record:
     return {p: version(p) for p in PACKAGES}
 
 
-def named(plan: dict | None, worker_env: Mapping | None) -> dict | None:
+def named(plan: Plan | None, worker_env: Mapping | None) -> Plan | None:
     """`plan` naming its compiler: unchanged when it names one (the planning layer's plans do)
-    or was not compiled in a worker (a "screen" answer); else, for the trainer's plan of a trial
+    or was not compiled in a worker (a screen's answer); else, for the trainer's plan of a trial
     a worker compiled and trained, the versions of that worker's environment (`worker_env`, the
     environment() a worker reports: the jax, jaxlib and libtpu it compiled with)."""
-    if (plan is None or KEY in plan or "screen" in plan or plan.get("plan_method") != "compiled"
+    if (plan is None or plan.has("compiler") or plan.has("screen") or plan.plan_method != "compiled"
             or not isinstance(worker_env, Mapping) or not isinstance(worker_env.get("jax"), str)):
         return plan
-    return {**plan, KEY: {p: worker_env.get(p) for p in PACKAGES}}
+    return plan.with_(compiler={p: worker_env.get(p) for p in PACKAGES})
 
 
-def of_plan(plan: Mapping | None) -> Stored:
-    """The compiler of a stored plan: its record, NOT_COMPILED (analytic), or UNKNOWN for a plan
-    stored before plans named their compiler, or one whose entry is not a record."""
-    if not isinstance(plan, Mapping) or KEY not in plan:
-        return UNKNOWN
-    value = plan[KEY]
+def read(value: Any) -> Stored:
+    """A stored plan's compiler entry as a record, NOT_COMPILED (None: analytic) or UNKNOWN (an
+    entry that is not a record of version strings). store/plan.py reads the entry with it."""
     if value is None:
         return NOT_COMPILED
     if (isinstance(value, Mapping) and isinstance(value.get("jax"), str)
             and all(value.get(p) is None or isinstance(value.get(p), str) for p in PACKAGES)):
         return {p: value.get(p) for p in PACKAGES}
     return UNKNOWN
+
+
+def of_plan(plan: Plan | None) -> Stored:
+    """The compiler of a plan: its record, NOT_COMPILED (analytic), or UNKNOWN for a plan stored
+    before plans named their compiler (or none)."""
+    return plan.compiler if plan is not None else UNKNOWN
 
 
 def describe(stored: Stored) -> str:
@@ -98,7 +105,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _tally(plans: Iterable[Mapping | None]) -> tuple[Counter[str], int, int]:
+def _tally(plans: Iterable[Plan | None]) -> tuple[Counter[str], int, int]:
     """(plans by compiler text, analytic plans, plans of an unknown compiler); trials without a plan left out."""
     compiled: Counter[str] = Counter()
     analytic = unknown = 0
@@ -115,12 +122,12 @@ def _tally(plans: Iterable[Mapping | None]) -> tuple[Counter[str], int, int]:
     return compiled, analytic, unknown
 
 
-def mixed(plans: Iterable[Mapping | None]) -> bool:
+def mixed(plans: Iterable[Plan | None]) -> bool:
     """Whether the plans were compiled by more than one jax / jaxlib / libtpu."""
     return len(_tally(plans)[0]) > 1
 
 
-def planned_with(plans: Iterable[Mapping | None]) -> str | None:
+def planned_with(plans: Iterable[Plan | None]) -> str | None:
     """One line naming the compiler of a study's plans (trials without a plan are left out):
     "planned with jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52"; several versions are "planned with
     mixed compilers: ... (20 plans); ... (7 plans)"; analytic and unknown plans are counted
@@ -191,18 +198,18 @@ class Recheck:
                 f"limit of {limit_bytes / GIB:.2f} GiB ({limit_source})")
 
 
-def recheck(plan: Mapping | None, trial: int | None, local_libtpu: str | None, platform: str) -> Recheck | None:
+def recheck(plan: Plan | None, trial: int | None, local_libtpu: str | None, platform: str) -> Recheck | None:
     """The Recheck of a stored trial's `plan` on this machine (`platform`: jax.devices()[0].platform;
     `local_libtpu`: the installed libtpu), or None when its memory needs no re-check (libtpu_differs)."""
     stored = of_plan(plan)
     if plan is None or not isinstance(stored, Mapping) or not libtpu_differs(stored, local_libtpu, platform):
         return None
-    peak = plan.get("peak_bytes")
+    peak = plan.peak_bytes
     return Recheck(trial, peak if isinstance(peak, int) and not isinstance(peak, bool) else None,
                    stored.get("libtpu"), local_libtpu)
 
 
-def study_line(plans: Iterable[Mapping | None], local_libtpu: str | None, platform: str) -> str | None:
+def study_line(plans: Iterable[Plan | None], local_libtpu: str | None, platform: str) -> str | None:
     """The one line a study continued on a TPU machine gets when earlier plans were compiled with
     another libtpu; None otherwise (no TPUs here, or every plan is this machine's)."""
     others: Counter[str] = Counter()

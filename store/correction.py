@@ -20,25 +20,28 @@ ratio: the intercept alone is the mean log ratio, and the interval is the one-si
 steering used before (exp(mean + t(n - 1) x sd x sqrt(1 + 1/n))).
 
 Shared by search (steering, search/tuning/steer.py) and analysis (the report's corrected
-column), so it lives here; it imports numpy and scipy (Student's t) and nothing of paxsearch.
+column), so it lives here; it imports numpy and scipy (Student's t) and nothing of paxsearch but
+store/plan.py's Plan, whose figures it reads.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
+
+from .plan import Plan
 
 MIN_TRIALS = 3  # measured trials below which there is no model at all (not even the global ratio)
 RIDGE = 0.1  # penalty on standardized feature coefficients (keeps near-collinear features stable)
 
 
-def _roofline(plan: dict) -> dict:
-    return plan.get("roofline") or {}
+def _roofline(plan: Plan) -> Mapping:
+    return plan.roofline or {}  # the roofline's own schema (trainer/roofline/)
 
 
-def _comm_share(plan: dict) -> float | None:
+def _comm_share(plan: Plan) -> float | None:
     """Predicted communication time / (communication + on-chip roofline time)."""
     r = _roofline(plan)
     comm, chip = r.get("comm_s"), r.get("roofline_s")
@@ -47,27 +50,27 @@ def _comm_share(plan: dict) -> float | None:
     return float(comm) / float(comm + chip)
 
 
-def _log_device_tokens(plan: dict) -> float | None:
+def _log_device_tokens(plan: Plan) -> float | None:
     """log(tokens of one step on one device): the per-device batch x sequence length."""
-    tokens, devices = plan.get("tokens_per_step"), plan.get("num_devices")
+    tokens, devices = plan.tokens_per_step, plan.num_devices
     return math.log(tokens / devices) if tokens and devices else None
 
 
-def _log_step_time(plan: dict) -> float | None:
-    step = plan.get("predicted_step_time")
+def _log_step_time(plan: Plan) -> float | None:
+    step = plan.predicted_step_time
     return math.log(step) if step and step > 0 else None
 
 
-def _log_tensor(plan: dict) -> float | None:
+def _log_tensor(plan: Plan) -> float | None:
     """log2 of the tensor-parallel axis size."""
-    mesh = plan.get("mesh_shape")
-    return math.log2(mesh.get("tensor", 1)) if isinstance(mesh, dict) and mesh.get("tensor") else None
+    mesh = plan.mesh_shape
+    return math.log2(mesh.get("tensor", 1)) if isinstance(mesh, Mapping) and mesh.get("tensor") else None
 
 
-def _log_recompute(plan: dict) -> float | None:
+def _log_recompute(plan: Plan) -> float | None:
     """log(executed FLOPs / model FLOPs): what rematerialization (and other extra work) adds."""
     executed = _roofline(plan).get("flops_per_step")
-    model, devices = plan.get("model_flops_per_step"), plan.get("num_devices")
+    model, devices = plan.model_flops_per_step, plan.num_devices
     if not executed or not model or not devices:
         return None
     return math.log(executed * devices / model)
@@ -78,7 +81,7 @@ def _log_recompute(plan: dict) -> float | None:
 # where the predicted step is shortest), then the share of communication (the collective model
 # is the roofline's least measured part), then each device's share of the batch (small matmuls
 # run below the peak the roofline assumes), tensor parallelism and recomputation.
-FEATURES: dict[str, Callable[[dict], float | None]] = {
+FEATURES: dict[str, Callable[[Plan], float | None]] = {
     "log_step_time": _log_step_time,
     "comm_share": _comm_share,
     "log_device_tokens": _log_device_tokens,
@@ -124,7 +127,7 @@ class Correction:
     def is_global(self) -> bool:
         return not self.names
 
-    def row(self, plan: dict) -> np.ndarray | None:
+    def row(self, plan: Plan) -> np.ndarray | None:
         """The standardized feature row of `plan` with its leading 1, or None when the plan
         lacks a feature the model uses."""
         values = [FEATURES[name](plan) for name in self.names]
@@ -139,17 +142,17 @@ class Correction:
         h = float(row @ np.asarray(self.inv) @ row)
         return mean, self.s * math.sqrt(1.0 + h)
 
-    def predict(self, plan: dict) -> tuple[float, float] | None:
+    def predict(self, plan: Plan) -> tuple[float, float] | None:
         """(mean, predictive sd) of log(measured / predicted) for `plan`; None when it lacks a feature."""
         row = self.row(plan)
         return None if row is None else self.log_interval(row)
 
-    def corrected(self, plan: dict, predicted_mfu: float) -> float | None:
+    def corrected(self, plan: Plan, predicted_mfu: float) -> float | None:
         """The corrected prediction: predicted x exp(mean log ratio) (the median, not the mean)."""
         out = self.predict(plan)
         return None if out is None else predicted_mfu * math.exp(out[0])
 
-    def interval(self, plan: dict, predicted_mfu: float, level: float = 0.9) -> tuple[float, float] | None:
+    def interval(self, plan: Plan, predicted_mfu: float, level: float = 0.9) -> tuple[float, float] | None:
         """The two-sided `level` prediction interval of the measured MFU of `plan`, predicted
         `predicted_mfu`: predicted x exp(mean -+ t(dof) x predictive sd)."""
         out = self.predict(plan)
@@ -159,7 +162,7 @@ class Correction:
         t = t_quantile(0.5 + level / 2, self.dof)
         return predicted_mfu * math.exp(mean - t * sd), predicted_mfu * math.exp(mean + t * sd)
 
-    def upper_ratio(self, plan: dict, risk: float) -> float | None:
+    def upper_ratio(self, plan: Plan, risk: float) -> float | None:
         """The upper one-sided (1 - risk) prediction bound of a new trial's measured / predicted."""
         out = self.predict(plan)
         if out is None:
@@ -183,9 +186,9 @@ class Correction:
         return f"linear model of log(measured/predicted) on {', '.join(self.names)} over {self.n} trials"
 
 
-def fit(plans: Sequence[dict], log_ratios: Sequence[float], *, max_features: int | None = None,
+def fit(plans: Sequence[Plan], log_ratios: Sequence[float], *, max_features: int | None = None,
         ridge: float = RIDGE) -> Correction | None:
-    """The model of `log_ratios` (one per plan dict) over the plans' features; None below
+    """The model of `log_ratios` (one per plan) over the plans' features; None below
     MIN_TRIALS. Features are taken in FEATURES order while p <= (n - 3) / 2 (the global ratio
     when none fits: n <= 4, n <= p + 2 for p = 1 or 2), skipping any a plan lacks or that is
     constant over the plans."""
@@ -219,13 +222,13 @@ def fit(plans: Sequence[dict], log_ratios: Sequence[float], *, max_features: int
                       tuple(tuple(float(v) for v in r) for r in inv), s, dof, n)
 
 
-def leave_one_out_models(plans: Sequence[dict], log_ratios: Sequence[float], **kw) -> list[Correction | None]:
+def leave_one_out_models(plans: Sequence[Plan], log_ratios: Sequence[float], **kw) -> list[Correction | None]:
     """For each measured trial, the model fit on all the others (None where they are too few)."""
     return [fit([p for j, p in enumerate(plans) if j != i], [r for j, r in enumerate(log_ratios) if j != i], **kw)
             for i in range(len(plans))]
 
 
-def leave_one_out(plans: Sequence[dict], log_ratios: Sequence[float], **kw) -> list[float | None]:
+def leave_one_out(plans: Sequence[Plan], log_ratios: Sequence[float], **kw) -> list[float | None]:
     """For each measured trial, the mean log ratio the model fit on all the others predicts
     for it (None where the others are too few, or its plan lacks a feature)."""
     out: list[float | None] = []

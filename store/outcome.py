@@ -6,7 +6,8 @@ stores it in the storage form (`to_user_attrs`, Optuna user attributes). The rep
 it back with `from_user_attrs`. Both forms keep the keys and strings that studies stored
 before this record existed, so old studies still read.
 
-Imports neither JAX, Optuna nor anything of paxsearch.
+The plan is store/plan.py's Plan; its stored form is written and read here, at the boundary.
+Imports neither JAX, Optuna nor anything of paxsearch outside store/.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from .plan import Plan
 
 
 class Kind(str, enum.Enum):
@@ -117,15 +120,15 @@ ENV_KEYS = ("jax", "jaxlib", "libtpu", "device_kind", "platform", "num_devices",
 class TrialOutcome:
     """One trial's end: its kind, and every figure it got to before that.
 
-    plan: the plan dict (the trainer's PlanResult figures, the roofline's predicted_* figures,
-    the target), or None when no step was compiled. measured: None when no training finished.
+    plan: the Plan (store/plan.py: the compile's figures, the roofline's predicted figures, the
+    target), or None when no step was compiled. measured: None when no training finished.
     timings: seconds by phase (a worker's plan_s / train_s / worker_s; the stored form the
     driver's plan_s / train_s / total_s / overhead_s). env: the stored environment (set by
     the driver with `with_env`); peak_flops and device are what a worker sends towards it."""
 
     kind: Kind = Kind.OK
     message: str = ""
-    plan: dict | None = None
+    plan: Plan | None = None
     measured: Measured | None = None
     timings: dict = field(default_factory=dict)
     counters: Counters = Counters()
@@ -166,7 +169,8 @@ class TrialOutcome:
     # ----- the wire form (worker -> driver, gang hosts -> host 0) -----
     def to_wire(self) -> dict:
         d: dict = {"type": "result", "counters": self.counters.to_dict(), "timings": dict(self.timings),
-                   "plan": self.plan, "measured": self.measured.to_dict() if self.measured else None,
+                   "plan": self.plan.to_stored() if self.plan is not None else None,
+                   "measured": self.measured.to_dict() if self.measured else None,
                    "pruned": self.pruned, "predicted": self.predicted}
         for key in ("steered", "intermediate", "memory_budget", "peak_flops", "device", "env"):
             if getattr(self, key) is not None:
@@ -178,7 +182,7 @@ class TrialOutcome:
     @classmethod
     def from_wire(cls, d: dict) -> TrialOutcome:
         return cls(kind=Kind.stored(d.get("failure_kind")), message=d.get("failure_message") or "",
-                   plan=d.get("plan"), measured=Measured.from_dict(d.get("measured")),
+                   plan=Plan.from_stored(d.get("plan")), measured=Measured.from_dict(d.get("measured")),
                    timings=dict(d.get("timings") or {}), counters=Counters.from_dict(d.get("counters")),
                    predicted=bool(d.get("predicted")), pruned=bool(d.get("pruned")), steered=d.get("steered"),
                    intermediate=d.get("intermediate"), memory_budget=d.get("memory_budget"),
@@ -188,19 +192,20 @@ class TrialOutcome:
     @property
     def memory_bytes(self) -> int | None:
         """The per-device bytes the memory objective scores: the plan's compiled peak."""
-        return self.plan.get("peak_bytes") if self.plan else None
+        return self.plan.peak_bytes if self.plan is not None else None
 
     def to_user_attrs(self) -> dict:
         """The user attributes this outcome stores (None values are not stored). Decisions and
         the config are stored when the trial is asked for, not here."""
         measured = self.measured or Measured(steps=self.counters.steps_run)  # no scores, and the steps it got
-        attrs: dict = {"plan": self.plan, "measured": measured.to_dict(), "memory_bytes": self.memory_bytes,
+        plan = self.plan.to_stored() if self.plan is not None else None
+        attrs: dict = {"plan": plan, "measured": measured.to_dict(), "memory_bytes": self.memory_bytes,
                        "timings": dict(self.timings), "counters": self.counters.to_dict(),
                        "predicted": self.predicted, "memory_budget": self.memory_budget or None,
                        "steered": self.steered or None, "intermediate": self.intermediate or None, "env": self.env,
                        "full_run": self.full_run or None}
-        if self.memory_budget and self.plan and self.memory_budget.get("bytes") is not None:
-            attrs["constraint"] = [float(self.plan["peak_bytes"] - self.memory_budget["bytes"])]
+        if self.memory_budget and self.memory_bytes is not None and self.memory_budget.get("bytes") is not None:
+            attrs["constraint"] = [float(self.memory_bytes - self.memory_budget["bytes"])]
         if self.pruned:
             attrs["pruned"] = True
         if self.kind.failed:
@@ -213,11 +218,17 @@ class TrialOutcome:
         this record, reads with the fields it has)."""
         measured = Measured.from_dict(attrs.get("measured"))
         return cls(kind=Kind.stored(attrs.get("failure_kind")), message=attrs.get("failure_message") or "",
-                   plan=attrs.get("plan"), measured=measured, timings=dict(attrs.get("timings") or {}),
+                   plan=plan_of(attrs), measured=measured, timings=dict(attrs.get("timings") or {}),
                    counters=Counters.from_dict(attrs.get("counters")), predicted=bool(attrs.get("predicted")),
                    pruned=bool(attrs.get("pruned")), steered=attrs.get("steered"),
                    intermediate=attrs.get("intermediate"), memory_budget=attrs.get("memory_budget"),
                    env=attrs.get("env"), full_run=attrs.get("full_run"))
+
+
+def plan_of(attrs: dict) -> Plan | None:
+    """The Plan a trial stored (its "plan" user attribute), or None when it has none."""
+    stored = attrs.get("plan")
+    return Plan.from_stored(stored) if isinstance(stored, dict) else None
 
 
 def kind_of(attrs: dict) -> Kind:

@@ -4,8 +4,8 @@ HLO, priced with one device's figures (trainer/hardware.py).
     hw = hardware_for(devices, chip="v5e")     # or chip=None: from the devices' kind
     prediction = predict(program, hw)          # program: plan.build_program(..., keep_hlo=True)
 
-Every figure here is a prediction; `Prediction.to_dict()` writes them under `predicted_*`
-keys and the "roofline" dict, which carries "predicted": True."""
+Every figure here is a prediction; a study's plan (search/planning/plans.py) keeps them as its
+predicted_* figures and its roofline dict, which carries "predicted": True."""
 from __future__ import annotations
 
 import time
@@ -31,21 +31,6 @@ class Prediction:
     peak_flops_per_device: float
     roofline: dict
     hlo_source: str | None  # "as_text" | "hlo_modules" | "xla_dump" | None (plan.optimized_hlo)
-
-    def to_dict(self) -> dict:
-        """The plan dict's prediction fields, as studies store them."""
-        return {
-            "xla_flops_per_step": float(self.flops_per_step),
-            "xla_bytes_accessed_per_step": float(self.hbm_bytes_per_step),
-            "flops_source": self.flops_source,
-            "peak_flops_per_device": float(self.peak_flops_per_device),
-            "predicted": True,
-            "predicted_step_time": self.step_time_s,
-            "predicted_mfu": self.mfu,
-            "predicted_tokens_per_sec": self.tokens_per_sec,
-            "roofline": self.roofline,
-            "hlo_source": self.hlo_source,
-        }
 
 
 def predict(program: Any, hw: Hardware) -> Prediction:

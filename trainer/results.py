@@ -65,20 +65,6 @@ class PlanResult:
         d.pop("hlo_text", None)
         return d
 
-    def figures(self) -> dict:
-        """The flat, JSON-able figures a study stores as a trial's plan (search adds the
-        target, the fit and the roofline's predictions beside them)."""
-        mem = self.memory
-        return {"peak_bytes": int(self.peak_bytes), "argument_bytes": int(mem.argument_bytes),
-                "output_bytes": int(mem.output_bytes), "temp_bytes": int(mem.temp_bytes),
-                "alias_bytes": int(mem.alias_bytes), "generated_code_bytes": int(mem.generated_code_bytes),
-                "xla_flops_per_step": float(self.xla_flops_per_step), "flops_source": self.flops_source,
-                "model_flops_per_step": float(self.model_flops_per_step), "param_count": int(self.param_count),
-                "compile_seconds": float(self.compile_seconds), "global_batch": int(self.global_batch),
-                "tokens_per_step": int(self.tokens_per_step), "num_devices": int(self.num_devices),
-                "device_kind": self.device_kind, "platform": self.platform, "mesh_shape": dict(self.mesh_shape),
-                "pipeline_bubble": float(self.pipeline_bubble)}
-
 
 @dataclass(frozen=True)
 class StepMetrics:

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ...store import compiler
-from ...store.outcome import kind_of
+from ...store.outcome import kind_of, plan_of
 from ..errors import ShutDown
 from ..study.settings import STEERS
 
@@ -154,7 +154,7 @@ def other_libtpu_line(ctx, local_libtpu: str | None = None) -> str | None:
     platform = "cpu" if ctx.target.plan_only else ctx.target.platform
     if platform != "tpu":
         return None
-    plans = (t.user_attrs.get("plan") for t in ctx.study.get_trials(deepcopy=False)
+    plans = (plan_of(t.user_attrs) for t in ctx.study.get_trials(deepcopy=False)
              if not t.user_attrs.get("superseded"))
     local = local_libtpu if local_libtpu is not None else compiler.package_version("libtpu")
     return compiler.study_line(plans, local, platform)

@@ -11,6 +11,8 @@ plan and raises the typed error.
 from __future__ import annotations
 
 from ...store import compiler
+from ...store.outcome import plan_of
+from ...store.plan import Plan
 from ..errors import UserError
 
 
@@ -18,15 +20,14 @@ class RecheckRefused(UserError):
     """The local compiler's step of a planned trial exceeds this machine's chip (one line, both figures)."""
 
 
-def stored_plan(source: str, number: int) -> dict | None:
-    """The plan dict trial `number` of the study at `source` (run folder or storage URL) stored, or None."""
+def stored_plan(source: str, number: int) -> Plan | None:
+    """The plan trial `number` of the study at `source` (run folder or storage URL) stored, or None."""
     from ...analysis.load import open_study
 
     study = open_study(source).study
     for t in study.get_trials(deepcopy=False):
         if t.number == number:
-            plan = t.user_attrs.get("plan")
-            return plan if isinstance(plan, dict) else None
+            return plan_of(t.user_attrs)
     return None
 
 

@@ -1,6 +1,6 @@
 """A plan-only trial's compile as plain data, and the outcome it gives against a memory budget.
 
-    kind, plan, message = compile_plan(cfg, target, devices, phases)   # "plan" | "refused"
+    kind, plan, message = compile_plan(cfg, target, devices, phases)   # "plan" | "refused"; plan: a Plan
     outcome = outcome_of(kind, plan, message, target, budget_bytes)
 
 The same (kind, plan, message) comes from a compile in a worker (search/trial/execute.py) or
@@ -9,22 +9,22 @@ held against this study's budget exactly as a fresh one is.
 """
 from __future__ import annotations
 
-from ...store import compiler
 from ...store.outcome import Kind, TrialOutcome
+from ...store.plan import COMPILED, Plan
 from ...trainer import topology
+from . import plans
 from .targets import Target, compile_for_target, memory_limit, plan_result_fields
 
 
-def compile_plan(cfg, target: Target, devices=None, phases: dict | None = None) -> tuple[str, dict, str]:
-    """("plan", plan dict, "") of `cfg` compiled for `target`, or ("refused", plan, message)
+def compile_plan(cfg, target: Target, devices=None, phases: dict | None = None) -> tuple[str, Plan, str]:
+    """("plan", Plan, "") of `cfg` compiled for `target`, or ("refused", plan, message)
     when the TPU compiler refused the step for memory (the bytes it named stand for the peak).
     Any other failure raises (ConfigError, a compile error)."""
     try:
         return "plan", compile_for_target(cfg, target, devices, phases)[1], ""
     except topology.PredictedOOM as oom:
-        plan = {"peak_bytes": oom.required_bytes or oom.available_bytes, "predicted": True,
-                "peak_bytes_source": f"RESOURCE_EXHAUSTED ({oom.source})", "hbm_bytes": target.hbm_bytes_per_device,
-                "plan_method": getattr(oom, "plan_method", "compiled"), compiler.KEY: compiler.made_here()}
+        plan = plans.refused(oom.required_bytes or oom.available_bytes, oom.source, target.hbm_bytes_per_device,
+                             getattr(oom, "plan_method", COMPILED))
         return "refused", plan, str(oom)
 
 
@@ -33,16 +33,16 @@ def result_fields(target: Target, budget_bytes: int | None) -> dict:
     return {"predicted": True, **plan_result_fields(target, budget_bytes)}
 
 
-def outcome_of(kind: str, plan: dict, message: str, target: Target, budget_bytes: int | None) -> TrialOutcome:
+def outcome_of(kind: str, plan: Plan, message: str, target: Target, budget_bytes: int | None) -> TrialOutcome:
     """The trial's outcome: a refused step is predicted_oom with the compiler's message; a
     plan is held against `budget_bytes` when given (below the HBM), else against the HBM."""
     fields = result_fields(target, budget_bytes)
     if kind == "refused":
         return TrialOutcome.failure(Kind.PREDICTED_OOM, message, plan=plan, **fields)
-    limit, what = memory_limit(plan.get("hbm_bytes"), budget_bytes)
+    limit, what = memory_limit(plan.hbm_bytes, budget_bytes)
     try:
         if limit is not None:
-            topology.check_fits(plan["peak_bytes"], limit, what)
+            topology.check_fits(plan.peak_bytes or 0, limit, what)
     except topology.PredictedOOM as oom:
         return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
     return TrialOutcome(plan=plan, **fields)

@@ -18,8 +18,8 @@ with (the flag set's contents merged into the user's XLA_FLAGS / LIBTPU_INIT_ARG
 device count aside), a digest of the code that builds and reads the program (trainer/ and
 targets.py: model, sharding, roofline, hardware table), the plan method (targets.plan_method:
 the HLO passes or a full compile) and FORMAT, bumped when the record
-changes. A record is plain JSON data: the plan dict of the compile (or the compiler's memory
-refusal) and the compile's environment. Nothing read from it names a file, a module or a
+changes. A record is plain JSON data: the compile's plan in its stored form (store/plan.py; or
+the compiler's memory refusal) and the compile's environment. Nothing read from it names a file, a module or a
 callable; a record that is not valid JSON, of another format or key, or of the wrong shape
 is ignored with one warning line, and the plan is compiled again (and stored over it).
 """
@@ -33,6 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ...store import plan as stored_form
+from ...store.plan import Plan
 from ...trainer import flagsets
 from ...trainer import flops as flops_lib
 from .targets import Target, package_version, plan_key, plan_method
@@ -67,9 +69,11 @@ _version = package_version  # the installed version of a package (a module name 
 @functools.cache
 def code_digest() -> str:
     """A digest of the source that builds and reads the compiled step: every module of the
-    trainer (model, sharding, step, plan, roofline, hardware table) and targets.py (the plan dict)."""
+    trainer (model, sharding, step, plan, roofline, hardware table), targets.py and plans.py (how
+    a plan is made) and store/plan.py (its stored form)."""
     trainer_dir = Path(flops_lib.__file__).parent
-    files = sorted(trainer_dir.rglob("*.py")) + [Path(__file__).with_name("targets.py")]
+    files = sorted(trainer_dir.rglob("*.py")) + [Path(__file__).with_name("targets.py"),
+                                                 Path(__file__).with_name("plans.py"), Path(stored_form.__file__)]
     h = hashlib.sha256()
     for path in files:
         h.update(str(path.relative_to(trainer_dir.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -104,11 +108,18 @@ def cache_key(cfg, target: Target, environ=None) -> str:
 
 # ----------------------------------------------------------------------------- records
 
-def make_record(key: str, kind: str, plan: dict, message: str = "", env: dict | None = None) -> dict:
-    """A record of one compile: `plan` (without where it came from), and for kind "refused"
-    the compiler's message."""
-    plan = {k: v for k, v in plan.items() if k not in ("plan_method", "screen")}
-    return {"format": FORMAT, "key": key, "kind": kind, "plan": plan, "message": message, "env": dict(env or {})}
+def make_record(key: str, kind: str, plan: Plan, message: str = "", env: dict | None = None) -> dict:
+    """A record of one compile: `plan` in its stored form (without where it came from: its
+    plan_method and screen), and for kind "refused" the compiler's message."""
+    return {"format": FORMAT, "key": key, "kind": kind, "plan": plan.without("plan_method", "screen").to_stored(),
+            "message": message, "env": dict(env or {})}
+
+
+def record_plan(record: dict) -> Plan:
+    """The Plan of a valid record (load)."""
+    plan = Plan.from_stored(record["plan"])
+    assert plan is not None
+    return plan
 
 
 def _problem(record, key: str) -> str | None:
@@ -121,10 +132,10 @@ def _problem(record, key: str) -> str | None:
         return "the record is of another key"
     if record.get("kind") not in KINDS:
         return f"unknown kind {record.get('kind')!r}"
-    plan = record.get("plan")
-    if not isinstance(plan, dict):
+    stored = record.get("plan")
+    if not isinstance(stored, dict):
         return "no plan object"
-    peak = plan.get("peak_bytes")
+    peak = record_plan(record).peak_bytes
     if isinstance(peak, bool) or not isinstance(peak, int) or peak < 0:
         if not (peak is None and record["kind"] == "refused"):  # the compiler may name no bytes
             return f"plan.peak_bytes {peak!r} is not a byte count"
@@ -187,7 +198,7 @@ def store(where: Path | None, key: str, record: dict) -> None:
                 pass
 
 
-def remember(where: Path | None, cfg, target: Target, kind: str, plan: dict, message: str = "",
+def remember(where: Path | None, cfg, target: Target, kind: str, plan: Plan, message: str = "",
              env: dict | None = None) -> None:
     """Store a worker's compile of `cfg` (compiled.compile_plan's kind, plan, message) with the
     environment it compiled in (nothing when the cache is off)."""

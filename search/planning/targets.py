@@ -2,7 +2,7 @@
 
     target = parse_target("tpu:v5e-16,slices=2")   # no JAX needed
     os.environ.update(target_env(target))          # before JAX is imported (worker process)
-    plan = plan_trial(cfg, target)                 # the study's "plan" dict, PREDICTED figures
+    plan = plan_trial(cfg, target)                 # the trial's Plan (store/plan.py), PREDICTED figures
 
 On a TPU target without TPU hardware, trials are compiled for the TPU topology
 (jax.experimental.topologies, libtpu) and never run: `target.plan_only` is True.
@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...store import compiler
 from ...store.compiler import package_version
+from ...store.plan import Plan
 from ...trainer import flops as flops_lib
 from ...trainer import gpu_topology as gpu_topo
 from ...trainer import hardware
@@ -48,6 +48,7 @@ from ...trainer.flagsets import with_device_count
 from ...trainer.predict import hardware_for, predict
 from ...trainer.state_memory import dtype_bytes, train_state_bytes
 from ..errors import UserError
+from . import plans
 
 PLATFORMS = ("cpu", "tpu", "gpu")
 
@@ -313,12 +314,12 @@ def plan_method(target: Target, environ=None, libtpu: str | None = None) -> str:
 
 
 def compile_for_target(cfg, target: Target, devices: Sequence | None = None, phases: dict | None = None):
-    """(Program, plan dict) of `cfg` compiled for `target`; (None, analytic_plan) where XLA cannot
+    """(Program, Plan) of `cfg` compiled for `target`; (None, analytic_plan) where XLA cannot
     compile for the target here (planning_notice). Raises PredictedOOM when the TPU
     compiler refuses the step for memory, ConfigError when the config cannot run there.
     `phases`, when given, gets the seconds of each phase (PlanResult.phases and predict_s).
-    The plan's "plan_method" says how it was made (plan_method); where the HLO passes give no
-    plan, the step is compiled in full and "plan_method_note" says why."""
+    The plan's plan_method says how it was made (plan_method); where the HLO passes give no
+    plan, the step is compiled in full and its plan_method_note says why."""
     from ...trainer.hlo_passes import PassesError, build_plan_program
     from ...trainer.plan import build_program
 
@@ -343,38 +344,28 @@ def compile_for_target(cfg, target: Target, devices: Sequence | None = None, pha
             raise
         oom.plan_method = method
         raise oom from None
-    plan = program.plan
+    result = program.plan
     hbm = target.hbm_bytes_per_device or topo.bytes_limit(devices[0])
     t0 = time.perf_counter()
-    prediction = predict(program, hardware_for(devices, target.chip)).to_dict()
+    prediction = predict(program, hardware_for(devices, target.chip))
     if phases is not None:
-        phases.update(plan.phases, predict_s=round(time.perf_counter() - t0, 3))
-    d = {
-        "target": target.name,  # the concrete target ("tpu:v5e-256,slices=2" under slices=auto)
-        "num_slices": int(target.num_slices),
-        "plan_only": target.plan_only,
-        **plan.figures(),
-        "hbm_bytes": int(hbm) if hbm else None,
-        "fits": bool(hbm is None or plan.peak_bytes <= hbm),
-        **_mesh_shapes(cfg, target),
-        **prediction,
-        "plan_method": method,  # screen.py: "study", "cache" or "analytic" when not compiled here
-        compiler.KEY: compiler.made_here(),  # jax, jaxlib, libtpu: a plan is only as good as its compiler
-        **({"plan_method_note": note} if note else {}),
-    }
-    return program, d
+        phases.update(result.phases, predict_s=round(time.perf_counter() - t0, 3))
+    # the concrete target ("tpu:v5e-256,slices=2" under slices=auto); the compiler: this process's
+    return program, plans.compiled(result, prediction, target=target.name, num_slices=target.num_slices,
+                                   plan_only=target.plan_only, hbm_bytes=hbm, mesh=_mesh_shapes(cfg, target),
+                                   method=method, note=note)
 
 
-def _mesh_shapes(cfg, target: Target) -> dict:
+def _mesh_shapes(cfg, target: Target) -> plans.MeshShapes:
     """The resolved ICI (within a slice) and DCN (across slices) shapes of the trial's mesh."""
     from ...trainer import mesh as mesh_lib
 
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
-    return {"ici_mesh": list(ici), "dcn_mesh": list(dcn), "mesh_axes": list(MESH_AXES)}
+    return tuple(ici), tuple(dcn), tuple(MESH_AXES)
 
 
-def plan_trial(cfg, target: Target) -> dict:
-    """The study's "plan" dict of `cfg` on `target` (see compile_for_target)."""
+def plan_trial(cfg, target: Target) -> Plan:
+    """The plan of `cfg` on `target` (see compile_for_target)."""
     return compile_for_target(cfg, target)[1]
 
 
@@ -418,7 +409,7 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
         f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
 
 
-def analytic_plan(cfg, target: Target) -> dict:
+def analytic_plan(cfg, target: Target) -> Plan:
     """The plan of `cfg` on `target` without compiling (a GPU node where XLA cannot compile for
     it: planning_notice): memory is state_bytes' lower bound (parameters, gradients, AdamW
     moments; no activations), FLOPs the model's (trainer/flops.py), and the step time those
@@ -438,28 +429,20 @@ def analytic_plan(cfg, target: Target) -> dict:
     step = ((model_flops - attention) / (peak * entry.matmul_efficiency.value)
             + attention / (peak * attention_eff)) / target.num_devices
     hbm = target.hbm_bytes_per_device
-    return {
-        "target": target.name, "num_slices": int(target.num_slices), "plan_only": target.plan_only,
-        "peak_bytes": int(need), "hbm_bytes": hbm, "fits": bool(hbm is None or need <= hbm),
-        "peak_bytes_source": f"lower bound: {params:,} parameters, gradients and {moments} over {shards} shards "
-                             "(no activations)",
-        "param_count": int(params), "global_batch": int(batch), "num_devices": int(target.num_devices),
-        "model_flops_per_step": model_flops, "tokens_per_step": int(batch * cfg.model.seq_len),
-        "device_kind": entry.device_kinds[0], "platform": target.platform,
-        **_mesh_shapes(cfg, target),
-        "peak_flops_per_device": peak, "predicted": True, "predicted_step_time": step,
-        "predicted_mfu": model_flops / target.num_devices / (step * peak),
-        "predicted_tokens_per_sec": batch * cfg.model.seq_len / step,
-        "roofline": {"predicted": True, "hardware": entry.name, "method": "analytic",
-                     "compute_s": step, "step_time_s": step,
-                     "source": f"model FLOPs at {peak / 1e12:g} TFLOP/s x matmul efficiency "
-                               f"{entry.matmul_efficiency.value:g}, their causal attention at x attention "
-                               f"efficiency {attention_eff:g}; trainer/hardware.py: "
-                               f"{entry.peak_bf16_flops.source}; {entry.matmul_efficiency.source}"},
-        "plan_method": "analytic",
-        compiler.KEY: compiler.NOT_COMPILED,
-        "plan_notice": planning_notice(target),
-    }
+    return plans.analytic(
+        target=target.name, num_slices=target.num_slices, plan_only=target.plan_only, peak_bytes=need,
+        hbm_bytes=hbm, peak_bytes_source=f"lower bound: {params:,} parameters, gradients and {moments} over {shards} "
+                                         "shards (no activations)",
+        param_count=params, global_batch=batch, num_devices=target.num_devices, model_flops_per_step=model_flops,
+        tokens_per_step=batch * cfg.model.seq_len, device_kind=entry.device_kinds[0], platform=target.platform,
+        mesh=_mesh_shapes(cfg, target), peak_flops_per_device=peak, step_time=step,
+        roofline={"predicted": True, "hardware": entry.name, "method": "analytic", "compute_s": step,
+                  "step_time_s": step,
+                  "source": f"model FLOPs at {peak / 1e12:g} TFLOP/s x matmul efficiency "
+                            f"{entry.matmul_efficiency.value:g}, their causal attention at x attention "
+                            f"efficiency {attention_eff:g}; trainer/hardware.py: "
+                            f"{entry.peak_bf16_flops.source}; {entry.matmul_efficiency.source}"},
+        plan_notice=planning_notice(target))
 
 
 def plan_keys(cfg, target: Target) -> tuple[str, str, int]:

@@ -16,14 +16,15 @@ from typing import Callable
 import jax
 
 from ...store.outcome import Counters, Measured, TrialOutcome, finite_or_none
+from ...store.plan import Plan
 from ...trainer import distributed, flagsets, topology
 from ...trainer import flops as flops_lib
 from ...trainer.config import DistributedConfig, TrainConfig
 from ...trainer.errors import ConfigError, NonFiniteLoss
 from ...trainer.plan import build_program
-from ...trainer.predict import hardware_for, predict
+from ...trainer.predict import Prediction, hardware_for, predict
 from ...trainer.train import train
-from ..planning import compiled, plan_cache, targets
+from ..planning import compiled, plan_cache, plans, targets
 from ..study import configio
 from ..tuning import steer
 from .classify import Phase, classify, describe
@@ -78,14 +79,14 @@ def run_plan(job: dict) -> TrialOutcome:
         outcome = TrialOutcome.failure(*classify(e, Phase.PLAN), predicted=True,
                                        **targets.plan_result_fields(target, budget))
     if outcome.plan is not None and not target.slices_auto:  # the compiler refused: still name the target
-        outcome = outcome.replace(plan={"target": target.name, "num_slices": target.num_slices, **outcome.plan})
+        outcome = outcome.replace(plan=outcome.plan.with_defaults(target=target.name, num_slices=target.num_slices))
     elapsed = time.perf_counter() - t0
     return outcome.replace(timings={"plan_s": elapsed, "train_s": 0.0, "worker_s": elapsed, **phases})
 
 
 def plan_outcome(cfg, target, devices=None, budget_bytes: int | None = None,
                  phases: dict | None = None, cache=None) -> TrialOutcome:
-    """Plan one point of a plan-only target: its plan dict, held against `budget_bytes` when
+    """Plan one point of a plan-only target: its Plan, held against `budget_bytes` when
     given (below the HBM), else against the HBM. A step the compiler refuses for memory
     is predicted_oom with the bytes it named standing for the peak. `phases` gets the seconds
     of each phase of the plan (targets.compile_for_target). `cache`: the plan cache folder
@@ -124,16 +125,15 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
         else:
             budget, budget_source = default_memory_budget()
         tq = time.perf_counter()
-        plan_figures = {**plan.figures(), "predicted_step_time": None, "predicted_mfu": None,
-                        **predicted_figures(program), "plan_method": "compiled"}
+        planned = plans.trained(plan, *predicted_figures(program))
         timings["predict_s"] = round(time.perf_counter() - tq, 3)
-        outcome = outcome.replace(plan=plan_figures,
+        outcome = outcome.replace(plan=planned,
                                   memory_budget={"bytes": int(budget), "source": budget_source},
                                   peak_flops=_peak(plan, cfg))
         if plan.peak_bytes > budget:
             raise topology.PredictedOOM(f"predicted {plan.peak_bytes:,} bytes per device exceeds the budget "
                                         f"of {int(budget):,} bytes ({budget_source})")
-        steered = _steered(job.get("steer"), plan_figures)
+        steered = _steered(job.get("steer"), planned)
         if steered:  # predicted dominated by a finished trial: compiled, never trained
             return outcome.replace(steered=steered, pruned=True,
                                    timings={**timings, "worker_s": time.perf_counter() - t0})
@@ -162,7 +162,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
     return outcome.replace(timings={**timings, "worker_s": time.perf_counter() - t0})
 
 
-def _steered(job_steer: dict | None, plan: dict) -> dict | None:
+def _steered(job_steer: dict | None, plan: Plan) -> dict | None:
     """steer.dominated for this trial; with several processes, process 0's verdict for all
     (on CPU each process measures its own peak, so their predictions may differ, and a
     process that trained alone would wait in a collective for ever)."""
@@ -249,15 +249,14 @@ def _peak(plan, cfg: TrainConfig) -> dict:
     return {"value": float(value), "source": source}
 
 
-def predicted_figures(program) -> dict:
-    """The roofline's predicted step time and MFU of a trial that will also be measured, so
-    that reports can set predicted against measured (search/planning/targets.py, trainer/roofline/)."""
+def predicted_figures(program) -> tuple[Prediction | None, str | None]:
+    """(the roofline's prediction, None) of a trial that will also be measured, so that reports
+    can set predicted against measured (search/planning/plans.py trained, trainer/roofline/);
+    (None, why) when this device has no figures (e.g. an unknown peak): the trial goes on."""
     try:
-        figures = predict(program, hardware_for(jax.devices())).to_dict()
-    except Exception as e:  # no figures for this device (e.g. an unknown peak): the trial goes on
-        return {"roofline": {"predicted": True, "error": describe(e)}}
-    keys = ("predicted_step_time", "predicted_mfu", "predicted_tokens_per_sec", "roofline")
-    return {k: figures[k] for k in keys}
+        return predict(program, hardware_for(jax.devices())), None
+    except Exception as e:
+        return None, describe(e)
 
 
 def measured_of(result) -> Measured:

@@ -42,7 +42,8 @@ import json
 import math
 
 from ...store import correction
-from ...store.outcome import kind_of
+from ...store.outcome import kind_of, plan_of
+from ...store.plan import Plan
 
 MIN_MEASURED = 3  # finished trials with measured and predicted MFU before anything is skipped
 RISK = 0.05  # one-sided: the chance a new trial's measured/predicted ratio is above the bound
@@ -111,21 +112,21 @@ def ratio_bound(ratios) -> float:
     return math.exp(mean + correction.t_quantile(1 - RISK, n - 1) * sd * math.sqrt(1 + 1 / n))
 
 
-def measured_ratios(trials) -> tuple[list[dict], list[float]]:
-    """(plan dicts, log measured / predicted MFU) of the finished trials that have both figures."""
+def measured_ratios(trials) -> tuple[list[Plan], list[float]]:
+    """(plans, log measured / predicted MFU) of the finished trials that have both figures."""
     plans, logs = [], []
     for t in trials:
         if not _scored(t):
             continue
-        plan = t.user_attrs.get("plan") or {}
-        log = correction.log_ratio((t.user_attrs.get("measured") or {}).get("mfu"), plan.get("predicted_mfu"))
+        plan = plan_of(t.user_attrs) or Plan()
+        log = correction.log_ratio((t.user_attrs.get("measured") or {}).get("mfu"), plan.predicted_mfu)
         if log is not None:
             plans.append(plan)
             logs.append(log)
     return plans, logs
 
 
-def steer_job(objectives, plans: list[dict], logs: list[float], references: list[dict],
+def steer_job(objectives, plans: list[Plan], logs: list[float], references: list[dict],
               rule: str = "predicted") -> dict | None:
     """What a worker needs to decide, from the measured trials' plans and log measured / predicted
     MFU ratios and the references a trial may be dominated by (None: nothing may be skipped yet,
@@ -158,7 +159,7 @@ def job_steer(trials, objectives, key: str | None, rule: str = "predicted") -> d
     return steer_job(objectives, *measured_ratios(trials), refs, rule)
 
 
-def bound_for(steer: dict, plan: dict) -> tuple[float, str]:
+def bound_for(steer: dict, plan: Plan) -> tuple[float, str]:
     """(R for this plan, what it is): the correction model's bound, else the global ratio."""
     if steer.get("correction"):
         model = correction.Correction.from_dict(steer["correction"])
@@ -168,25 +169,25 @@ def bound_for(steer: dict, plan: dict) -> tuple[float, str]:
     return steer["ratio"], f"global ratio over {steer['ratio_trials']} trials"
 
 
-def dominated(steer: dict | None, plan: dict) -> dict | None:
-    """The reason a compiled trial (its plan dict, with predicted_mfu and peak_bytes) is
+def dominated(steer: dict | None, plan: Plan) -> dict | None:
+    """The reason a compiled trial (its plan, with predicted_mfu and peak_bytes) is
     predicted dominated, or None when it must be measured."""
     if not steer:
         return None
     objectives = steer["objectives"]
-    predicted = plan.get("predicted_mfu")
+    predicted = plan.predicted_mfu
     if "mfu" in objectives and (predicted is None or not math.isfinite(predicted)):
         return None  # no prediction: it must be measured
     r, source = bound_for(steer, plan)
     optimistic = predicted * r if predicted is not None else None
     best = None
     for ref in steer["references"]:
-        if "memory" in objectives and ref["memory_bytes"] > plan["peak_bytes"]:
+        if "memory" in objectives and ref["memory_bytes"] > (plan.peak_bytes or 0):
             continue
         if "mfu" in objectives:
             if not ref["mfu"] > optimistic:
                 continue
-        elif not ("memory" in objectives and ref["memory_bytes"] < plan["peak_bytes"]):
+        elif not ("memory" in objectives and ref["memory_bytes"] < (plan.peak_bytes or 0)):
             continue  # loss alone ties; loss and memory need strictly less memory
         if best is None or ref["mfu"] > best["mfu"]:
             best = ref

@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 from paxsearch.analysis import load
 from paxsearch.analysis.tables import predicted_vs_measured
 from paxsearch.search.trial import record
-from paxsearch.store import Counters, Kind, TrialOutcome
+from paxsearch.store import Counters, Kind, Plan, TrialOutcome
 
 from ..search_util import TINY
 from .study_builder import ENV, make_run, trial_spec
@@ -18,7 +18,8 @@ OBJECTIVES = ["loss", "mfu", "memory"]
 
 def _screened_out_spec(decisions: dict, plan: dict) -> dict:
     """A trial stored exactly as the driver stores a predicted_oom (record.settle, to_user_attrs)."""
-    outcome = TrialOutcome.failure(Kind.PREDICTED_OOM, "predicted 9 bytes exceeds the budget", plan=plan,
+    outcome = TrialOutcome.failure(Kind.PREDICTED_OOM, "predicted 9 bytes exceeds the budget",
+                                   plan=Plan.from_stored(plan),
                                    memory_budget={"bytes": 1, "source": "setting"}, counters=Counters())
     state, values, outcome = record.settle(OBJECTIVES, outcome)
     attrs = outcome.replace(timings=record.driver_timings(outcome, 1.0)).with_env(ENV).to_user_attrs()

@@ -10,7 +10,7 @@ import pytest
 
 from paxsearch.analysis import load, plots, write_report
 from paxsearch.search.trial import record
-from paxsearch.store import Measured, TrialOutcome
+from paxsearch.store import Measured, Plan, TrialOutcome
 
 from .study_builder import GIB, make_run, trial_spec
 
@@ -25,7 +25,7 @@ def _spec(number: int, mesh: str, size: str) -> dict:
     step_time = 0.5 + 0.25 * (mesh == "2x4x1") + (size == "small")
     final = 2.0 if size == "small" else 2.5
     curve = [[step, final + 1.0 / step + (0.01 if mesh == "2x4x1" else 0.0)] for step in (2, 4, 6, 8)]
-    plan = {"peak_bytes": GIB, "param_count": PARAMS[size], "global_batch": 16, "tokens_per_step": 16 * 64}
+    plan = Plan.make(peak_bytes=GIB, param_count=PARAMS[size], global_batch=16, tokens_per_step=16 * 64)
     outcome = TrialOutcome(plan=plan, measured=Measured(loss=curve[-1][1], mfu=0.3, step_time=step_time, steps=8),
                            intermediate=curve)
     _, values, outcome = record.settle([o["name"] for o in OBJECTIVES], outcome)

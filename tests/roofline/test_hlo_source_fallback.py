@@ -80,9 +80,9 @@ def test_a_v5p_program_that_cannot_print_gets_its_hlo_from_the_xla_dump():
 def test_as_text_is_the_source_where_it_works():
     program, plan = T.compile_for_target(TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1),
                                          T.parse_target("cpu:8"))
-    assert plan["hlo_source"] == program.plan.hlo_source == "as_text" and program.plan.hlo_error is None
+    assert plan.hlo_source == program.plan.hlo_source == "as_text" and program.plan.hlo_error is None
     assert program.plan.hlo_text == program.compiled_step.as_text()
-    assert plan["predicted_step_time"] > 0 and program.plan.to_dict()["hlo_source"] == "as_text"
+    assert plan.predicted_step_time > 0 and program.plan.to_dict()["hlo_source"] == "as_text"
 
 
 @pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
@@ -107,8 +107,8 @@ def test_without_any_hlo_the_plan_stands_and_the_roofline_says_why():
     program = plan_lib.build_program(cfg, devices, count_flops=False, keep_hlo=False)
     reason = "no optimized HLO: as_text: JaxRuntimeError: INTERNAL: ...; hlo_modules: ...; xla_dump: ..."
     program.plan = dataclasses.replace(program.plan, hlo_error=reason)
-    out = predict(program, hardware_for(devices)).to_dict()
-    assert out["roofline"] == {"predicted": True, "error": f"roofline failed: {reason}"}
-    assert out["predicted_step_time"] is None and out["predicted_mfu"] is None and out["hlo_source"] is None
-    assert out["flops_source"] == "XLA cost_analysis (loop body once)" and out["xla_flops_per_step"] > 0
+    out = predict(program, hardware_for(devices))
+    assert out.roofline == {"predicted": True, "error": f"roofline failed: {reason}"}
+    assert out.step_time_s is None and out.mfu is None and out.hlo_source is None
+    assert out.flops_source == "XLA cost_analysis (loop body once)" and out.flops_per_step > 0
     assert program.plan.peak_bytes > 0

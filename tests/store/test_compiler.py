@@ -4,16 +4,18 @@ version dicts and platform strings, no JAX devices."""
 import pytest
 
 from paxsearch.store import compiler as C
+from paxsearch.store.plan import Plan
 
 NEW = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.52"}
 CHIP = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
 
 
-def plan(record=..., peak=14 * 2**30) -> dict:
+def plan(record=..., peak=14 * 2**30) -> Plan:
+    """A plan as a study stored it (without a compiler entry when `record` is not given)."""
     p = {"peak_bytes": peak, "plan_method": "compiled"}
     if record is not ...:
         p[C.KEY] = record
-    return p
+    return Plan.from_stored(p)
 
 
 def test_the_record_is_the_installed_jax_jaxlib_and_libtpu():
@@ -99,10 +101,11 @@ def test_a_study_continued_on_a_tpu_machine_says_once_which_libtpu_planned_it():
 
 def test_the_driver_names_the_workers_compiler_on_a_trained_trials_plan():
     env = {**NEW, "device_kind": "cpu"}
-    trained = {"peak_bytes": 1, "plan_method": "compiled"}
-    assert C.named(trained, env) == {**trained, C.KEY: NEW}
+    trained = Plan.from_stored({"peak_bytes": 1, "plan_method": "compiled"})
+    assert C.named(trained, env).to_stored() == {**trained.to_stored(), C.KEY: NEW}
     # plans that name theirs, answers of the screen, and no worker environment: as they are
-    for p in (plan(CHIP), plan(None), {"peak_bytes": 1, "plan_method": "study", "screen": "duplicate of trial 0"},
-              {"peak_bytes": 1, "plan_method": "compiled", "screen": "plan cache"}, None):
+    for p in (plan(CHIP), plan(None),
+              Plan.from_stored({"peak_bytes": 1, "plan_method": "study", "screen": "duplicate of trial 0"}),
+              Plan.from_stored({"peak_bytes": 1, "plan_method": "compiled", "screen": "plan cache"}), None):
         assert C.named(p, env) == p
     assert C.named(trained, None) == trained and C.named(trained, {"jax": None}) == trained

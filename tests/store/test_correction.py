@@ -8,17 +8,18 @@ import pytest
 from scipy import stats
 
 from paxsearch.store import correction
+from paxsearch.store.plan import Plan
 
 
 def _plan(comm_share, log_device_tokens, log_step_time=-2.0, tensor=1, recompute=1.0):
-    """A plan dict whose features (correction.FEATURES) are the given values."""
+    """A plan whose features (correction.FEATURES) are the given values."""
     chip = 1.0
     tokens = math.exp(log_device_tokens) * 8
-    return {"predicted_mfu": 0.3, "predicted_step_time": math.exp(log_step_time), "num_devices": 8,
-            "tokens_per_step": tokens, "mesh_shape": {"data": 8 // tensor, "fsdp": 1, "tensor": tensor},
-            "model_flops_per_step": 8e9,
-            "roofline": {"comm_s": chip * comm_share / (1 - comm_share), "roofline_s": chip,
-                         "flops_per_step": 1e9 * recompute}}
+    return Plan.make(predicted_mfu=0.3, predicted_step_time=math.exp(log_step_time), num_devices=8,
+                     tokens_per_step=tokens, mesh_shape={"data": 8 // tensor, "fsdp": 1, "tensor": tensor},
+                     model_flops_per_step=8e9,
+                     roofline={"comm_s": chip * comm_share / (1 - comm_share), "roofline_s": chip,
+                               "flops_per_step": 1e9 * recompute})
 
 
 def test_the_features_are_read_back_from_a_plan():
@@ -26,7 +27,7 @@ def test_the_features_are_read_back_from_a_plan():
     values = {name: f(plan) for name, f in correction.FEATURES.items()}
     assert values == pytest.approx({"comm_share": 0.25, "log_device_tokens": math.log(512), "log_step_time": -1.5,
                                     "log_tensor": 2.0, "log_recompute": math.log(1.3)})
-    assert correction.FEATURES["comm_share"]({"predicted_mfu": 0.3}) is None  # no roofline: no feature
+    assert correction.FEATURES["comm_share"](Plan.make(predicted_mfu=0.3)) is None  # no roofline: no feature
 
 
 def _truth(plan):

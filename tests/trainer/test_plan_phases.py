@@ -8,6 +8,7 @@ import dataclasses
 import jax
 import pytest
 
+from paxsearch.search.planning import plans
 from paxsearch.search.trial.record import PLAN_PHASES, driver_timings
 from paxsearch.store.outcome import TrialOutcome
 from paxsearch.trainer import plan as plan_lib
@@ -52,7 +53,7 @@ def test_a_cpu_plan_times_each_phase_and_counts_the_loops_flops_without_compilin
         assert plan.phases["lower_s"] + plan.phases["compile_s"] == pytest.approx(plan.compile_seconds, abs=0.05)
     assert plain.phases["flop_probes_s"] == 0.0 and plain.hlo_source == "as_text" and plain.hlo_text
     assert plain.flops_source == FLOPS_LOOP_BODY_ONCE and counted.flops_source == FLOPS_FROM_HLO
-    assert counted.figures()["flops_source"] == FLOPS_FROM_HLO  # stored with every trial's plan
+    assert plans.trained(counted, None).to_stored()["flops_source"] == FLOPS_FROM_HLO  # stored with every trial's plan
     # the 2-layer scan's body runs twice: XLA's cost_analysis counts it once
     assert counted.xla_flops_per_step > 1.3 * plain.xla_flops_per_step
 

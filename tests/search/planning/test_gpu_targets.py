@@ -61,9 +61,10 @@ def test_without_the_plugin_one_line_and_an_analytic_plan():
     else:
         assert notice is not None and "\n" not in notice and "cannot compile" in notice
         assert "plan_method analytic" in notice and G.GPU_PLAN_EXTRA in notice
-        program, plan = T.compile_for_target(_cfg(), target)  # nothing compiled: no Program
+        program, planned = T.compile_for_target(_cfg(), target)
+        plan = planned.to_stored()  # nothing compiled: no Program
         assert program is None and plan["plan_method"] == "analytic" and plan["plan_notice"] == notice
-    plan = T.analytic_plan(_cfg(), target)
+    plan = T.analytic_plan(_cfg(), target).to_stored()
     h100 = hardware.spec("h100")
     model_flops = flops.model_flops_per_step(SMALL, 16)
     assert plan["model_flops_per_step"] == model_flops and plan["plan_method"] == "analytic"
@@ -85,7 +86,8 @@ def test_without_the_plugin_one_line_and_an_analytic_plan():
 def test_deviceless_compile_for_h100x8():
     """A real XLA GPU compile for 8 H100s on this CPU machine (no GPU, no CUDA driver)."""
     target = T.parse_target("gpu:h100x8")
-    program, plan = T.compile_for_target(_cfg(), target)
+    program, planned = T.compile_for_target(_cfg(), target)
+    plan = planned.to_stored()
     assert plan["plan_method"] == "compiled" and plan["device_kind"] == "NVIDIA H100 80GB HBM3"
     assert plan["platform"] == "gpu" and plan["num_devices"] == 8 and plan["fits"]
     assert 0 < plan["peak_bytes"] < target.hbm_bytes_per_device

@@ -31,7 +31,8 @@ def test_pipelined_step_plans_on_a_tpu_topology(target, ici, dcn):
                       pipeline=PipelineConfig(microbatches=4, repeats=2, schedule="circular"))
     t = T.parse_target(target)
     assert t.plan_only
-    program, plan = T.compile_for_target(cfg, t)
+    program, planned = T.compile_for_target(cfg, t)
+    plan = planned.to_stored()
     assert plan["mesh_shape"]["stage"] == 2 and plan["fits"] and plan["peak_bytes"] > 0
     assert plan["pipeline_bubble"] == pytest.approx(1 / 9)  # (S-1)/(M R + S - 1)
     assert plan["predicted_step_time"] > 0 and 0 < plan["predicted_mfu"] <= 1

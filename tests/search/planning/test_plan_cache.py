@@ -12,6 +12,7 @@ from paxsearch.search.planning import screen
 from paxsearch.search.planning import targets as T
 from paxsearch.search.study.settings import SettingsError, StudySettings
 from paxsearch.store import Kind, compiler
+from paxsearch.store.plan import Plan
 from paxsearch.trainer import flagsets, remat
 from paxsearch.trainer.config import MeshConfig, ModelConfig, OptimizerConfig, TrainConfig
 
@@ -89,7 +90,8 @@ def test_the_worker_environment_keys_as_the_driver_does():
 def _record(key, peak=16_858_112, kind="plan"):
     plan = {"peak_bytes": peak, "hbm_bytes": TARGET.hbm_bytes_per_device, "fits": True, "predicted": True,
             "predicted_mfu": 0.05, "target": TARGET.name, "plan_method": "compiled"}
-    return C.make_record(key, kind, plan, "", {"jax": "9.9", "device_kind": "cpu", "platform": "cpu"})
+    env = {"jax": "9.9", "device_kind": "cpu", "platform": "cpu"}
+    return C.make_record(key, kind, Plan.from_stored(plan), "", env)
 
 
 def test_a_record_round_trips_as_plain_json_written_atomically(tmp_path):
@@ -161,8 +163,8 @@ def test_a_cached_plan_is_held_against_this_studys_budget(tmp_path, monkeypatch)
     C.store(tmp_path, key, _record(key, peak=300 * 2**20))
     fits = screen.from_cache(BASE, TARGET, None)
     assert fits.kind is Kind.OK and fits.predicted
-    assert fits.plan["plan_method"] == "cache" and fits.plan["screen"] == "plan cache"
-    assert fits.plan["peak_bytes"] == 300 * 2**20 and fits.plan["predicted_mfu"] == 0.05
+    assert fits.plan.plan_method == "cache" and fits.plan.screen == "plan cache"
+    assert fits.plan.peak_bytes == 300 * 2**20 and fits.plan.predicted_mfu == 0.05
     # the environment it was compiled in, with the target's devices (as a worker's would be)
     assert fits.env["jax"] == "9.9" and fits.env["device_kind"] == "TPU v5 lite" and fits.env["num_devices"] == 16
     over = screen.from_cache(BASE, TARGET, 256 * 2**20)
@@ -180,14 +182,14 @@ def test_the_screen_takes_the_study_before_the_cache(tmp_path, monkeypatch):
     key = C.cache_key(BASE, TARGET)
     C.store(tmp_path, key, _record(key))
     keys = screen.keys_attrs(BASE, TARGET)
-    assert screen.screen(BASE, TARGET, keys, [], None).plan["plan_method"] == "cache"
+    assert screen.screen(BASE, TARGET, keys, [], None).plan.plan_method == "cache"
     study = optuna.create_study()
     trial = study.ask()
     for name, value in {**keys, "plan": {"peak_bytes": 1, "plan_method": "compiled"}}.items():
         trial.set_user_attr(name, value)
     study.tell(trial, 0.0)
     settled = screen.screen(BASE, TARGET, keys, study.get_trials(), None)
-    assert settled.plan["plan_method"] == "study" and settled.plan["screen"] == "duplicate of trial 0"
+    assert settled.plan.plan_method == "study" and settled.plan.screen == "duplicate of trial 0"
 
 
 @needs_libtpu
@@ -200,14 +202,14 @@ def test_a_step_the_compiler_refuses_is_cached_with_its_message(tmp_path, monkey
                            seq_len=2048, dtype="bfloat16", param_dtype="float32")
     c = dataclasses.replace(BASE, model=model_8b)
     compiled = plan_outcome(c, TARGET, cache=tmp_path)
-    assert compiled.kind is Kind.PREDICTED_OOM and compiled.plan["plan_method"] == "hlo_passes"
-    assert compiled.plan["compiler"] == compiler.made_here()  # the compiler that refused it
+    assert compiled.kind is Kind.PREDICTED_OOM and compiled.plan.plan_method == "hlo_passes"
+    assert compiled.plan.compiler == compiler.made_here()  # the compiler that refused it
     record = C.load(tmp_path, C.cache_key(c, TARGET))
     assert record["kind"] == "refused" and record["message"] == compiled.message
     assert record["env"]["jax"] and record["env"]["libtpu"]
     monkeypatch.setenv("PAXSEARCH_PLAN_CACHE", str(tmp_path))
     cached = screen.from_cache(c, TARGET, None)
     assert cached.kind is Kind.PREDICTED_OOM and cached.message == compiled.message
-    assert cached.plan["peak_bytes"] == compiled.plan["peak_bytes"] > TARGET.hbm_bytes_per_device
-    assert cached.plan["plan_method"] == "cache"
-    assert cached.plan["compiler"] == compiled.plan["compiler"]
+    assert cached.plan.peak_bytes == compiled.plan.peak_bytes > TARGET.hbm_bytes_per_device
+    assert cached.plan.plan_method == "cache"
+    assert cached.plan.compiler == compiled.plan.compiler

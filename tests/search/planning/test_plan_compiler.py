@@ -11,6 +11,7 @@ from paxsearch.search.planning import plan_cache as C
 from paxsearch.search.planning import screen
 from paxsearch.search.planning import targets as T
 from paxsearch.store import Kind, compiler
+from paxsearch.store.plan import Plan
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -38,29 +39,31 @@ def _study_with(keys: dict, plan: dict, failure: bool = False):
 def test_the_analytic_prescreen_compiles_nothing_and_says_so(monkeypatch):
     monkeypatch.setenv("PAXSEARCH_PLAN_CACHE", "off")
     settled = screen.screen(HUGE, TARGET, screen.keys_attrs(HUGE, TARGET), [], None)
-    assert settled.kind is Kind.PREDICTED_OOM and settled.plan["plan_method"] == "analytic"
-    assert compiler.KEY in settled.plan and compiler.of_plan(settled.plan) is compiler.NOT_COMPILED
+    assert settled.kind is Kind.PREDICTED_OOM and settled.plan.plan_method == "analytic"
+    assert settled.plan.has(compiler.KEY) and compiler.of_plan(settled.plan) is compiler.NOT_COMPILED
 
 
 def test_a_cached_plan_names_the_compiler_that_made_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PAXSEARCH_PLAN_CACHE", str(tmp_path))
     key = C.cache_key(BASE, TARGET)
     plan = {"peak_bytes": 2**20, "hbm_bytes": TARGET.hbm_bytes_per_device, "plan_method": "compiled"}
-    C.store(tmp_path, key, C.make_record(key, "plan", plan, "", {"jax": "0.10.2"}))  # written before plans named it
-    assert screen.from_cache(BASE, TARGET, None).plan[compiler.KEY] == compiler.made_here()
-    C.store(tmp_path, key, C.make_record(key, "plan", {**plan, compiler.KEY: CHIP}, "", {"jax": "0.10.2"}))
-    assert screen.from_cache(BASE, TARGET, None).plan[compiler.KEY] == CHIP
+    # written before plans named it
+    C.store(tmp_path, key, C.make_record(key, "plan", Plan.from_stored(plan), "", {"jax": "0.10.2"}))
+    assert screen.from_cache(BASE, TARGET, None).plan.compiler == compiler.made_here()
+    named = Plan.from_stored({**plan, compiler.KEY: CHIP})
+    C.store(tmp_path, key, C.make_record(key, "plan", named, "", {"jax": "0.10.2"}))
+    assert screen.from_cache(BASE, TARGET, None).plan.compiler == CHIP
 
 
 def test_a_duplicate_or_dominated_point_names_the_earlier_trials_compiler(monkeypatch):
     monkeypatch.setenv("PAXSEARCH_PLAN_CACHE", "off")
     keys = screen.keys_attrs(BASE, TARGET)
     named = {"peak_bytes": 1, "plan_method": "compiled", compiler.KEY: CHIP}
-    assert screen.screen(BASE, TARGET, keys, _study_with(keys, named), None).plan[compiler.KEY] == CHIP
+    assert screen.screen(BASE, TARGET, keys, _study_with(keys, named), None).plan.compiler == CHIP
     old = {"peak_bytes": 1, "plan_method": "compiled"}  # stored before plans named their compiler
     duplicate = screen.screen(BASE, TARGET, keys, _study_with(keys, old), None).plan
     assert compiler.of_plan(duplicate) == compiler.UNKNOWN
     smaller = {**keys, "plan_key": "another", "global_batch": keys["global_batch"] - 1}
     big = {"peak_bytes": 2**40, "plan_method": "compiled", compiler.KEY: CHIP}
-    dominated = screen.screen(BASE, TARGET, keys, _study_with(smaller, big, failure=True), None).plan
+    dominated = screen.screen(BASE, TARGET, keys, _study_with(smaller, big, failure=True), None).plan.to_stored()
     assert dominated["screen"] == "dominated by trial 0" and dominated[compiler.KEY] == CHIP

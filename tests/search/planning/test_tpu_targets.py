@@ -122,13 +122,13 @@ def test_cpu_plans_carry_memory_and_the_roofline_and_invalid_points_are_typed():
     plans = [plan_outcome(c, target, devices) for c in
              (cfg(TINY, (8, 1, 1), per_device_batch=2), cfg(TINY, (2, 2, 2), per_device_batch=2))]
     for r in plans:
-        plan = r.plan
+        plan = r.plan.to_stored()
         assert r.kind is Kind.OK and PLAN_KEYS <= set(plan) and plan["predicted"] and plan["fits"] and r.predicted
         assert 0 < plan["predicted_mfu"] <= 1
         assert {"compute_s", "memory_s", "comm_s", "collectives", "predicted"} <= set(plan["roofline"])
         assert plan["compiler"] == compiler.made_here()  # the jax / jaxlib / libtpu that compiled it
     # 2x2x2 moves data over all three axes
-    axes = {a for c in plans[1].plan["roofline"]["collectives"] for a in c["axes"]}
+    axes = {a for c in plans[1].plan.roofline["collectives"] for a in c["axes"]}
     assert axes == {"data", "fsdp", "tensor"}
     bad = plan_outcome(cfg(TINY, (3, 1, 1), per_device_batch=2), target, devices)  # 3 does not divide 8
     assert bad.kind is Kind.INVALID and "3" in bad.message and bad.plan is None
@@ -174,16 +174,22 @@ def test_plans_compile_in_full_under_a_libtpu_the_passes_were_not_proven_on():
         assert T.libtpu_unproven_line() is None
 
 
+def _stored(planned):
+    """(Program, the plan's stored form) of compile_for_target."""
+    program, plan = planned
+    return program, plan.to_stored()
+
+
 @pytest.fixture(scope="module")
 def plans_1b():
     """The 1B step on v5e-16 planned both ways: from the HLO passes (the default) and compiled in full."""
     target = T.parse_target("tpu:v5e-16")
     config = cfg(MODEL_1B, (1, 16, 1), per_device_batch=2)
-    passes = T.compile_for_target(config, target)
+    passes = _stored(T.compile_for_target(config, target))
     before = os.environ.get(T.PLAN_COMPILE_ENV)
     os.environ[T.PLAN_COMPILE_ENV] = "full"
     try:
-        full = T.compile_for_target(config, target)
+        full = _stored(T.compile_for_target(config, target))
     finally:
         os.environ.pop(T.PLAN_COMPILE_ENV) if before is None else os.environ.update({T.PLAN_COMPILE_ENV: before})
     return passes, full
@@ -245,8 +251,8 @@ def test_8b_without_remat_on_v5e_16_is_predicted_oom_with_the_numbers():
     assert oom.required_bytes > oom.available_bytes
     assert "GiB" in str(oom) and "\n" not in str(oom)
     outcome = plan_outcome(c, target)
-    assert outcome.kind is Kind.PREDICTED_OOM and outcome.plan["peak_bytes"] == oom.required_bytes
-    assert outcome.plan["peak_bytes_source"] == "RESOURCE_EXHAUSTED (compiler)"
+    assert outcome.kind is Kind.PREDICTED_OOM and outcome.plan.peak_bytes == oom.required_bytes
+    assert outcome.plan.peak_bytes_source == "RESOURCE_EXHAUSTED (compiler)"
 
 
 @pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it

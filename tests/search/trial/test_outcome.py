@@ -10,12 +10,12 @@ from paxsearch.search.study.settings import SettingsError
 from paxsearch.search.trial import ExitStatus, Phase, classify
 from paxsearch.search.trial.classify import last_fatal_line
 from paxsearch.search.trial.record import driver_timings
-from paxsearch.store import FAILURE_KINDS, Counters, Kind, Measured, TrialOutcome, kind_of
+from paxsearch.store import FAILURE_KINDS, Counters, Kind, Measured, Plan, TrialOutcome, kind_of
 from paxsearch.trainer.errors import ConfigError, DataError, NonFiniteLoss
 from paxsearch.trainer.topology import PredictedOOM
 
 FULL = TrialOutcome(
-    kind=Kind.OK, plan={"peak_bytes": 123, "predicted_mfu": 0.4, "mesh_shape": {"data": 1, "fsdp": 8, "tensor": 1}},
+    kind=Kind.OK, plan=Plan.make(peak_bytes=123, predicted_mfu=0.4, mesh_shape={"data": 1, "fsdp": 8, "tensor": 1}),
     measured=Measured(loss=2.5, eval_loss=2.75, mfu=0.31, hfu=0.4, tokens_per_sec=1e5, step_time=0.25,
                       peak_bytes=456, steps=16),
     timings={"plan_s": 1.5, "train_s": 3.25, "worker_s": 5.0}, counters=Counters(train_calls=1, steps_run=16),
@@ -44,7 +44,7 @@ def test_which_kinds_every_host_of_a_gang_reaches_alike():
     FULL,
     FULL.failed_as(Kind.NAN_LOSS, "loss is nan at step 3"),
     TrialOutcome.failure(Kind.TIMEOUT, "trial ran past its 5 s limit"),
-    TrialOutcome(predicted=True, plan={"peak_bytes": 1, "screen": "analytic"}, device={"device_kind": "TPU v5 lite"},
+    TrialOutcome(predicted=True, plan=Plan.make(peak_bytes=1, screen="analytic"), device={"device_kind": "TPU v5 lite"},
                  pruned=True, steered={"dominated_by": 3}),
 ])
 def test_wire_form_reads_back_through_json(outcome):

@@ -10,14 +10,15 @@ from optuna.trial import TrialState
 from paxsearch.search.study.settings import OBJECTIVES, TOKENS_PER_PARAM, SettingsError, StudySettings
 from paxsearch.search.trial import record
 from paxsearch.store import Kind, Measured, TrialOutcome
+from paxsearch.store.plan import Plan
 
 from ...search_util import HERE, cli, needs_libtpu
 
 PLAN_SPACE = os.path.join(HERE, "spaces", "tpu_tiny_plan.py")
 
-# a plan as the trainer's PlanResult.figures() gives it (the fields time_to_train reads)
-PLAN = {"peak_bytes": 3 * 2**20, "param_count": 50_000, "global_batch": 16, "tokens_per_step": 16 * 32,
-        "predicted_step_time": 0.02, "predicted_mfu": 0.4}
+# a plan with the fields time_to_train reads
+PLAN = Plan.make(peak_bytes=3 * 2**20, param_count=50_000, global_batch=16, tokens_per_step=16 * 32,
+                 predicted_step_time=0.02, predicted_mfu=0.4)
 
 
 def test_time_to_train_is_full_run_tokens_over_throughput():
@@ -35,7 +36,7 @@ def test_time_to_train_is_full_run_tokens_over_throughput():
     assert record.objective_values(["time_to_train", "mfu"], predicted) == \
         [pytest.approx(TOKENS_PER_PARAM * 50_000 * 0.02 / 512), 0.4]
     # never runs: infinitely long (even an analytic screen's plan, which has no step figures)
-    oom = TrialOutcome.failure(Kind.PREDICTED_OOM, "", plan={"peak_bytes": 10**12, "screen": "analytic"})
+    oom = TrialOutcome.failure(Kind.PREDICTED_OOM, "", plan=Plan.make(peak_bytes=10**12, screen="analytic"))
     assert record.objective_values(["time_to_train", "mfu", "memory"], oom) == [math.inf, 0.0, 10**12]
     # no step time: no score, and the trial is a crash that says so
     state, _, unscored = record.settle(["time_to_train"], TrialOutcome(plan=PLAN, measured=Measured(loss=2.0)))

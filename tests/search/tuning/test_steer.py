@@ -13,9 +13,12 @@ from scipy import stats
 from paxsearch.search.study.space import load_space
 from paxsearch.search.tuning import steer
 from paxsearch.search.tuning.tuners import GridProposer
+from paxsearch.store.plan import Plan
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
 from ...search_util import HERE, cli, load, needs_libtpu
+
+_p = Plan.from_stored  # a plan of its stored form
 
 STEER_SPACE = os.path.join(HERE, "spaces", "steer_space.py")
 
@@ -28,27 +31,27 @@ def _steer(objectives, refs, ratio=0.8):
 def test_mfu_dominance_uses_the_optimistic_bound():
     s = _steer(["mfu"], [(0, 0.20, 1000)], ratio=0.8)
     # optimistic 0.24 x 0.8 = 0.192 < 0.20 measured: skipped, whatever the memory
-    out = steer.dominated(s, {"predicted_mfu": 0.24, "peak_bytes": 10})
+    out = steer.dominated(s, _p({"predicted_mfu": 0.24, "peak_bytes": 10}))
     assert out["dominated_by"] == 0 and out["optimistic_mfu"] == pytest.approx(0.192)
     assert "skipped: predicted dominated by #0" in steer.describe(out)
-    assert steer.dominated(s, {"predicted_mfu": 0.26, "peak_bytes": 10}) is None  # 0.208 > 0.20
-    assert steer.dominated(s, {"predicted_mfu": 0.25, "peak_bytes": 10}) is None  # a tie is measured
-    assert steer.dominated(s, {"predicted_mfu": None, "peak_bytes": 10}) is None  # no prediction: measured
-    assert steer.dominated(None, {"predicted_mfu": 0.01, "peak_bytes": 10}) is None
+    assert steer.dominated(s, _p({"predicted_mfu": 0.26, "peak_bytes": 10})) is None  # 0.208 > 0.20
+    assert steer.dominated(s, _p({"predicted_mfu": 0.25, "peak_bytes": 10})) is None  # a tie is measured
+    assert steer.dominated(s, _p({"predicted_mfu": None, "peak_bytes": 10})) is None  # no prediction: measured
+    assert steer.dominated(None, _p({"predicted_mfu": 0.01, "peak_bytes": 10})) is None
 
 
 def test_memory_is_compared_exactly_and_the_best_reference_is_named():
     s = _steer(["mfu", "memory"], [(0, 0.20, 2000), (1, 0.30, 900), (2, 0.25, 1000)])
-    out = steer.dominated(s, {"predicted_mfu": 0.1, "peak_bytes": 1000})
+    out = steer.dominated(s, _p({"predicted_mfu": 0.1, "peak_bytes": 1000}))
     assert out["dominated_by"] == 1  # 0 needs more memory; 1 and 2 both dominate, 1 is faster
-    assert steer.dominated(s, {"predicted_mfu": 0.1, "peak_bytes": 800}) is None  # less memory than all
+    assert steer.dominated(s, _p({"predicted_mfu": 0.1, "peak_bytes": 800})) is None  # less memory than all
 
 
 def test_loss_alone_never_skips_and_loss_with_memory_needs_strictly_less():
-    assert steer.dominated(_steer(["loss"], [(0, 0.2, 100)]), {"predicted_mfu": 0.01, "peak_bytes": 50}) is None
+    assert steer.dominated(_steer(["loss"], [(0, 0.2, 100)]), _p({"predicted_mfu": 0.01, "peak_bytes": 50})) is None
     s = _steer(["loss", "memory"], [(0, 0.2, 100)])
-    assert steer.dominated(s, {"predicted_mfu": 0.9, "peak_bytes": 100}) is None
-    assert steer.dominated(s, {"predicted_mfu": 0.9, "peak_bytes": 101})["dominated_by"] == 0
+    assert steer.dominated(s, _p({"predicted_mfu": 0.9, "peak_bytes": 100})) is None
+    assert steer.dominated(s, _p({"predicted_mfu": 0.9, "peak_bytes": 101}))["dominated_by"] == 0
 
 
 def _trial(number, mfu, predicted_mfu, key="k", memory=100, **attrs):
@@ -113,12 +116,12 @@ def test_the_learned_bound_skips_what_the_global_ratio_trains():
     old = steer.job_steer(trials, ["mfu"], "k", "global")
     assert "correction" not in old and learned["correction"]["names"] == ["comm_share"]
     best = max(t.values[0] for t in trials)  # 0.30 x exp(-0.11) = 0.268, the least communication
-    heavy = {"predicted_mfu": 0.50, "peak_bytes": 10, **_comm_plan(0.75)}  # measured would be ~0.50 x 0.41
+    heavy = _p({"predicted_mfu": 0.50, "peak_bytes": 10, **_comm_plan(0.75)})  # measured would be ~0.50 x 0.41
     assert steer.dominated(old, heavy) is None  # 0.50 x the global bound (~1.0) > 0.268: trained
     out = steer.dominated(learned, heavy)
     assert out["dominated_by"] == 0 and out["optimistic_mfu"] < best and "comm_share" in steer.describe(out)
     # a plan without the model's feature gets the global ratio
-    bare = steer.dominated(learned, {"predicted_mfu": 0.20, "peak_bytes": 10})
+    bare = steer.dominated(learned, _p({"predicted_mfu": 0.20, "peak_bytes": 10}))
     assert bare["ratio"] == old["ratio"] and "global ratio" in steer.describe(bare)
     # with fewer measured trials than the feature needs, the learned rule is the global one
     assert "correction" not in steer.job_steer(trials[:3], ["mfu"], "k")
