@@ -15,6 +15,13 @@ priced at its whole result, and an in-place dynamic-update-slice fusion read its
 before writing it: 11-43 and 3-48 ms a step (trainer/roofline/cost.py now counts neither). The splash
 kernels run at 0.51 of peak at head dim 128 (fit here to half a) and half that at head dim 64.
 
+With --figures measured (2026-12-07, later): the splash kernels at the chip's own per-kernel rates
+(trainer/hardware.py V5E_SPLASH_RATES: forward, dK/dV, dQ by block and seq, measured by
+benchmarks/chip_figures.py), no figure set from any trained point, so all 19 are held out: 5.2% mean,
+13.6% max, 84% predicted faster, against the fit's 3.7% / 12.4% / 53%. At head dim 128 the measured rates
+do better (3.0% / 8.8% over 11 points, fit 3.2% / 12.4%); the 5 head-dim-64 points, whose rate is d / 128
+of the measured head-dim-128 rates (not measured: an assumption), are 7.8-13.6% fast. The table keeps the fit.
+
 Each trained point's stored config is planned again here through the HLO passes for one v5e chip (a
 child process per point, 25-60 s each; the optimized HLO is kept in --cache and reused). Then:
   * buckets: each point's roofline seconds by kind of op (a matmul, a splash kernel, any other op,
@@ -24,14 +31,16 @@ child process per point, 25-60 s each; the optimized HLO is kept in --cache and 
     cost.flop_rate), is the value on a 0.005 grid that gives the half-"a" points the least mean |error|,
     the exposed host transfers of each point held at their value at the table's figures;
   * before / after: before is the plan study's stored prediction (the roofline when it was planned),
-    after the roofline now (trainer/roofline at the table's figures: it is the table's figure that is
-    reported, not the fit's, and the script says when they differ), per point and as mean / max |error|
-    over half a, half b (held out: no figure was set from it) and all, with the side bias (the share of
-    points on the side most of them are).
+    after the roofline now (trainer/roofline at the table's figures, or with --figures measured at the
+    chip's per-kernel splash rates), "fit" the step with every splash kernel at the fit's one share, per
+    point and as mean / max |error| over half a, half b (held out: no figure was set from it; with
+    --figures measured "after" sets none, so every point is held out) and all, with the side bias (the
+    share of points on the side most of them are).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -58,6 +67,7 @@ class Priced:
     attention: list[tuple[float, float, int, float]] = field(default_factory=list)
     buckets: dict[str, float] = field(default_factory=dict)  # seconds per kind of op
     after: float | None = None  # analyze at the table's figures, s
+    fit: float | None = None  # the step with every splash kernel at the fit's one share of peak, s
 
 
 def attention_seconds(attention, peak: float, efficiency: float, hbm_rate: float, head_dim: int = 128) -> float:
@@ -179,7 +189,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", help="run folder of the plan made here (its study and trials/N/config.json)")
     ap.add_argument("--chip", action="append", default=[], help="the chip's study (repeatable)")
-    ap.add_argument("--fit-half", default="a", help="the half the figure is set from (default a)")
+    ap.add_argument("--fit-half", default="a", help="the half the fit's figure is set from (default a)")
+    ap.add_argument("--figures", choices=("table", "measured"), default="table",
+                    help="what 'after' prices the splash kernels at: the table's (trainer/hardware.py's v5e entry) or "
+                         "the chip's own per-kernel rates (hardware.V5E_SPLASH_RATES, by kernel, block and seq: no "
+                         "figure set from any trained point)")
     ap.add_argument("--cache", default="/tmp/calibrate_onchip", help="folder for the planned HLO")
     ap.add_argument("--json", default=None, help="also write the points and the summaries here")
     ap.add_argument("--child", nargs=2, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS)
@@ -196,36 +210,46 @@ def main(argv=None) -> int:
     trained = [p for p in bench_onchip.collect(args.plan, args.chip) if p.measured_step and p.chip_outcome == "ok"]
     texts = _plan_all(trained, args.plan, args.cache)
     hw = hardware_for([], "v5e")
+    if args.figures == "measured":
+        hw = dataclasses.replace(hw, attention_rates=hardware.attention_table(hardware.V5E_SPLASH_RATES))
     priced = []
     for p in sorted(trained, key=lambda p: (p.half, p.name)):
         priced.append(price(p.name, p.half, p.measured_step, p.predicted_step, texts[p.name], hw))
         print(f"priced {p.name}", file=sys.stderr, flush=True)
     peak, hbm_rate = hw.peak_flops, hw.sustained_hbm_bandwidth
     fitted = fit_attention(priced, args.fit_half, peak, hbm_rate)
-    table = hardware.TABLE["v5e"].attention_efficiency
+    for p in priced:
+        p.fit = step_at(p, fitted, peak, hbm_rate)
+    table = hardware.TABLE["v5e"]
+    measured_rates = bool(hw.attention_rates)
     print("| point | half | measured ms | before ms | error | after ms | error | matmul | splash | other | "
-          "exposed host | splash at the fit |")
+          "exposed host | at the fit |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p in priced:
         b = p.buckets
         print(f"| {p.name} | {p.half} | {p.measured * 1e3:.1f} | {p.before * 1e3:.1f} | "
               f"{p.before / p.measured - 1:+.1%} | {p.after * 1e3:.1f} | {p.after / p.measured - 1:+.1%} | "
               f"{b['matmul'] * 1e3:.1f} | {b['splash'] * 1e3:.1f} | {b['other'] * 1e3:.1f} | "
-              f"{b['exposed host'] * 1e3:.1f} | "
-              f"{step_at(p, fitted, peak, hbm_rate) / p.measured - 1:+.1%} |")
+              f"{b['exposed host'] * 1e3:.1f} | {p.fit / p.measured - 1:+.1%} |")
     measured = {p.name: p.measured for p in priced}
-    result = {"fitted_attention_efficiency": fitted, "table_attention_efficiency": table.value if table else None,
-              "summaries": {}}
-    print(f"\nsplash kernels' share of peak at head dim 128, fit to half {args.fit_half}: {fitted:.3f}; "
-          f"the table's: {table.value if table else None}" + ("" if table and abs(table.value - fitted) < 1e-9
-                                                              else "  (the table differs from the fit)"))
-    for label, key in (("before", "before"), ("after", "after")):
+    eff = table.attention_efficiency
+    result = {"fitted_attention_efficiency": fitted, "table_attention_efficiency": eff.value if eff else None,
+              "table_attention_rates": [list(r) for r in hw.attention_rates or ()], "summaries": {}}
+    if measured_rates:
+        print("\nafter: the splash kernels at the chip's measured rates (trainer/hardware.py V5E_SPLASH_RATES, by "
+              "kernel, block and seq; no figure set from any trained point: all of them held out)")
+    else:
+        print(f"\nafter: the splash kernels at the table's one figure {eff.value if eff else None}")
+    print(f"fit: one share of peak for every splash kernel at head dim 128, set from half {args.fit_half}: "
+          f"{fitted:.3f}")
+    held = "all held out" if measured_rates else "half b held out"
+    for label, key in (("before", "before"), (f"after ({held})", "after"), (f"fit to half {args.fit_half}", "fit")):
         errs = errors({p.name: getattr(p, key) for p in priced}, measured)
         for group, names in (("half a", [p.name for p in priced if p.half == "a"]),
-                             ("half b (held out)", [p.name for p in priced if p.half == "b"]),
+                             ("half b", [p.name for p in priced if p.half == "b"]),
                              ("all", [p.name for p in priced])):
             s = summary([errs[n] for n in names if n in errs])
-            result["summaries"][f"{label} {group}"] = s
+            result["summaries"][f"{key} {group}"] = s
             print(f"{label}, {group}: {_fmt(s)}")
     if args.json:
         with open(args.json, "w") as f:

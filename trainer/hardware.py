@@ -43,6 +43,25 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class KernelRate:
+    """The measured share of peak_bf16_flops one attention kernel ran at, for one block and sequence
+    (its FLOPs as the roofline counts them, over its device time)."""
+
+    kernel: str  # a name its custom call carries: "splash_mha_fwd", "splash_mha_dkv", "splash_mha_dq"
+    block: int  # the kernel's q / kv block
+    seq: int
+    share: Figure
+
+
+def attention_table(rates) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
+    """KernelRates as the roofline reads them (Hardware.attention_rates): per kernel and block,
+    ((seq, share), ...) by seq."""
+    keys = dict.fromkeys((r.kernel, r.block) for r in rates)
+    return tuple((k, b, tuple(sorted((r.seq, r.share.value) for r in rates if (r.kernel, r.block) == (k, b))))
+                 for k, b in keys)
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One device kind: one JAX device (a TPU chip in megacore mode, one GPU)."""
 
@@ -75,6 +94,14 @@ class DeviceSpec:
     # share of the links' bandwidth (ici_link_bandwidth, the ring model above) a collective between the
     # devices of one slice / node sustains: GPU, NCCL's bus bandwidth over the ring model's
     ici_efficiency: Figure | None = None
+    # per attention kernel, block and sequence, the share of peak it was measured to run at (TPU v5e: the
+    # splash kernels, head dim 128); the roofline interpolates these (Hardware.attention_share) and keeps
+    # attention_efficiency for kernels without a row; None: none
+    attention_rates: tuple[KernelRate, ...] | None = None
+
+    def attention_table(self) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
+        """attention_rates as the roofline reads them (Hardware.attention_rates)."""
+        return attention_table(self.attention_rates or ())
 
     @property
     def ici_link_bandwidth(self) -> float:
@@ -163,13 +190,43 @@ _V6E_SPLASH = ("derived from MaxText's own XProf profile on TPU v6e-8 (Qwen3 8B,
                "other trainers running tokamax's faster splash variant at the same shape measured 25.5 ms per layer "
                "and step (39.6%; tests/roofline/test_attention_efficiency.py). The profile names the calls '1 fwd + 1 "
                "residuals-reusing fwd-dq + 1 dkv'; were the middle one a 3-matmul dq kernel, the figure would be 34.3%")
+_V5E_SPLASH_RUN = ("measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07: benchmarks/data/"
+                   "chip_figures_v5e_2026-12-07.json, section 'splash' (benchmarks/RESULTS.md, 'The v5e chip's own "
+                   "figures, run 1': `python3 benchmarks/chip_figures.py --out $OUT/figures --budget-s 115` on the "
+                   "chip), jax's splash kernels, causal, head dim 128, batch x seq = 8192 tokens, each kernel's device "
+                   "time from a jax.profiler trace, its FLOPs the roofline's own count (trainer/roofline/cost.py "
+                   "SPLASH_MATMULS)")
 _V5E_SPLASH = ("measured: fit to the half-a points of the on-chip benchmark, 2026-12-07, benchmarks/RESULTS.md "
                "('The v5e chip's own steps: what the roofline missed'): spaces/onchip_v5e.py trained on the project's "
                "TPU v5e (libtpu 0.0.42.1, 10 steps, the last 7 timed), the 8 half-a points planned here (libtpu "
                "0.0.52) and re-priced with the splash kernels' share of peak varied on a 0.005 grid; 0.510 gives them "
                "the least mean |error| (benchmarks/calibrate_onchip.py). Rule with it: the figure holds at head dim "
                "128 (5 of the 6 half-a splash points), a kernel of head dim d < 128 runs at d / 128 of it (m100's 64: "
-               "0.255; trainer/roofline/cost.py flop_rate). Half b (held out) was never used to set it")
+               "0.255; trainer/roofline/cost.py flop_rate). Half b (held out) was never used to set it. The chip's own "
+               "per-kernel rates (V5E_SPLASH_RATES: by kernel, block and seq) were tried in its place "
+               "(benchmarks/RESULTS.md, 'The v5e splash kernels at the chip's measured rates'): 5.2% mean |error| over "
+               "all 19 trained points, none of them used (half b 5.7%), against the fit's 3.7% (half b 4.0%); all of "
+               "the loss is on the head-dim-64 points, whose rate is not measured (d / 128 of the head-dim-128 rates, "
+               "an assumption); at head dim 128 the measured rates did better (11 points: 3.0% / 8.8% against 3.2% / "
+               "12.4%). The fit stays until the kernels are measured at head dim 64")
+# v5e splash kernels' share of peak by kernel, block and seq (heads 8 and 16 averaged; the forward kernel
+# also over its forward-only and forward + backward runs): tests/roofline/test_attention_efficiency.py checks these
+# against the JSON record. Head dim 64 was not measured: a kernel of head dim d < 128 is taken to run at
+# d / 128 of these (an assumption, Hardware.attention_head_dim). Not the v5e entry's (its attention_rates
+# are empty): priced with these, the chip's trained points came out worse than with the fit (_V5E_SPLASH);
+# benchmarks/calibrate_onchip.py --figures measured prices with them
+_V5E_SPLASH_SHARES = {
+    ("splash_mha_fwd", 512): (0.448, 0.464, 0.477, 0.530),
+    ("splash_mha_dkv", 512): (0.662, 0.684, 0.697, 0.745),
+    ("splash_mha_dq", 512): (0.646, 0.637, 0.633, 0.701),
+    ("splash_mha_fwd", 128): (0.052, 0.051, 0.051, 0.060),
+    ("splash_mha_dkv", 128): (0.124, 0.123, 0.122, 0.143),
+    ("splash_mha_dq", 128): (0.091, 0.088, 0.088, 0.114),
+}
+V5E_SPLASH_RATES = tuple(
+    KernelRate(kernel, block, seq, Figure(share, f"{_V5E_SPLASH_RUN}; {kernel}, block {block}, seq {seq}"))
+    for (kernel, block), shares in _V5E_SPLASH_SHARES.items()
+    for seq, share in zip((1024, 2048, 4096, 8192), shares, strict=True))
 _SPLASH_ASSUMED = ("assumption: no published measurement of the splash-attention kernels traced for this chip; its "
                    "matmul efficiency is used")
 _PCIE = (_SCALING + " ('PCIe bandwidth is typically around 1.5e10 bytes / second per chip'; "
@@ -229,7 +286,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         host_bandwidth=Figure(*s.get("host", (1.5e10, _PCIE))),
         clock_hz=_clock(peak, cores, 256 if name == "v6e" else 128),
         attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))),
-        ici_efficiency=Figure(*s.get("collectives", (_V5E_ICI_SHARE, _ICI_ASSUMED))))
+        ici_efficiency=Figure(*s.get("collectives", (_V5E_ICI_SHARE, _ICI_ASSUMED))),
+        attention_rates=s.get("attention_rates"))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:

@@ -7,9 +7,12 @@ profiles at the same shape, running tokamax's faster variant of the kernel, chec
 On GPUs the kernels are cuDNN's flash attention (`__cudnn$fmha...` custom calls), which XLA does not
 count either: their FLOPs come from the score shape in their backend_config, priced at cuDNN's own
 benchmark of the kernels on H200 (50.8%). v5e's is fit to the half-a points of the project's own chip
-(benchmarks/calibrate_onchip.py: 51.0% at head dim 128; a splash kernel of head dim 64 at half of it). Chips
-with no measurement keep their matmul rate, and say so."""
+(benchmarks/calibrate_onchip.py: 51.0% at head dim 128; a splash kernel of head dim 64 at half of it); the
+chip's own per-kernel rates (forward, dK/dV, dQ by block and seq, hardware.V5E_SPLASH_RATES) price a kernel
+by its sequence and block where a Hardware carries them (not the v5e entry: they priced the trained points
+worse than the fit, benchmarks/RESULTS.md). Chips with no measurement keep their matmul rate, and say so."""
 import dataclasses
+import json
 from pathlib import Path
 
 import jax
@@ -106,6 +109,91 @@ def test_a_splash_kernel_below_the_figures_head_dim_runs_at_its_share_of_the_mxu
         assert roof.compute_s == pytest.approx(roof.flops_per_step / (hw.sustained_attention_flops * share), rel=1e-9)
         flat = R.analyze(text, dataclasses.replace(hw, attention_head_dim=None), num_devices=1)
         assert flat.compute_s == pytest.approx(roof.flops_per_step / hw.sustained_attention_flops, rel=1e-9)
+
+
+CHIP_FIGURES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "chip_figures_v5e_2026-12-07.json"
+
+
+def test_v5e_splash_rates_are_the_chips_own_measurement():
+    """hardware.V5E_SPLASH_RATES is the chip's record (benchmarks/chip_figures.py, run 1): per kernel,
+    block and seq, the kernels' share of peak, heads 8 and 16 (and the forward's forward-only and
+    forward + backward runs) averaged, to 3 decimals; each figure names its source."""
+    cases = json.loads(CHIP_FIGURES.read_text())["sections"]["splash"]["cases"]
+    runs = {}
+    for case in cases:
+        assert case["head_dim"] == 128 and case["causal"]
+        for kernel, k in case["kernels"].items():
+            runs.setdefault((kernel, case["block"], case["seq"]), []).append(k["efficiency"])
+    rates = {(r.kernel, r.block, r.seq): r.share for r in hardware.V5E_SPLASH_RATES}
+    assert set(rates) == set(runs) and len(rates) == 3 * 2 * 4
+    for key, shares in runs.items():
+        assert rates[key].value == pytest.approx(sum(shares) / len(shares), abs=5e-4), key
+        assert "chip_figures_v5e_2026-12-07.json" in rates[key].source
+        assert "benchmarks/chip_figures.py" in rates[key].source
+    # the entry keeps the fit: priced with these the trained points came out worse (benchmarks/RESULTS.md)
+    assert hardware.TABLE["v5e"].attention_rates is None
+    assert "V5E_SPLASH_RATES" in hardware.TABLE["v5e"].attention_efficiency.source
+
+
+def _v5e_measured() -> R.Hardware:
+    return dataclasses.replace(hardware_for([], "v5e"),
+                               attention_rates=hardware.attention_table(hardware.V5E_SPLASH_RATES))
+
+
+def test_the_splash_rate_follows_the_measured_table_in_log2_seq_and_holds_outside_it():
+    hw = _v5e_measured()
+    table = {(r.kernel, r.block, r.seq): r.share.value for r in hardware.V5E_SPLASH_RATES}
+    for (kernel, block, seq), share in table.items():
+        assert hw.attention_share(kernel + "_segmented_residuals.3", seq, block) == pytest.approx(share)
+    # between two measured sequences: linear in log2(seq); 2896 ~ halfway from 2048 to 4096
+    mid = hw.attention_share("splash_mha_dkv_no_residuals", 2896, 512)
+    halfway = (table[("splash_mha_dkv", 512, 2048)] + table[("splash_mha_dkv", 512, 4096)]) / 2
+    assert mid == pytest.approx(halfway, abs=1e-4)
+    # outside 1k-8k: the nearest end
+    assert hw.attention_share("splash_mha_fwd", 512, 512) == table[("splash_mha_fwd", 512, 1024)]
+    assert hw.attention_share("splash_mha_dq", 32768, 512) == table[("splash_mha_dq", 512, 8192)]
+    # a block below 512 (the sequence not divisible by it) gets the measured block-128 rate, a larger
+    # one or an unknown one block 512's
+    assert hw.attention_share("splash_mha_fwd", 2048, 256) == table[("splash_mha_fwd", 128, 2048)]
+    assert hw.attention_share("splash_mha_fwd", 2048, 64) == table[("splash_mha_fwd", 128, 2048)]
+    assert hw.attention_share("splash_mha_fwd", 2048, 2048) == table[("splash_mha_fwd", 512, 2048)]
+    assert hw.attention_share("splash_mha_fwd", 2048) == table[("splash_mha_fwd", 512, 2048)]
+    assert hw.attention_share("some_other_kernel", 2048, 512) is None
+    assert R.Hardware("x", 1, 1, 1, 1).attention_rates == ()  # no table entry of that name: no rows
+
+
+def _masked_splash(kernel: str, seq: int, blocks: int, head_dim: int = 128) -> str:
+    """One splash kernel whose first operand is the mask's block map (1, blocks, blocks), as the
+    trainer's kernels have it (S / blocks is the block)."""
+    q = f"bf16[1,4,{seq},{head_dim}]"
+    return f"""HloModule m, is_scheduled=true
+
+ENTRY %main (m: s8[1,{blocks},{blocks}], q: {q}, k: {q}) -> {q} {{
+  %m = s8[1,{blocks},{blocks}]{{2,1,0}} parameter(0)
+  %q = {q}{{3,2,1,0}} parameter(1)
+  %k = {q}{{3,2,1,0}} parameter(2)
+  ROOT %{kernel}.1 = {q}{{3,2,1,0}} custom-call(%m, %q, %k), custom_call_target="tpu_custom_call"
+}}
+"""
+
+
+def test_each_splash_kernel_is_priced_at_its_measured_rate_for_its_seq_and_block():
+    """With the measured table, a kernel's FLOPs run at its own row's share for the HLO's sequence and
+    block (read from the mask's block map), d / 128 of it at head dim d < 128; without it, at the one
+    figure."""
+    hw = _v5e_measured()
+    table = {(r.kernel, r.block, r.seq): r.share.value for r in hardware.V5E_SPLASH_RATES}
+    for kernel in ("splash_mha_fwd_residuals", "splash_mha_dkv_no_residuals", "splash_mha_dq_no_residuals"):
+        row = next(k for k in ("splash_mha_fwd", "splash_mha_dkv", "splash_mha_dq") if kernel.startswith(k))
+        for seq, blocks, block, d in ((2048, 4, 512, 128), (2048, 16, 128, 128), (8192, 16, 512, 128),
+                                      (4096, 8, 512, 64)):
+            roof = R.analyze(_masked_splash(kernel, seq, blocks, d), hw, num_devices=1)
+            assert roof.flops_per_step > 0
+            share = table[(row, block, seq)] * min(1.0, d / 128)
+            assert roof.compute_s == pytest.approx(roof.flops_per_step / (hw.peak_flops * share), rel=1e-9)
+        flat = dataclasses.replace(hw, attention_rates=())
+        roof = R.analyze(_masked_splash(kernel, 2048, 4), flat, num_devices=1)
+        assert roof.compute_s == pytest.approx(roof.flops_per_step / flat.sustained_attention_flops, rel=1e-9)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 (Hardware), and the default latency per collective hop (see trainer/roofline/__init__.py)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 ICI_STEP_LATENCY_S = 1e-6  # per ring step over ICI
@@ -27,6 +28,11 @@ class Hardware:
     # the head dim attention_efficiency holds for: a splash kernel with a smaller head dim d runs at
     # d / attention_head_dim of it (cost.flop_rate); None: the same rate at every head dim
     attention_head_dim: int | None = 128
+    # per attention kernel the share of peak_flops it was measured to run at, by block and sequence:
+    # ((kernel name, block, ((seq, share), ...)), ...) (TPU v5e: the splash kernels at head dim 128,
+    # trainer/hardware.py); a kernel with a row here is priced by it (attention_share), any other at
+    # attention_efficiency. None: the table's rows for a chip of this name (trainer/hardware.py), () none
+    attention_rates: tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...] | None = None
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
     # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
     # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given
@@ -43,6 +49,34 @@ class Hardware:
     # on a real v5e land within 5% of it, at 0.41-0.51x the compiler's estimates) or "compiler" (at
     # least the compiler's estimate, where there is one)
     on_chip: str = "roofline"
+
+    def __post_init__(self):
+        if self.attention_rates is None:
+            from .. import hardware  # the table of chips (it imports nothing of the roofline)
+
+            entry = hardware.TABLE.get(self.name)
+            self.attention_rates = entry.attention_table() if entry is not None else ()
+
+    def attention_share(self, kernel: str, seq: int, block: int | None = None) -> float | None:
+        """The measured share of peak of the attention kernel named `kernel` (a custom call's name
+        containing a row's kernel name) over `seq` tokens with q / kv blocks of `block`: the row of the
+        largest measured block not above `block` (the smallest where all are above it; the largest where
+        the block is unknown), interpolated linearly in log2(seq) between its measured sequences and
+        held at the ends. None where no row names the kernel."""
+        rows = [(b, pts) for k, b, pts in self.attention_rates or () if k in kernel and pts]
+        if not rows:
+            return None
+        below = [r for r in rows if block is None or r[0] <= block]
+        _, pts = max(below, key=lambda r: r[0]) if below else min(rows, key=lambda r: r[0])
+        if seq <= pts[0][0]:
+            return pts[0][1]
+        if seq >= pts[-1][0]:
+            return pts[-1][1]
+        for (s0, e0), (s1, e1) in zip(pts, pts[1:], strict=False):
+            if s0 <= seq <= s1:
+                t = (math.log2(seq) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+                return e0 + t * (e1 - e0)
+        return pts[-1][1]
 
     @property
     def sustained_flops(self) -> float:

@@ -111,6 +111,19 @@ def splash_head_dim(comp: Computation, ins: Instr) -> int | None:
     return q[-1] if q else None
 
 
+def splash_block(comp: Computation, ins: Instr) -> int | None:
+    """The q block of one splash-attention custom call: its first operand is the mask's block map
+    (h, q blocks, kv blocks), so S / q blocks (None where that operand is not such a map)."""
+    q = _splash_query(comp, ins) if splash_matmuls(ins) and ins.operands else None
+    if not q:
+        return None
+    first = shape_dims(operand_shape(comp, ins.operands[0]))
+    s = q[-2]
+    if len(first) == 3 and 0 < first[1] <= s // 128 and s % first[1] == 0:
+        return s // first[1]
+    return None
+
+
 def splash_flops(comp: Computation, ins: Instr) -> float:
     """FLOPs of one splash-attention custom call (0 for any other custom call)."""
     matmuls = splash_matmuls(ins)
@@ -370,17 +383,25 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
 
 def flop_rate(comp: Computation, ins: Instr, hw: Hardware) -> float:
     """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
-    flash attention on GPU) at the rate those kernels were measured to run at
-    (Hardware.attention_efficiency), any other op's at the matmul rate. A splash kernel whose head
-    dim d is below Hardware.attention_head_dim (the head dim the figure holds for) runs at d / that
-    of it: its QK^T contracts over d and its PV writes d columns, so of a 128 x 128 MXU it fills d / 128
-    (v5e at head dim 64: 0.26 of peak where 128 runs at 0.52, benchmarks/calibrate_onchip.py)."""
+    flash attention on GPU) at the rate those kernels were measured to run at, any other op's at the
+    matmul rate. A splash kernel with a row in Hardware.attention_rates (per kernel, block and seq:
+    trainer/hardware.py V5E_SPLASH_RATES, the v5e chip's own, though its entry keeps one fit figure)
+    runs at its row's share for its sequence and block (Hardware.attention_share), any other at
+    Hardware.attention_efficiency. One whose head dim d is below Hardware.attention_head_dim (the head
+    dim the figures hold for) runs at d / that of it: its QK^T contracts over d and its PV writes d
+    columns, so of a 128 x 128 MXU it fills d / 128 (not measured at 64 on v5e: an assumption)."""
     if not is_attention_kernel(ins):
         return hw.sustained_flops
-    d = splash_head_dim(comp, ins)
+    rate = hw.sustained_attention_flops
+    q = _splash_query(comp, ins) if splash_matmuls(ins) else None
+    if q:
+        share = hw.attention_share(ins.name, q[-2], splash_block(comp, ins))
+        if share is not None:
+            rate = hw.peak_flops * share
+    d = q[-1] if q else None
     if d and hw.attention_head_dim and d < hw.attention_head_dim:
-        return hw.sustained_attention_flops * d / hw.attention_head_dim
-    return hw.sustained_attention_flops
+        return rate * d / hw.attention_head_dim
+    return rate
 
 
 def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:
