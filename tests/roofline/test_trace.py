@@ -3,6 +3,8 @@ matched to the compiled HLO and bucketed as the roofline buckets them; the pure 
 the device lines' program filter) on rows as a TPU trace lays them out."""
 import glob
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,26 +20,39 @@ TRIPS = 5
 CALLS = 3
 
 
-def _step(w, x):
-    def body(_, h):
-        return jnp.tanh(h @ w) * 0.5 + h
-    h = jax.lax.fori_loop(0, TRIPS, body, x)
-    return jnp.sum(h * h)
+# The trace is taken in a process of its own: jax.profiler.trace in a test process that has loaded
+# libtpu for compile-only TPU devices (other roofline tests do) crashes it (a segfault in the profiler's
+# start, seen with jax 0.10.2 / libtpu 0.0.52), which would end the whole pytest worker.
+_TRACE = f"""
+import sys, jax, jax.numpy as jnp
+def body(_, h):
+    return jnp.tanh(h @ w) * 0.5 + h
+def step(w, x):
+    return jnp.sum(jnp.square(jax.lax.fori_loop(0, {TRIPS}, body, x)))
+w = jnp.ones((128, 128), jnp.float32) * 0.01
+x = jnp.ones((64, 128), jnp.float32)
+compiled = jax.jit(step).lower(w, x).compile()
+jax.block_until_ready(compiled(w, x))
+with jax.profiler.trace(sys.argv[1]):
+    for i in range({CALLS}):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            jax.block_until_ready(compiled(w, x))
+open(sys.argv[1] + "/step.hlo", "w").write(compiled.as_text())
+"""
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    """(optimized HLO, rows) of CALLS executions of a jitted loop of matmuls on one CPU device."""
+    """(optimized HLO, rows) of CALLS executions of a jitted loop of matmuls on one CPU device,
+    traced by a fresh process (`_TRACE`)."""
     folder = str(tmp_path_factory.mktemp("trace"))
-    w = jnp.ones((128, 128), jnp.float32) * 0.01
-    x = jnp.ones((64, 128), jnp.float32)
-    compiled = jax.jit(_step).lower(w, x).compile()
-    jax.block_until_ready(compiled(w, x))
-    with jax.profiler.trace(folder):
-        for i in range(CALLS):
-            with jax.profiler.StepTraceAnnotation("train", step_num=i):
-                jax.block_until_ready(compiled(w, x))
-    return compiled.as_text(), T.read_xplane(T.newest_xplane(folder)), folder
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", _TRACE, folder], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(os.path.join(folder, "step.hlo")) as f:
+        text = f.read()
+    return text, T.read_xplane(T.newest_xplane(folder)), folder
 
 
 def test_newest_xplane_is_the_trace_jax_wrote(traced):
