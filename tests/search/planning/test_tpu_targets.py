@@ -261,7 +261,8 @@ def test_two_slice_target_compiles_with_dcn_data_2():
     target = T.parse_target("tpu:v5e-16,slices=2")
     devices = T.target_devices(target)
     assert len(devices) == 32 and {d.slice_index for d in devices} == {0, 1}
-    program, plan = T.compile_for_target(cfg(SMALL, (1, 2, 8), dcn=(2, 1, 1), per_device_batch=2), target, devices)
+    program, plan = _stored(T.compile_for_target(cfg(SMALL, (1, 2, 8), dcn=(2, 1, 1), per_device_batch=2), target,
+                                                  devices))
     assert plan["mesh_shape"] == {"data": 2, "stage": 1, "fsdp": 2, "context": 1, "tensor": 8}
     # the mesh puts the two slices on the data axis
     slices = [[d.slice_index for d in program.mesh.devices[i].flat] for i in range(2)]
@@ -279,7 +280,7 @@ def small_programs():
     and the schedule test (moved here from tests/roofline/test_overlap.py to share them) read."""
     target = T.parse_target("tpu:v5e-16")
     devices = T.target_devices(target)
-    return {axis: T.compile_for_target(cfg(SMALL, ici, global_batch=64), target, devices)
+    return {axis: _stored(T.compile_for_target(cfg(SMALL, ici, global_batch=64), target, devices))
             for axis, ici in (("fsdp", (1, 16, 1)), ("tensor", (1, 1, 16)))}
 
 
