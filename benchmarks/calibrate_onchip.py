@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     measured = {p.name: p.measured for p in priced}
     eff = table.attention_efficiency
     result = {"fitted_attention_efficiency": fitted, "table_attention_efficiency": eff.value if eff else None,
-              "table_attention_rates": [list(r) for r in hw.attention_rates or ()], "summaries": {}}
+              "table_attention_rates": [list(r) for r in hw.attention_rates], "summaries": {}}
     if measured_rates:
         print("\nafter: the splash kernels at the chip's measured rates (trainer/hardware.py V5E_SPLASH_RATES, by "
               "kernel, block and seq; no figure set from any trained point: all of them held out)")

@@ -29,18 +29,6 @@ def maybe_initialize(dist: DistributedConfig) -> None:
     _initialized = True
 
 
-def measured_peak_bytes(device) -> int:
-    """Peak bytes on `device` where the platform reports it, else the process's peak RSS.
-
-    A TPU's allocator counts buffers (arguments, outputs, live arrays) under `peak_bytes_in_use`
-    and a loaded program's temporaries apart, under `peak_bytes_reserved` (measured on a v5e chip
-    with libtpu 0.0.42.1: a program with 557 KiB of temporaries raised bytes_reserved by 557 KiB
-    and left bytes_in_use at its buffers; benchmarks/RESULTS.md). The step's peak is both: the sum
-    of the two high-water marks (an upper bound when the two peaks fell at different times). GPUs
-    report no reserved bytes, so the sum is their buffers' peak."""
-    return device_peak_bytes(_memory_stats(device))
-
-
 class PeakMeter:
     """The device peak of one run (measured_peak_bytes), or 0 where the device cannot tell it.
 
@@ -76,7 +64,14 @@ def _memory_stats(device) -> dict | None:
 
 
 def device_peak_bytes(stats: dict | None) -> int:
-    """measured_peak_bytes of one device's memory_stats (None or without a peak: process peak RSS)."""
+    """Peak bytes of one device's memory_stats; None or without a peak: the process's peak RSS.
+
+    A TPU's allocator counts buffers (arguments, outputs, live arrays) under `peak_bytes_in_use`
+    and a loaded program's temporaries apart, under `peak_bytes_reserved` (measured on a v5e chip
+    with libtpu 0.0.42.1: a program with 557 KiB of temporaries raised bytes_reserved by 557 KiB
+    and left bytes_in_use at its buffers; benchmarks/RESULTS.md). The step's peak is both: the sum
+    of the two high-water marks (an upper bound when the two peaks fell at different times). GPUs
+    report no reserved bytes, so the sum is their buffers' peak."""
     if stats and "peak_bytes_in_use" in stats:
         return int(stats["peak_bytes_in_use"]) + int(stats.get("peak_bytes_reserved", 0) or 0)
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

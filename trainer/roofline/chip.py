@@ -31,8 +31,8 @@ class Hardware:
     # per attention kernel the share of peak_flops it was measured to run at, by block and sequence:
     # ((kernel name, block, ((seq, share), ...)), ...) (TPU v5e: the splash kernels at head dim 128,
     # trainer/hardware.py); a kernel with a row here is priced by it (attention_share), any other at
-    # attention_efficiency. None: the table's rows for a chip of this name (trainer/hardware.py), () none
-    attention_rates: tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...] | None = None
+    # attention_efficiency. predict.hardware_for fills it from the chip's entry in trainer/hardware.py
+    attention_rates: tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...] = ()
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
     # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
     # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given
@@ -50,20 +50,13 @@ class Hardware:
     # least the compiler's estimate, where there is one)
     on_chip: str = "roofline"
 
-    def __post_init__(self):
-        if self.attention_rates is None:
-            from .. import hardware  # the table of chips (it imports nothing of the roofline)
-
-            entry = hardware.TABLE.get(self.name)
-            self.attention_rates = entry.attention_table() if entry is not None else ()
-
     def attention_share(self, kernel: str, seq: int, block: int | None = None) -> float | None:
         """The measured share of peak of the attention kernel named `kernel` (a custom call's name
         containing a row's kernel name) over `seq` tokens with q / kv blocks of `block`: the row of the
         largest measured block not above `block` (the smallest where all are above it; the largest where
         the block is unknown), interpolated linearly in log2(seq) between its measured sequences and
         held at the ends. None where no row names the kernel."""
-        rows = [(b, pts) for k, b, pts in self.attention_rates or () if k in kernel and pts]
+        rows = [(b, pts) for k, b, pts in self.attention_rates if k in kernel and pts]
         if not rows:
             return None
         below = [r for r in rows if block is None or r[0] <= block]
