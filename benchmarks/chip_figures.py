@@ -402,7 +402,8 @@ def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, head_dims: tup
         params = dict(batch=b, heads=h, seq=s, head_dim=d, block=blk, causal=True)
         for backward, fn, n_args in ((False, fwd, 3), (True, fwd_bwd, 4)):
             kind = "fwd_bwd" if backward else "fwd"
-            cases.append(Case(f"splash_{kind}_s{s}_h{h}_b{blk}" + (f"_d{d}" if d != 128 else ""), "splash", fn, (shape,) * n_args,
+            name = f"splash_{kind}_s{s}_h{h}_b{blk}" + (f"_d{d}" if d != 128 else "")
+            cases.append(Case(name, "splash", fn, (shape,) * n_args,
                               dict(pass_=kind, **params), flops=attention_model_flops(b, h, s, d, backward=backward),
                               extra={"kernel_flops": splash_kernel_flops(b, h, s, d, blk, backward=backward),
                                      "kernel_shape": (b, h, s, d, blk)}))

@@ -208,12 +208,15 @@ _V5E_SPLASH = ("measured: fit to the half-a points of the on-chip benchmark, 202
                "all 19 trained points, none of them used (half b 5.7%), against the fit's 3.7% (half b 4.0%); all of "
                "the loss is on the head-dim-64 points, whose rate is not measured (d / 128 of the head-dim-128 rates, "
                "an assumption); at head dim 128 the measured rates did better (11 points: 3.0% / 8.8% against 3.2% / "
-               "12.4%). The fit stays until the kernels are measured at head dim 64")
+               "12.4%). Run 2 measured the kernels at head dim 64 (benchmarks/data/"
+               "chip_figures_v5e_2026-12-07_run2.json): block 512 runs at 0.46-0.56 of the head-dim-128 rates, mean "
+               "0.52, so the d / 128 rule holds within 4% on average and the head-dim-64 points' miss is not the "
+               "kernels' rate; the fit stays")
 # v5e splash kernels' share of peak by kernel, block and seq (heads 8 and 16 averaged; the forward kernel
 # also over its forward-only and forward + backward runs): tests/roofline/test_attention_efficiency.py checks these
-# against the JSON record. Head dim 64 was not measured: a kernel of head dim d < 128 is taken to run at
-# d / 128 of these (an assumption, Hardware.attention_head_dim). Not the v5e entry's (its attention_rates
-# are empty): priced with these, the chip's trained points came out worse than with the fit (_V5E_SPLASH);
+# against the JSON record. A kernel of head dim d < 128 runs at d / 128 of these (Hardware.attention_head_dim;
+# measured at head dim 64 in run 2: 0.46-0.56 of them, mean 0.52, at block 512). Not the v5e entry's (its
+# attention_rates are empty): priced with these, the chip's trained points came out worse than with the fit (_V5E_SPLASH);
 # benchmarks/calibrate_onchip.py --figures measured prices with them
 _V5E_SPLASH_SHARES = {
     ("splash_mha_fwd", 512): (0.448, 0.464, 0.477, 0.530),

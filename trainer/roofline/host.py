@@ -1,7 +1,11 @@
 """Transfers between a chip's HBM and its host's memory (host offload), read from the compiled
 step: XLA's TPU compiler moves an offloaded tensor as an async-start / async-done pair wrapping a
 dynamic-update-slice into a buffer in host memory (device to host) or a dynamic-slice out of one
-(host to device), or as a copy-start / copy-done whose destination or source lives there. Host
+(host to device), or as a copy-start / copy-done whose destination or source lives there. The same
+slices print as their own async pair in the compiled program's text (`compiled.as_text()`, what a
+full compile and the chip's own trials keep): a dynamic-update-slice-start / -done whose buffer, and a
+dynamic-slice-start / -done whose source, lives in host memory (the buffer-assignment dump that the
+HLO passes read prints the async-start form). Host
 memory is memory space 5 in the layout (`{...S(5)}`). Each transfer moves its bytes over the
 chip's PCIe link (Hardware.host_bandwidth, one direction; the two directions are separate
 queues) while the compute stream goes on: trainer/roofline/collectives.py prices it,
@@ -11,6 +15,9 @@ from __future__ import annotations
 from .hlo import Computation, HloModule, Instr, memory_space, operand_shape, shape_bytes, split_top_level
 
 HOST_MEMORY_SPACE = 5
+# the -done halves that close a host transfer's start (host_transfer): async-start's, copy-start's and
+# the async slices' of compiled.as_text()
+DONE_OPCODES = ("async-done", "copy-done", "dynamic-slice-done", "dynamic-update-slice-done")
 
 
 def in_host_memory(shape: str) -> bool:
@@ -28,6 +35,8 @@ def host_transfer(module: HloModule, comp: Computation, ins: Instr) -> tuple[str
             if in_host_memory(parts[1]) and not in_host_memory(parts[0]):
                 return "h2d", shape_bytes(parts[0])
         return None
+    if ins.opcode in ("dynamic-slice-start", "dynamic-update-slice-start"):
+        return _async_slice(ins)
     if ins.opcode != "async-start":
         return None
     called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
@@ -38,6 +47,25 @@ def host_transfer(module: HloModule, comp: Computation, ins: Instr) -> tuple[str
         return "d2h", shape_bytes(operand_shape(called, root.operands[1]))
     if root.opcode == "dynamic-slice" and root.operands and in_host_memory(operand_shape(called, root.operands[0])):
         return "h2d", shape_bytes(root.shape)
+    return None
+
+
+def _async_slice(ins: Instr) -> tuple[str, float] | None:
+    """A dynamic-slice-start ((source, indices...), slice, context) out of host memory moves its slice
+    host to device; a dynamic-update-slice-start ((buffer, update, indices...), buffer, context) into
+    host memory moves its update device to host."""
+    if not ins.shape.startswith("(("):
+        return None
+    parts = split_top_level(ins.shape[1:-1])
+    if len(parts) < 2 or not parts[0].startswith("("):
+        return None
+    operands = split_top_level(parts[0][1:-1])
+    if ins.opcode == "dynamic-slice-start" and operands and in_host_memory(operands[0]) \
+            and not in_host_memory(parts[1]):
+        return "h2d", shape_bytes(parts[1])
+    if ins.opcode == "dynamic-update-slice-start" and len(operands) > 1 and in_host_memory(parts[1]) \
+            and not in_host_memory(operands[1]):
+        return "d2h", shape_bytes(operands[1])
     return None
 
 

@@ -10,7 +10,7 @@ from .chip import Hardware
 from .collectives import CollectiveCost, chain_homes, megascale_transfer, transfer_key
 from .cost import op_seconds
 from .hlo import CallGraph, Computation, HloModule, Instr, call_graph, collective_kind
-from .host import host_transfer
+from .host import DONE_OPCODES, host_transfer
 
 
 @dataclass
@@ -85,7 +85,7 @@ def events(module: HloModule, comp: Computation,
             keys = [transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)] if called else []
             if keys:
                 out[ins.name] = ("open", keys)
-        elif op in ("async-done", "copy-done") and (host := _host_start(module, comp, ins.operands)):
+        elif op in DONE_OPCODES and (host := _host_start(module, comp, ins.operands)):
             out[ins.name] = ("close", [f"{comp.name}/{host}"])
         elif op == "async-done" or (op.endswith("-done") and collective_kind(op[:-5] + "-start")):
             start = _start_of(comp, ins.operands[0]) if ins.operands else None

@@ -49,7 +49,7 @@ from typing import Iterable
 from .chip import Hardware
 from .cost import _fusion_is_collective, is_attention_kernel, op_costs, op_work, priced_seconds, uses_mxu
 from .hlo import Computation, HloModule, Instr, call_graph, collective_kind, parse_module
-from .host import host_transfer
+from .host import DONE_OPCODES, host_transfer
 from .model import _running_ops, analyze
 
 MATMUL = "matmul"
@@ -243,7 +243,7 @@ def bucket_of(module: HloModule, comp: Computation, ins: Instr) -> str:
 
 
 def _closes_host_transfer(module: HloModule, comp: Computation, ins: Instr) -> bool:
-    if ins.opcode not in ("async-done", "copy-done") or not ins.operands:
+    if ins.opcode not in DONE_OPCODES or not ins.operands:
         return False
     start = comp.by_name.get(ins.operands[0])
     return start is not None and host_transfer(module, comp, start) is not None
