@@ -216,8 +216,8 @@ _V5E_SPLASH = ("measured: fit to the half-a points of the on-chip benchmark, 202
 # also over its forward-only and forward + backward runs): tests/roofline/test_attention_efficiency.py checks these
 # against the JSON record. A kernel of head dim d < 128 runs at d / 128 of these (Hardware.attention_head_dim;
 # measured at head dim 64 in run 2: 0.46-0.56 of them, mean 0.52, at block 512). Not the v5e entry's (its
-# attention_rates are empty): priced with these, the chip's trained points came out worse than with the fit (_V5E_SPLASH);
-# benchmarks/calibrate_onchip.py --figures measured prices with them
+# attention_rates are empty): priced with these, the chip's trained points came out worse than with the fit
+# (_V5E_SPLASH); benchmarks/calibrate_onchip.py --figures measured prices with them
 _V5E_SPLASH_SHARES = {
     ("splash_mha_fwd", 512): (0.448, 0.464, 0.477, 0.530),
     ("splash_mha_dkv", 512): (0.662, 0.684, 0.697, 0.745),
