@@ -8,6 +8,8 @@ Peer: the chip itself (its studies, 10 steps a point, the last 7 timed; benchmar
 
     python benchmarks/calibrate_onchip.py --plan /tmp/onchip/plan-052 \\
         --chip sqlite:////work/main/.probe/onchip/onchip-a.db --chip sqlite:////work/main/.probe/onchip/onchip-b.db
+    # the chip's run-1 steps as recorded (its study files were not kept):
+    python benchmarks/calibrate_onchip.py --plan /tmp/onchip/plan-052 --measured benchmarks/data/onchip_v5e_run1_measured.json
 
 Found (2026-12-07): the roofline counted two things the chip does not do, and priced the splash kernels at
 XLA's matmul rate. TPU's AllocateBuffer custom call (a scan's stacked buffer, given and not written) was
@@ -185,10 +187,32 @@ def _plan_all(points, plan_dir: str, cache: str) -> dict[str, str]:
     return texts
 
 
+def measured_points(plan_dir: str, path: str) -> list:
+    """The plan study's points that the record at `path` holds a measured step for, each with it."""
+    import bench_onchip
+
+    with open(path) as f:
+        record = json.load(f)["points"]
+    points = []
+    for p in bench_onchip.collect(plan_dir, []):
+        r = record.get(p.name)
+        if r is not None and r.get("measured_step_s"):
+            if str(r.get("half", p.half)) != p.half:
+                raise SystemExit(f"{p.name}: half {r.get('half')} in {path}, {p.half} in the plan study")
+            points.append(dataclasses.replace(p, measured_step=float(r["measured_step_s"]), chip_outcome="ok"))
+    missing = sorted(set(record) - {p.name for p in points})
+    if missing:
+        raise SystemExit(f"{path}: {len(missing)} point(s) not planned in {plan_dir}: {', '.join(missing[:5])}")
+    return points
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", help="run folder of the plan made here (its study and trials/N/config.json)")
     ap.add_argument("--chip", action="append", default=[], help="the chip's study (repeatable)")
+    ap.add_argument("--measured", default=None,
+                    help="instead of --chip: a JSON record of the chip's trained points, {'points': {name: {'half', "
+                         "'measured_step_s'}}} (benchmarks/data/onchip_v5e_run1_measured.json)")
     ap.add_argument("--fit-half", default="a", help="the half the fit's figure is set from (default a)")
     ap.add_argument("--figures", choices=("table", "measured"), default="table",
                     help="what 'after' prices the splash kernels at: the table's (trainer/hardware.py's v5e entry) or "
@@ -201,13 +225,15 @@ def main(argv=None) -> int:
     if args.child:
         child(*args.child)
         return 0
-    if not args.plan or not args.chip:
-        ap.error("--plan and --chip are required")
+    if not args.plan or not (args.chip or args.measured):
+        ap.error("--plan and one of --chip / --measured are required")
     import bench_onchip
     from paxsearch.trainer import hardware
     from paxsearch.trainer.predict import hardware_for
 
     trained = [p for p in bench_onchip.collect(args.plan, args.chip) if p.measured_step and p.chip_outcome == "ok"]
+    if args.measured:
+        trained = measured_points(args.plan, args.measured)
     texts = _plan_all(trained, args.plan, args.cache)
     hw = hardware_for([], "v5e")
     if args.figures == "measured":
