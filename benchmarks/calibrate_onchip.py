@@ -9,7 +9,8 @@ Peer: the chip itself (its studies, 10 steps a point, the last 7 timed; benchmar
     python benchmarks/calibrate_onchip.py --plan /tmp/onchip/plan-052 \\
         --chip sqlite:////work/main/.probe/onchip/onchip-a.db --chip sqlite:////work/main/.probe/onchip/onchip-b.db
     # the chip's run-1 steps as recorded (its study files were not kept):
-    python benchmarks/calibrate_onchip.py --plan /tmp/onchip/plan-052 --measured benchmarks/data/onchip_v5e_run1_measured.json
+    python benchmarks/calibrate_onchip.py --plan /tmp/onchip/plan-052 \\
+        --measured benchmarks/data/onchip_v5e_run1_measured.json
 
 Found (2026-12-07): the roofline counted two things the chip does not do, and priced the splash kernels at
 XLA's matmul rate. TPU's AllocateBuffer custom call (a scan's stacked buffer, given and not written) was
