@@ -20,7 +20,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only GPU devices need n
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import published as pub  # noqa: E402
-from paxsearch.search.planning.targets import parse_target, plan_trial, planning_notice  # noqa: E402
+from paxsearch.search.planning.compilation import plan_point  # noqa: E402
+from paxsearch.search.planning.targets import parse_target, planning_notice  # noqa: E402
 
 KEEP = ("target", "plan_method", "peak_bytes", "hbm_bytes", "fits", "predicted_step_time", "predicted_mfu",
         "model_flops_per_step", "xla_flops_per_step", "compile_seconds")
@@ -36,7 +37,7 @@ def main() -> int:
         if notice:
             print(notice, file=sys.stderr)
         t0 = time.perf_counter()
-        plan = plan_trial(pub.gpu_config(row), target)
+        plan = plan_point(pub.gpu_config(row), target)[1]
         stored = plan.to_stored()  # the row's JSON: the plan's stored keys
         published = pub.gpu_converted_mfu(row)
         wall = round(time.perf_counter() - t0, 1)

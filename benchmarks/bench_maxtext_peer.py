@@ -3,7 +3,7 @@
 Each config is compiled ahead of time for a TPU slice on this CPU twice, in fresh processes of
 one interpreter (one jax, one libtpu): MaxText 0.2.5's `train_compile` with the config's
 pipeline or context-parallel settings, and our planner (search/planning/targets.py
-compile_for_target, what a plan-only trial runs). Both are read the same way: XLA's
+compilation.plan_point, what a plan-only trial runs). Both are read the same way: XLA's
 memory_analysis() for the memory, the optimized HLO through trainer/roofline for the executed
 FLOPs and the predicted step time. Goal (the issue): FLOPs within 1%, memory within 5%.
 
@@ -92,13 +92,15 @@ def maxtext_argv(peer: Peer, base_yml: str) -> list[str]:
 def compile_ours(peer: Peer, out_path: str) -> None:
     """In this (fresh) process: plan the config as a plan-only trial does; write its figures."""
     from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning.compilation import plan_point
+    from paxsearch.search.planning.method import PLAN_COMPILE_ENV
     from paxsearch.trainer import flagsets
 
     target = T.parse_target(peer.target)
     os.environ.update(T.target_env(target))  # before JAX starts, as a plan-only worker's are
     os.environ.update(flagsets.env_for(peer.flags, "tpu"))
     # compiled to the end, as MaxText's side is: the generated code measured, not bounded (hlo_passes)
-    os.environ[T.PLAN_COMPILE_ENV] = "full"
+    os.environ[PLAN_COMPILE_ENV] = "full"
     from paxsearch.trainer.config import MeshConfig, PipelineConfig, TrainConfig, mesh_shape
 
     cfg = TrainConfig(model=model_of(peer), mesh=MeshConfig(ici=mesh_shape(**peer.axes)),
@@ -108,7 +110,7 @@ def compile_ours(peer: Peer, out_path: str) -> None:
     res: dict = {"name": peer.name, "config": repr(cfg), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     t0 = time.perf_counter()
     try:
-        _, plan = T.compile_for_target(cfg, target)
+        _, plan = plan_point(cfg, target)
         res.update(plan=plan.to_stored())  # the result file holds the plan's stored form
     except BaseException as e:  # noqa: BLE001  recorded, not raised
         res.update(error=f"{type(e).__name__}: {str(e).strip()[:300]}", traceback=traceback.format_exc()[-3000:])

@@ -29,6 +29,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning.compilation import plan_point
     from paxsearch.trainer import presets
     from paxsearch.trainer.config import MeshConfig, PipelineConfig, TrainConfig, mesh_shape
 
@@ -50,7 +51,7 @@ def main() -> None:
     for name, cfg in rows:
         t0 = time.perf_counter()
         try:
-            _, plan = T.compile_for_target(cfg, target)
+            _, plan = plan_point(cfg, target)
             stored = plan.to_stored()  # the printed JSON: the plan's stored keys
             out = {k: stored.get(k) for k in ("peak_bytes", "hbm_bytes", "fits", "global_batch", "pipeline_bubble",
                                             "predicted_mfu", "predicted_step_time", "xla_flops_per_step",

@@ -2,7 +2,7 @@
 
 One config (default: llama2-70b on v5p-256, fsdp 128, 1 sequence per chip, full remat; the case
 whose compiled.as_text() fails, so its optimized HLO comes from an XLA dump) is planned the way a
-plan-only trial plans it (search/planning/targets.compile_for_target: build_program with
+plan-only trial plans it (search/planning/compilation.plan_point: build_program with
 count_flops=False, keep_hlo=True, then the roofline), by two methods, each in a fresh process:
 
   once    today's trainer/plan.py: the compile itself dumps its optimized module (compile-only
@@ -32,11 +32,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def child(args) -> None:
     from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning.compilation import plan_point
+    from paxsearch.search.planning.method import PLAN_COMPILE_ENV
     from paxsearch.trainer import plan as plan_lib
     from paxsearch.trainer import presets
     from paxsearch.trainer.config import MeshConfig, TrainConfig
 
-    os.environ[T.PLAN_COMPILE_ENV] = "full"  # both modes are full compiles (the HLO passes: bench_plan_method.py)
+    os.environ[PLAN_COMPILE_ENV] = "full"  # both modes are full compiles (the HLO passes: bench_plan_method.py)
     if args.child == "twice":
         plan_lib._compile_only = lambda devices: False  # the dump only from a second compile
     target = T.parse_target(args.target)
@@ -46,7 +48,7 @@ def child(args) -> None:
     devices = T.target_devices(target)
     phases: dict = {}
     t0 = time.perf_counter()
-    _, plan = T.compile_for_target(cfg, target, devices, phases)
+    _, plan = plan_point(cfg, target, devices, phases)
     wall = time.perf_counter() - t0
     print(json.dumps({"mode": args.child, "wall_s": round(wall, 2), "phases": phases,
                       "hlo_source": plan.hlo_source, "peak_bytes": plan.peak_bytes,

@@ -116,11 +116,11 @@ def bounded(fn, seconds: float, *args) -> None:
 
 def run_driver(ctx, progress: bool, slots=None) -> int:
     from ..driver.loop import Driver
-    from ..planning import plan_cache, targets
+    from ..planning import method, plan_cache
     from ..study.storage import mask_url
 
     plan_cache.use(ctx.settings.plan_cache)  # read by the driver's screen and by its workers
-    targets.use_plan_compile(ctx.settings.plan_compile)  # read by the workers and the plan cache's key
+    method.use_plan_compile(ctx.settings.plan_compile)  # read by the workers and the plan cache's key
 
     print(f"study {ctx.name}: {ctx.settings.tuner}, budget {ctx.settings.trials} trial(s), "
           f"objectives {', '.join(ctx.settings.objectives)}, target {ctx.target.text} "

@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from ..driver import dryrun
     from ..driver.context import check_settings, create_or_continue, with_cli
-    from ..planning.targets import PLAN_COMPILE_ENV, plan_method_notice, planning_notice
+    from ..planning.method import PLAN_COMPILE_ENV, plan_method_notice
+    from ..planning.targets import planning_notice
     from ..study.run_folder import check_writable
     from ..study.space import load_space
     from ..workers import gpu_assign

@@ -264,7 +264,8 @@ def check_state_fits(cfg, memory: DeviceMemory) -> None:
 
     from ...trainer import validate
     from ...trainer.errors import ConfigError
-    from ..planning.targets import Target, prescreen
+    from ..planning.analytic import prescreen
+    from ..planning.targets import Target
 
     devices = jax.devices()
     try:  # a config the static checks refuse is left to build_program, which says why

@@ -1,9 +1,10 @@
 """A plan-only trial's compile as plain data, and the outcome it gives against a memory budget.
 
-    kind, plan, message = compile_plan(cfg, target, devices, phases)   # "plan" | "refused"; plan: a Plan
-    outcome = outcome_of(kind, plan, message, target, budget_bytes)
+    plan = refused(oom, target)           # the compiler refused the step for memory: its Plan
+    outcome = outcome_of(kind, plan, message, target, budget_bytes)   # kind: "plan" | "refused"
 
-The same (kind, plan, message) comes from a compile in a worker (search/trial/execute.py) or
+The same (kind, plan, message) comes from a compile in a worker (search/trial/execute.py
+plan_outcome, compilation.plan_point) or
 from the persistent plan cache in the driver (screen.py, plan_cache.py), so a cached plan is
 held against this study's budget exactly as a fresh one is.
 """
@@ -13,19 +14,14 @@ from ...store.outcome import Kind, TrialOutcome
 from ...store.plan import COMPILED, Plan
 from ...trainer import topology
 from . import plans
-from .targets import Target, compile_for_target, memory_limit, plan_result_fields
+from .targets import Target, memory_limit, plan_result_fields
 
 
-def compile_plan(cfg, target: Target, devices=None, phases: dict | None = None) -> tuple[str, Plan, str]:
-    """("plan", Plan, "") of `cfg` compiled for `target`, or ("refused", plan, message)
-    when the TPU compiler refused the step for memory (the bytes it named stand for the peak).
-    Any other failure raises (ConfigError, a compile error)."""
-    try:
-        return "plan", compile_for_target(cfg, target, devices, phases)[1], ""
-    except topology.PredictedOOM as oom:
-        plan = plans.refused(oom.required_bytes or oom.available_bytes, oom.source, target.hbm_bytes_per_device,
-                             getattr(oom, "plan_method", COMPILED))
-        return "refused", plan, str(oom)
+def refused(oom: topology.PredictedOOM, target: Target) -> Plan:
+    """The plan of a step the TPU compiler refused for memory (compilation.plan_point raised `oom`):
+    the bytes it named stand for the peak."""
+    return plans.refused(oom.required_bytes or oom.available_bytes, oom.source, target.hbm_bytes_per_device,
+                         getattr(oom, "plan_method", COMPILED))
 
 
 def result_fields(target: Target, budget_bytes: int | None) -> dict:

@@ -11,12 +11,12 @@ PAXSEARCH_PLAN_CACHE says "off" or names another folder; a study's `plan_cache` 
 the driver (which reads the cache, screen.py) and its workers (which write it after a
 compile, search/trial/execute.py) agree.
 
-The key is the study's plan key (targets.plan_keys: model, mesh, batch, remat, flag set name,
+The key is the study's plan key (keys.plan_keys: model, mesh, batch, remat, flag set name,
 memory knobs, pipeline, rules on the concrete target) plus what a plan key does not change
 within one study: the jax / jaxlib / libtpu versions, the compiler flags the worker compiles
 with (the flag set's contents merged into the user's XLA_FLAGS / LIBTPU_INIT_ARGS, the CPU
 device count aside), a digest of the code that builds and reads the program (trainer/ and
-targets.py: model, sharding, roofline, hardware table), the plan method (targets.plan_method:
+search/planning/: model, sharding, roofline, hardware table), the plan method (method.plan_method:
 the HLO passes or a full compile) and FORMAT, bumped when the record
 changes. A record is plain JSON data: the compile's plan in its stored form (store/plan.py; or
 the compiler's memory refusal) and the compile's environment. Nothing read from it names a file, a module or a
@@ -34,10 +34,13 @@ import tempfile
 from pathlib import Path
 
 from ...store import plan as stored_form
+from ...store.compiler import package_version
 from ...store.plan import Plan
 from ...trainer import flagsets
 from ...trainer import flops as flops_lib
-from .targets import Target, package_version, plan_key, plan_method
+from .keys import plan_key
+from .method import plan_method
+from .targets import Target
 
 FORMAT = 1  # bump when a record's fields or their meaning change
 ENV = "PAXSEARCH_PLAN_CACHE"  # "off", or a folder; unset: <cache root>/plans
@@ -69,11 +72,12 @@ _version = package_version  # the installed version of a package (a module name 
 @functools.cache
 def code_digest() -> str:
     """A digest of the source that builds and reads the compiled step: every module of the
-    trainer (model, sharding, step, plan, roofline, hardware table), targets.py and plans.py (how
-    a plan is made) and store/plan.py (its stored form)."""
+    trainer (model, sharding, step, the program builder, hardware table), every module of this
+    planning package (targets, how a plan is made and read: the compile, the HLO passes, the
+    roofline, the prediction, plans.py) and store/plan.py (its stored form)."""
     trainer_dir = Path(flops_lib.__file__).parent
-    files = sorted(trainer_dir.rglob("*.py")) + [Path(__file__).with_name("targets.py"),
-                                                 Path(__file__).with_name("plans.py"), Path(stored_form.__file__)]
+    planning_dir = Path(__file__).parent
+    files = sorted(trainer_dir.rglob("*.py")) + sorted(planning_dir.rglob("*.py")) + [Path(stored_form.__file__)]
     h = hashlib.sha256()
     for path in files:
         h.update(str(path.relative_to(trainer_dir.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -200,7 +204,7 @@ def store(where: Path | None, key: str, record: dict) -> None:
 
 def remember(where: Path | None, cfg, target: Target, kind: str, plan: Plan, message: str = "",
              env: dict | None = None) -> None:
-    """Store a worker's compile of `cfg` (compiled.compile_plan's kind, plan, message) with the
+    """Store a worker's compile of `cfg` (kind, plan, message: search/trial/execute.py plan_outcome) with the
     environment it compiled in (nothing when the cache is off)."""
     if where is not None:
         key = cache_key(cfg, target)

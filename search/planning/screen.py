@@ -3,7 +3,7 @@
 Before a plan-only trial (a TPU target on a machine without TPUs) goes to a worker, the
 driver asks, in this order:
   1. analytic pre-screen: parameters, gradients and AdamW moments alone exceed the chip's
-     HBM (targets.prescreen) -> predicted_oom, nothing compiled;
+     HBM (analytic.prescreen) -> predicted_oom, nothing compiled;
   2. duplicate: a finished trial has the same plan key (same compiled step: model, mesh,
      global batch, remat) -> its plan and outcome, nothing compiled;
   3. plan cache: another study (or an earlier run) compiled the same step with the same
@@ -25,7 +25,9 @@ from ...store.outcome import Kind, TrialOutcome
 from ...store.plan import ANALYTIC, STUDY, Plan
 from ..study.storage import is_superseded
 from . import compiled, plan_cache, plans
-from .targets import Target, plan_keys, plan_result_fields, prescreen
+from .analytic import prescreen
+from .keys import plan_keys
+from .targets import Target, plan_result_fields
 
 
 def keys_attrs(cfg, target: Target) -> dict:

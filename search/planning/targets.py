@@ -1,52 +1,34 @@
 """Targets a trial is planned (and run) for: "cpu:8", "tpu:v5e-16", "tpu:v5p-128,slices=2", ...
 
-    target = parse_target("tpu:v5e-16,slices=2")   # no JAX needed
+    target = parse_target("tpu:v5e-16,slices=2")   # the grammar: no JAX needed
     os.environ.update(target_env(target))          # before JAX is imported (worker process)
-    plan = plan_trial(cfg, target)                 # the trial's Plan (store/plan.py), PREDICTED figures
+    devices = target_devices(target)               # the target's devices (compile-only ones without TPUs)
 
 On a TPU target without TPU hardware, trials are compiled for the TPU topology
 (jax.experimental.topologies, libtpu) and never run: `target.plan_only` is True.
 
-plan_trial returns per-device memory from XLA's compiler (memory_analysis of the compiled
-step), `fits` against the chip's HBM, and a roofline prediction of step time and MFU from
-the optimized HLO (trainer/roofline/; every predicted figure is under a `predicted_` key
-or in the "roofline" dict, which carries "predicted": True). A plan over capacity comes
-back with fits=False (the caller marks the trial predicted_oom with the numbers); a step the
-TPU compiler itself refuses for memory raises trainer.topology.PredictedOOM (typed, with
-required and available bytes).
-
-Planning a space is `paxsearch run` on a plan-only target: the driver settles what it
-can without compiling (search/planning/screen.py: analytic pre-screen, duplicates, larger
-batches of a refused point), worker processes compile the rest in parallel with the
-target's environment (target_env) set before JAX is imported, one compile per point
-(FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline/, so
-the two unrolled FLOP probes of plan(count_flops=True) are not needed).
+The rest of planning one point lives beside this module: how it is compiled here (method.py:
+the HLO passes or a full compile, by the installed libtpu), the compile itself and its
+prediction (compilation.py plan_point: the one call that plans a point), the plan without
+compiling (analytic.py) and the key of points that compile to the same step (keys.py).
+Importing this module starts no JAX: the driver parses targets with it.
 """
-# trainer.mesh and trainer.plan import JAX: they are imported inside the functions that need them,
-# so that the driver, which parses targets and keys plans, never starts JAX.
+# trainer.mesh imports JAX: it is imported inside the functions that need it, so that the driver,
+# which parses targets, never starts JAX.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import os
 import re
-import time
 from dataclasses import dataclass
-from typing import Sequence
 
-from ...store.compiler import package_version
-from ...store.plan import Plan
-from ...trainer import flops as flops_lib
 from ...trainer import gpu_topology as gpu_topo
 from ...trainer import hardware
 from ...trainer import topology as topo
-from ...trainer.config import MESH_AXES, compact_shape, full_shape
+from ...trainer.config import MESH_AXES, full_shape
 from ...trainer.errors import ConfigError
 from ...trainer.flagsets import with_device_count
-from ...trainer.predict import hardware_for, predict
-from ...trainer.state_memory import dtype_bytes, train_state_bytes
 from ..errors import UserError
 from . import plans
 
@@ -264,225 +246,9 @@ def plan_result_fields(target: Target, budget_bytes: int | None) -> dict:
     return out
 
 
-# ----------------------------------------------------------------------------- one plan
-
-PLAN_COMPILE_ENV = "PAXSEARCH_PLAN_COMPILE"  # the study's plan_compile, for its workers
-
-
-def use_plan_compile(setting: str) -> None:
-    """Apply a study's `plan_compile` setting ("passes" or "full") to this process and the
-    workers it starts."""
-    os.environ[PLAN_COMPILE_ENV] = setting
-
-
-# The libtpu versions on which plans from the HLO passes were proven equal to the full compile on every
-# published row (benchmarks/bench_plan_method.py; benchmarks/RESULTS.md, "Plans from the HLO passes").
-# Under 0.0.42.1 they are not: the passes' buffer assignment held 18-50% fewer temporaries than the
-# full compile's (RESULTS, "v6e measured"); another version compiles in full until it is proven.
-PASSES_PROVEN_LIBTPU = ("0.0.52",)
-
-
-def _passes_apply(target: Target, environ=None) -> bool:
-    setting = (os.environ if environ is None else environ).get(PLAN_COMPILE_ENV, "passes")
-    return setting != "full" and target.platform == "tpu" and target.plan_only and not topo.has_tpu_hardware()
-
-
-def libtpu_unproven_line(libtpu: str | None = None) -> str | None:
-    """One line when the installed libtpu (or `libtpu`, a version) is not one the HLO passes were
-    proven on (PASSES_PROVEN_LIBTPU); None when it is, or when there is no libtpu."""
-    libtpu = libtpu if libtpu is not None else package_version("libtpu")
-    if libtpu is None or libtpu in PASSES_PROVEN_LIBTPU:
-        return None
-    return (f"libtpu {libtpu}: plans from the HLO passes are proven equal to the full compile on libtpu "
-            f"{', '.join(PASSES_PROVEN_LIBTPU)} only (under 0.0.42 they held 18-50% fewer temporaries), so TPU "
-            f"plans compile in full here (exact, slower); install libtpu=={PASSES_PROVEN_LIBTPU[-1]} for plans in "
-            "seconds")
-
-
-def plan_method_notice(target: Target, environ=None, libtpu: str | None = None) -> str | None:
-    """The one line a plan-only TPU target gets when its plans compile in full only because of the
-    installed libtpu (libtpu_unproven_line); None otherwise."""
-    return libtpu_unproven_line(libtpu) if _passes_apply(target, environ) else None
-
-
-def plan_method(target: Target, environ=None, libtpu: str | None = None) -> str:
-    """How a plan of `target` is made here: "hlo_passes" (compile-only TPU devices with a libtpu the
-    passes were proven on, unless plan_compile is "full": trainer/hlo_passes.py) or "compiled" (a full
-    compile)."""
-    return ("hlo_passes" if _passes_apply(target, environ) and libtpu_unproven_line(libtpu) is None
-            else "compiled")
-
-
-def compile_for_target(cfg, target: Target, devices: Sequence | None = None, phases: dict | None = None):
-    """(Program, Plan) of `cfg` compiled for `target`; (None, analytic_plan) where XLA cannot
-    compile for the target here (planning_notice). Raises PredictedOOM when the TPU
-    compiler refuses the step for memory, ConfigError when the config cannot run there.
-    `phases`, when given, gets the seconds of each phase (PlanResult.phases and predict_s).
-    The plan's plan_method says how it was made (plan_method); where the HLO passes give no
-    plan, the step is compiled in full and its plan_method_note says why."""
-    from ...trainer.hlo_passes import PassesError, build_plan_program
-    from ...trainer.plan import build_program
-
-    target = target.for_config(cfg)  # slices=auto: this trial's own slice count
-    if planning_notice(target) is not None:  # cannot compile for it here: the analytic plan, no Program
-        return None, analytic_plan(cfg, target)
-    devices = list(devices) if devices is not None else target_devices(target)
-    method, note = plan_method(target), plan_method_notice(target)
-    try:
-        if method == "hlo_passes":
-            try:
-                program = build_plan_program(cfg, devices, target.slice_name or "", target.num_slices)
-            except PassesError as e:
-                method, note = "compiled", f"the HLO passes gave no plan ({e}); compiled in full"
-        if method == "compiled":
-            program = build_program(cfg, devices, count_flops=False, keep_hlo=True)
-    except ConfigError:
-        raise
-    except Exception as e:
-        oom = e if isinstance(e, topo.PredictedOOM) else topo.predicted_oom_from(e, target.hbm_bytes_per_device)
-        if oom is None:
-            raise
-        oom.plan_method = method
-        raise oom from None
-    result = program.plan
-    hbm = target.hbm_bytes_per_device or topo.bytes_limit(devices[0])
-    t0 = time.perf_counter()
-    prediction = predict(program, hardware_for(devices, target.chip))
-    if phases is not None:
-        phases.update(result.phases, predict_s=round(time.perf_counter() - t0, 3))
-    # the concrete target ("tpu:v5e-256,slices=2" under slices=auto); the compiler: this process's
-    return program, plans.compiled(result, prediction, target=target.name, num_slices=target.num_slices,
-                                   plan_only=target.plan_only, hbm_bytes=hbm, mesh=_mesh_shapes(cfg, target),
-                                   method=method, note=note)
-
-
-def _mesh_shapes(cfg, target: Target) -> plans.MeshShapes:
+def mesh_shapes(cfg, target: Target) -> plans.MeshShapes:
     """The resolved ICI (within a slice) and DCN (across slices) shapes of the trial's mesh."""
     from ...trainer import mesh as mesh_lib
 
     ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
     return tuple(ici), tuple(dcn), tuple(MESH_AXES)
-
-
-def plan_trial(cfg, target: Target) -> Plan:
-    """The plan of `cfg` on `target` (see compile_for_target)."""
-    return compile_for_target(cfg, target)[1]
-
-
-# ----------------------------------------------------------------------------- many plans
-
-def state_bytes(cfg, target: Target) -> tuple[int, int, int, str]:
-    """(bytes per device, shards, parameters, what the moments are) of what a train step keeps
-    in device memory at the update: parameters, gradients and AdamW moments, without compiling.
-    A lower bound of the compiled peak (activations are not counted)."""
-    from ...trainer import mesh as mesh_lib
-
-    sizes = mesh_lib.axis_sizes(cfg.mesh, target.num_devices)
-    # weights: embed over fsdp x context, heads/mlp/vocab over tensor, the layers over pipeline
-    # stages (so a lower bound: embeddings are not split over stage)
-    shards = sizes["fsdp"] * sizes["context"] * sizes["tensor"] * sizes["stage"]
-    params = flops_lib.param_count(cfg.model)
-    # params + gradients + two AdamW moments (trainer/state_memory.py): ZeRO-1 shards the moments
-    # over data too; offloaded moments are in host memory
-    opt = cfg.optimizer
-    moment_shards = shards * (sizes["data"] if opt.zero1 else 1)
-    need = train_state_bytes(params, dtype_bytes(cfg.model.param_dtype), shards, moment_shards, opt.offload_state)
-    moments = ("AdamW moments (offloaded: not counted)" if opt.offload_state else
-               f"AdamW moments (ZeRO-1: over {moment_shards} shards)" if opt.zero1 else "AdamW moments")
-    return need, shards, params, moments
-
-
-def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.PredictedOOM | None:
-    """A PredictedOOM when parameters, gradients and AdamW moments alone exceed the HBM of
-    one device (or `limit_bytes`, when smaller), without compiling; None when the point may
-    fit. Call it on a point that passed trainer.validate.check (the driver's static checks)."""
-    target = target.for_config(cfg)
-    hbm, what = memory_limit(target.hbm_bytes_per_device, limit_bytes)
-    if hbm is None:
-        return None
-    need, shards, params, moments = state_bytes(cfg, target)
-    if need <= hbm:
-        return None
-    return topo.PredictedOOM(
-        f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and {moments} "
-        f"need {need / topo.GiB:.2f} GiB per device over fsdp x context x tensor x stage = {shards} shards, above "
-        f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
-
-
-def analytic_plan(cfg, target: Target) -> Plan:
-    """The plan of `cfg` on `target` without compiling (a GPU node where XLA cannot compile for
-    it: planning_notice): memory is state_bytes' lower bound (parameters, gradients, AdamW
-    moments; no activations), FLOPs the model's (trainer/flops.py), and the step time those
-    FLOPs at the chip's rates (peak x measured matmul efficiency; the causal attention's at the
-    attention kernels' measured efficiency, trainer/hardware.py), with no memory-bound work and no
-    communication: an optimistic bound, labelled analytic."""
-    from ...trainer import mesh as mesh_lib
-
-    target = target.for_config(cfg)
-    entry = hardware.spec(target.chip or "")
-    need, shards, params, moments = state_bytes(cfg, target)
-    batch = mesh_lib.global_batch_size(cfg, target.num_devices)
-    model_flops = float(flops_lib.model_flops_per_step(cfg.model, batch))
-    attention = float(flops_lib.attention_flops_per_step(cfg.model, batch))
-    peak = entry.peak_bf16_flops.value
-    attention_eff = (entry.attention_efficiency or entry.matmul_efficiency).value
-    step = ((model_flops - attention) / (peak * entry.matmul_efficiency.value)
-            + attention / (peak * attention_eff)) / target.num_devices
-    hbm = target.hbm_bytes_per_device
-    return plans.analytic(
-        target=target.name, num_slices=target.num_slices, plan_only=target.plan_only, peak_bytes=need,
-        hbm_bytes=hbm, peak_bytes_source=f"lower bound: {params:,} parameters, gradients and {moments} over {shards} "
-                                         "shards (no activations)",
-        param_count=params, global_batch=batch, num_devices=target.num_devices, model_flops_per_step=model_flops,
-        tokens_per_step=batch * cfg.model.seq_len, device_kind=entry.device_kinds[0], platform=target.platform,
-        mesh=_mesh_shapes(cfg, target), peak_flops_per_device=peak, step_time=step,
-        roofline={"predicted": True, "hardware": entry.name, "method": "analytic", "compute_s": step,
-                  "step_time_s": step,
-                  "source": f"model FLOPs at {peak / 1e12:g} TFLOP/s x matmul efficiency "
-                            f"{entry.matmul_efficiency.value:g}, their causal attention at x attention "
-                            f"efficiency {attention_eff:g}; trainer/hardware.py: "
-                            f"{entry.peak_bf16_flops.source}; {entry.matmul_efficiency.source}"},
-        plan_notice=planning_notice(target))
-
-
-def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
-    """(plan key, shape key, global batch). Points with the same plan key compile to the same
-    step: model, resolved mesh, sharding rules, global batch, remat, flag set, memory knobs and
-    pipeline on the same target (optimizer numbers, steps, seeds, data and logging do not change
-    the compiled program's memory or FLOPs: the batch always carries segment ids and positions,
-    and AdamW with clipping is the one optimizer). Points
-    with the same shape key differ at most in their global batch, and a step's memory does
-    not shrink as its batch grows: a batch that cannot fit rules out every larger one."""
-    from ...trainer import mesh as mesh_lib
-
-    target = target.for_config(cfg)  # slices=auto: keyed by the trial's concrete target
-    ici, dcn = mesh_lib.resolve_shapes(cfg.mesh, target.num_devices)
-    batch = mesh_lib.global_batch_size(cfg, target.num_devices)
-    model = dataclasses.asdict(cfg.model)
-    if model.get("vocab_tiles") == 1:  # the default: keys of studies made before vocab tiling stay the same
-        del model["vocab_tiles"]
-    # compact_shape: a mesh without stage or context keys as the 3-entry shape earlier releases
-    # stored, so a resumed study still finds their plans
-    key = {"target": target.name, "model": model, "ici": list(compact_shape(ici)), "dcn": list(compact_shape(dcn)),
-           "remat": cfg.remat}
-    if cfg.mesh.rules != "default":  # activation sharding changes the compiled step; keyed only when set
-        key["rules"] = cfg.mesh.rules
-    if cfg.flags != "default":  # a compiler flag set changes the compiled step
-        key["flags"] = cfg.flags
-    # the memory knobs change the compiled step; keyed only when set, like flags
-    knobs = {"grad_accum_steps": (cfg.grad_accum_steps, 1), "zero1": (cfg.optimizer.zero1, False),
-             "offload_state": (cfg.optimizer.offload_state, False), "offload_params": (cfg.offload_params, False)}
-    key.update({k: v for k, (v, default) in knobs.items() if v != default})
-    pipeline = dataclasses.asdict(cfg.pipeline)
-    if pipeline != dataclasses.asdict(type(cfg.pipeline)()):  # microbatches, repeats, schedule
-        key["pipeline"] = pipeline
-
-    def digest(d: dict) -> str:
-        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-    return digest({**key, "global_batch": batch}), digest(key), batch
-
-
-def plan_key(cfg, target: Target) -> str:
-    """See plan_keys."""
-    return plan_keys(cfg, target)[0]

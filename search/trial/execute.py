@@ -25,6 +25,7 @@ from ...trainer.plan import build_program
 from ...trainer.predict import Prediction, hardware_for, predict
 from ...trainer.train import train
 from ..planning import compiled, plan_cache, plans, targets
+from ..planning.compilation import plan_point
 from ..study import configio
 from ..tuning import steer
 from .classify import Phase, classify, describe
@@ -89,10 +90,12 @@ def plan_outcome(cfg, target, devices=None, budget_bytes: int | None = None,
     """Plan one point of a plan-only target: its Plan, held against `budget_bytes` when
     given (below the HBM), else against the HBM. A step the compiler refuses for memory
     is predicted_oom with the bytes it named standing for the peak. `phases` gets the seconds
-    of each phase of the plan (targets.compile_for_target). `cache`: the plan cache folder
+    of each phase of the plan (compilation.plan_point). `cache`: the plan cache folder
     the compile is stored in (search/planning/plan_cache.py), or None."""
     try:
-        kind, plan, message = compiled.compile_plan(cfg, target, devices, phases)
+        kind, plan, message = "plan", plan_point(cfg, target, devices, phases)[1], ""
+    except topology.PredictedOOM as oom:
+        kind, plan, message = "refused", compiled.refused(oom, target), str(oom)
     except Exception as e:
         return TrialOutcome.failure(*classify(e, Phase.PLAN), **compiled.result_fields(target, budget_bytes))
     plan_cache.remember(cache, cfg, target, kind, plan, message, environment() if cache is not None else None)

@@ -21,7 +21,7 @@ from ...store.units import format_bytes, format_duration
 from ..study.settings import TOKENS_PER_PARAM
 from ..tuning import steer
 
-# how the line names where a plan's memory came from (targets.plan_method, screen.py)
+# how the line names where a plan's memory came from (method.plan_method, screen.py)
 _MEMORY_SOURCE = {"analytic": "(analytic, lower bound)", "hlo_passes": "(HLO passes)"}
 
 

@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning.compilation import plan_point
 from paxsearch.trainer import plan as plan_lib
 from paxsearch.trainer import topology
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
@@ -78,7 +79,7 @@ def test_a_v5p_program_that_cannot_print_gets_its_hlo_from_the_xla_dump():
 
 @pytest.mark.slow  # quick-loop budget (issue 18): a full compile or a whole CLI run; CI runs it
 def test_as_text_is_the_source_where_it_works():
-    program, plan = T.compile_for_target(TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1),
+    program, plan = plan_point(TrainConfig(model=SMALL, mesh=MeshConfig(ici=(1, 8, 1)), per_device_batch=1),
                                          T.parse_target("cpu:8"))
     assert plan.hlo_source == program.plan.hlo_source == "as_text" and program.plan.hlo_error is None
     assert program.plan.hlo_text == program.compiled_step.as_text()

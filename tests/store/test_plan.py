@@ -13,7 +13,7 @@ from paxsearch.store.plan import ANALYTIC, CACHE, COMPILED, FIELDS, Plan
 
 NEW = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.52"}
 
-# a compiled TPU plan as a study of this release stores it (every key of compile_for_target's)
+# a compiled TPU plan as a study of this release stores it (every key of compilation.plan_point's)
 COMPILED_STORED = {
     "target": "tpu:v5e-16", "num_slices": 1, "plan_only": True, "peak_bytes": 14 * 2**30,
     "argument_bytes": 2**30, "output_bytes": 2**30, "temp_bytes": 12 * 2**30, "alias_bytes": 2**30,

@@ -252,7 +252,8 @@ def test_a_flag_set_is_its_own_plan():
     flag set compiles a different step, so it must not count as a duplicate."""
     import dataclasses
 
-    from paxsearch.search.planning.targets import parse_target, plan_keys
+    from paxsearch.search.planning.keys import plan_keys
+    from paxsearch.search.planning.targets import parse_target
     from paxsearch.trainer.config import MeshConfig, TrainConfig
 
     target = parse_target("tpu:v5e-16")

@@ -12,6 +12,8 @@ if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
 import pytest
 
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning.analytic import analytic_plan, state_bytes
+from paxsearch.search.planning.compilation import plan_point
 from paxsearch.trainer import flops, hardware
 from paxsearch.trainer import gpu_topology as G
 from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
@@ -61,10 +63,10 @@ def test_without_the_plugin_one_line_and_an_analytic_plan():
     else:
         assert notice is not None and "\n" not in notice and "cannot compile" in notice
         assert "plan_method analytic" in notice and G.GPU_PLAN_EXTRA in notice
-        program, planned = T.compile_for_target(_cfg(), target)
+        program, planned = plan_point(_cfg(), target)
         plan = planned.to_stored()  # nothing compiled: no Program
         assert program is None and plan["plan_method"] == "analytic" and plan["plan_notice"] == notice
-    plan = T.analytic_plan(_cfg(), target).to_stored()
+    plan = analytic_plan(_cfg(), target).to_stored()
     h100 = hardware.spec("h100")
     model_flops = flops.model_flops_per_step(SMALL, 16)
     assert plan["model_flops_per_step"] == model_flops and plan["plan_method"] == "analytic"
@@ -77,7 +79,7 @@ def test_without_the_plugin_one_line_and_an_analytic_plan():
             + attention / (peak * h100.attention_efficiency.value)) / 8
     assert plan["predicted_step_time"] == pytest.approx(step)
     assert h100.attention_efficiency.value < plan["predicted_mfu"] < h100.matmul_efficiency.value
-    need = T.state_bytes(_cfg(), target)[0]
+    need = state_bytes(_cfg(), target)[0]
     assert plan["peak_bytes"] == need and plan["fits"] and "lower bound" in plan["peak_bytes_source"]
 
 
@@ -86,7 +88,7 @@ def test_without_the_plugin_one_line_and_an_analytic_plan():
 def test_deviceless_compile_for_h100x8():
     """A real XLA GPU compile for 8 H100s on this CPU machine (no GPU, no CUDA driver)."""
     target = T.parse_target("gpu:h100x8")
-    program, planned = T.compile_for_target(_cfg(), target)
+    program, planned = plan_point(_cfg(), target)
     plan = planned.to_stored()
     assert plan["plan_method"] == "compiled" and plan["device_kind"] == "NVIDIA H100 80GB HBM3"
     assert plan["platform"] == "gpu" and plan["num_devices"] == 8 and plan["fits"]

@@ -6,6 +6,8 @@ import hashlib
 import json
 
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning.analytic import prescreen
+from paxsearch.search.planning.keys import plan_key, plan_keys
 from paxsearch.search.tuning.steer import math_key
 from paxsearch.trainer import remat
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
@@ -30,7 +32,7 @@ def test_a_config_without_the_knobs_keeps_the_plan_key_of_before():
     del model["vocab_tiles"]  # the field did not exist: what the previous release hashed
     before = {"target": TARGET.name, "model": model, "ici": [1, 16, 1], "dcn": [1, 1, 1], "remat": "full"}
     digest = lambda d: hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-    assert T.plan_keys(cfg, TARGET) == (digest({**before, "global_batch": 16}), digest(before), 16)
+    assert plan_keys(cfg, TARGET) == (digest({**before, "global_batch": 16}), digest(before), 16)
 
 
 def test_every_knob_changes_the_plan_key_but_not_the_math_key():
@@ -39,20 +41,20 @@ def test_every_knob_changes_the_plan_key_but_not_the_math_key():
                 dataclasses.replace(cfg, offload_params=True),
                 dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_tiles=4)),
                 dataclasses.replace(cfg, remat=remat.custom(decoder_input="offload"))]
-    keys = {T.plan_key(c, TARGET) for c in [cfg, *variants]}
+    keys = {plan_key(c, TARGET) for c in [cfg, *variants]}
     assert len(keys) == len(variants) + 1
     assert {math_key(c, 16) for c in [cfg, *variants]} == {math_key(cfg, 16)}
 
 
 def test_zero1_and_offloaded_moments_lower_the_analytic_bound():
-    need = lambda c: T.prescreen(c, TARGET, limit_bytes=1).required_bytes
+    need = lambda c: prescreen(c, TARGET, limit_bytes=1).required_bytes
     plain = _cfg(ici=(4, 4, 1))
     params_bytes = 4 * 7_516_000_000 // 4  # roughly: float32 parameters over fsdp 4
     zero1, offload = need(_opt(plain, zero1=True)), need(_opt(plain, offload_state=True))
     assert need(plain) > zero1 > offload
     assert need(plain) - zero1 > 1.4 * params_bytes * 3 / 4  # two moments, 3/4 of each gone (data 4)
-    assert "ZeRO-1: over 16 shards" in str(T.prescreen(_opt(plain, zero1=True), TARGET, limit_bytes=1))
-    assert T.prescreen(_opt(_cfg(ici=(16, 1, 1)), offload_state=True), TARGET) is not None  # params + grads
+    assert "ZeRO-1: over 16 shards" in str(prescreen(_opt(plain, zero1=True), TARGET, limit_bytes=1))
+    assert prescreen(_opt(_cfg(ici=(16, 1, 1)), offload_state=True), TARGET) is not None  # params + grads
 
 
 def test_a_config_stored_before_the_knobs_loads_with_them_off():

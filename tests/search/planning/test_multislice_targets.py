@@ -8,7 +8,8 @@ import os
 import pytest
 from optuna.trial import TrialState
 
-from paxsearch.search.planning.targets import TargetError, check_auto_slices, parse_target, plan_keys, target_devices
+from paxsearch.search.planning.keys import plan_keys
+from paxsearch.search.planning.targets import TargetError, check_auto_slices, parse_target, target_devices
 from paxsearch.trainer import topology
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 from paxsearch.trainer.errors import ConfigError

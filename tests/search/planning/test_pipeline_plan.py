@@ -12,6 +12,7 @@ if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
 import pytest
 
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning.compilation import plan_point
 from paxsearch.trainer.config import MeshConfig, ModelConfig, PipelineConfig, TrainConfig, mesh_shape
 
 from ...search_util import needs_libtpu
@@ -31,7 +32,7 @@ def test_pipelined_step_plans_on_a_tpu_topology(target, ici, dcn):
                       pipeline=PipelineConfig(microbatches=4, repeats=2, schedule="circular"))
     t = T.parse_target(target)
     assert t.plan_only
-    program, planned = T.compile_for_target(cfg, t)
+    program, planned = plan_point(cfg, t)
     plan = planned.to_stored()
     assert plan["mesh_shape"]["stage"] == 2 and plan["fits"] and plan["peak_bytes"] > 0
     assert plan["pipeline_bubble"] == pytest.approx(1 / 9)  # (S-1)/(M R + S - 1)

@@ -10,6 +10,7 @@ import pytest
 from paxsearch.search.planning import plan_cache as C
 from paxsearch.search.planning import screen
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning.keys import plan_key
 from paxsearch.search.study.settings import SettingsError, StudySettings
 from paxsearch.store import Kind, compiler
 from paxsearch.store.plan import Plan
@@ -33,7 +34,7 @@ def _key(cfg=BASE, environ=None):
 def test_steps_learning_rate_and_seed_share_a_key():
     other = dataclasses.replace(BASE, steps=7, seed=5, optimizer=OptimizerConfig(peak_lr=0.02, warmup_steps=3))
     assert _key(other) == _key(BASE)
-    assert C.key_fields(BASE, TARGET, {})["plan_key"] == T.plan_key(BASE, TARGET)
+    assert C.key_fields(BASE, TARGET, {})["plan_key"] == plan_key(BASE, TARGET)
 
 
 def test_what_changes_the_compiled_step_changes_the_key():
@@ -48,7 +49,7 @@ def test_what_changes_the_compiled_step_changes_the_key():
     keys = {_key(c) for c in [BASE, *variants]}
     assert len(keys) == len(variants) + 1
     # the sharding rules were missing from the plan key: two rules tables compiled as one step
-    assert T.plan_key(variants[0], TARGET) != T.plan_key(BASE, TARGET)
+    assert plan_key(variants[0], TARGET) != plan_key(BASE, TARGET)
 
 
 def test_the_compiler_flags_and_versions_are_in_the_key_the_cpu_device_count_is_not(monkeypatch):

@@ -20,6 +20,10 @@ import sys
 import pytest
 
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning.analytic import prescreen
+from paxsearch.search.planning.compilation import plan_point
+from paxsearch.search.planning.keys import plan_key
+from paxsearch.search.planning.method import PLAN_COMPILE_ENV, libtpu_unproven_line, plan_method, plan_method_notice
 from paxsearch.search.trial.execute import plan_outcome
 from paxsearch.store import Kind, compiler
 from paxsearch.trainer import roofline as R
@@ -96,10 +100,10 @@ def test_compiler_out_of_memory_becomes_predicted_oom_with_the_numbers():
 
 def test_analytic_prescreen_rejects_hopeless_points_without_compiling():
     target = T.parse_target("tpu:v5e-16")
-    oom = T.prescreen(cfg(MODEL_8B, (16, 1, 1), per_device_batch=1), target)  # 8B replicated 16 ways
+    oom = prescreen(cfg(MODEL_8B, (16, 1, 1), per_device_batch=1), target)  # 8B replicated 16 ways
     assert oom is not None and oom.source == "analytic"
     assert oom.required_bytes > oom.available_bytes == topo.CHIPS["v5e"].hbm_bytes
-    assert T.prescreen(cfg(MODEL_8B, (1, 16, 1), per_device_batch=1), target) is None  # may fit: compile it
+    assert prescreen(cfg(MODEL_8B, (1, 16, 1), per_device_batch=1), target) is None  # may fit: compile it
 
 
 def test_equal_compiles_share_one_key():
@@ -107,7 +111,7 @@ def test_equal_compiles_share_one_key():
     a = cfg(MODEL_1B, (1, 16, 1), per_device_batch=2)
     b = cfg(MODEL_1B, (1, -1, 1), global_batch=32)  # the same mesh and global batch, spelled differently
     c = cfg(MODEL_1B, (2, 8, 1), per_device_batch=2)
-    assert T.plan_key(a, target) == T.plan_key(b, target) != T.plan_key(c, target)
+    assert plan_key(a, target) == plan_key(b, target) != plan_key(c, target)
 
 
 PLAN_KEYS = {"peak_bytes", "argument_bytes", "output_bytes", "temp_bytes", "xla_flops_per_step",
@@ -161,21 +165,21 @@ def test_plans_compile_in_full_under_a_libtpu_the_passes_were_not_proven_on():
     """The HLO passes equal the full compile under the libtpu they were proven on (0.0.52), not under
     0.0.42 (18-50% fewer temporaries): another version plans with full compiles, and says so once."""
     target = T.parse_target("tpu:v5e-16")  # plan-only: no TPU here
-    assert T.plan_method(target, {}, libtpu="0.0.52") == "hlo_passes"
-    assert T.plan_method(target, {}, libtpu="0.0.42.1") == "compiled"
-    line = T.plan_method_notice(target, {}, libtpu="0.0.42.1")
+    assert plan_method(target, {}, libtpu="0.0.52") == "hlo_passes"
+    assert plan_method(target, {}, libtpu="0.0.42.1") == "compiled"
+    line = plan_method_notice(target, {}, libtpu="0.0.42.1")
     assert "\n" not in line and line.startswith("libtpu 0.0.42.1: ") and "proven" in line
     assert "compile in full" in line and "libtpu==0.0.52" in line  # the cause and the fix
-    assert T.plan_method_notice(target, {}, libtpu="0.0.52") is None
-    assert T.plan_method_notice(target, {T.PLAN_COMPILE_ENV: "full"}, libtpu="0.0.42.1") is None  # full anyway
+    assert plan_method_notice(target, {}, libtpu="0.0.52") is None
+    assert plan_method_notice(target, {PLAN_COMPILE_ENV: "full"}, libtpu="0.0.42.1") is None  # full anyway
     cpu = T.parse_target("cpu:8")
-    assert T.plan_method(cpu, {}, libtpu="0.0.42.1") == "compiled" and T.plan_method_notice(cpu, {}, "0.0.42.1") is None
+    assert plan_method(cpu, {}, libtpu="0.0.42.1") == "compiled" and plan_method_notice(cpu, {}, "0.0.42.1") is None
     if HAS_LIBTPU:  # the tpu extra pins the proven version
-        assert T.libtpu_unproven_line() is None
+        assert libtpu_unproven_line() is None
 
 
 def _stored(planned):
-    """(Program, the plan's stored form) of compile_for_target."""
+    """(Program, the plan's stored form) of plan_point."""
     program, plan = planned
     return program, plan.to_stored()
 
@@ -185,13 +189,13 @@ def plans_1b():
     """The 1B step on v5e-16 planned both ways: from the HLO passes (the default) and compiled in full."""
     target = T.parse_target("tpu:v5e-16")
     config = cfg(MODEL_1B, (1, 16, 1), per_device_batch=2)
-    passes = _stored(T.compile_for_target(config, target))
-    before = os.environ.get(T.PLAN_COMPILE_ENV)
-    os.environ[T.PLAN_COMPILE_ENV] = "full"
+    passes = _stored(plan_point(config, target))
+    before = os.environ.get(PLAN_COMPILE_ENV)
+    os.environ[PLAN_COMPILE_ENV] = "full"
     try:
-        full = _stored(T.compile_for_target(config, target))
+        full = _stored(plan_point(config, target))
     finally:
-        os.environ.pop(T.PLAN_COMPILE_ENV) if before is None else os.environ.update({T.PLAN_COMPILE_ENV: before})
+        os.environ.pop(PLAN_COMPILE_ENV) if before is None else os.environ.update({PLAN_COMPILE_ENV: before})
     return passes, full
 
 
@@ -242,9 +246,9 @@ def test_1b_memory_equals_memory_analysis_of_the_same_compiled_step(plans_1b):
 def test_8b_without_remat_on_v5e_16_is_predicted_oom_with_the_numbers():
     target = T.parse_target("tpu:v5e-16")
     c = cfg(MODEL_8B, (1, 16, 1), remat="none", per_device_batch=1)
-    assert T.prescreen(c, target) is None  # the state alone fits: only the compiler can tell
+    assert prescreen(c, target) is None  # the state alone fits: only the compiler can tell
     with pytest.raises(topo.PredictedOOM) as e:
-        T.plan_trial(c, target)
+        plan_point(c, target)[1]
     oom = e.value
     assert oom.source == "compiler"
     assert oom.available_bytes == pytest.approx(topo.CHIPS["v5e"].hbm_bytes, rel=0.01)
@@ -261,7 +265,7 @@ def test_two_slice_target_compiles_with_dcn_data_2():
     target = T.parse_target("tpu:v5e-16,slices=2")
     devices = T.target_devices(target)
     assert len(devices) == 32 and {d.slice_index for d in devices} == {0, 1}
-    program, plan = _stored(T.compile_for_target(cfg(SMALL, (1, 2, 8), dcn=(2, 1, 1), per_device_batch=2), target,
+    program, plan = _stored(plan_point(cfg(SMALL, (1, 2, 8), dcn=(2, 1, 1), per_device_batch=2), target,
                                                   devices))
     assert plan["mesh_shape"] == {"data": 2, "stage": 1, "fsdp": 2, "context": 1, "tensor": 8}
     # the mesh puts the two slices on the data axis
@@ -280,7 +284,7 @@ def small_programs():
     and the schedule test (moved here from tests/roofline/test_overlap.py to share them) read."""
     target = T.parse_target("tpu:v5e-16")
     devices = T.target_devices(target)
-    return {axis: _stored(T.compile_for_target(cfg(SMALL, ici, global_batch=64), target, devices))
+    return {axis: _stored(plan_point(cfg(SMALL, ici, global_batch=64), target, devices))
             for axis, ici in (("fsdp", (1, 16, 1)), ("tensor", (1, 1, 16)))}
 
 
