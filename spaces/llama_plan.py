@@ -16,9 +16,12 @@ Decisions (named PyGlove choices):
   attention         "dot_product" (S x S scores in HBM) or "flash" (splash kernel)
   rules             activation sharding: "default", or "sequence_parallel" (the residual
                     stream's embed dim sharded over tensor, as MaxText does)
-Objectives: predicted MFU (higher) and compiled per-chip memory (lower).
+  quantization      "none" (bf16 matmuls) or "int8" (the decoder layers' projections as int8
+                    matmuls, forward and backward: trainer/quant.py; MaxText's quantization=int8)
+Objectives: predicted MFU (higher) and compiled per-chip memory (lower). int8 changes the
+loss a little as well as the speed: train the chosen point both ways before trusting it.
 The constraint keeps "sequence_parallel" to meshes with a tensor axis (with tensor 1 it is
-the same layout as "default"): 48 points. v5e-16 is too small for this model (parameters,
+the same layout as "default"): 96 points. v5e-16 is too small for this model (parameters,
 gradients and AdamW moments alone need ~8 GiB a chip, and the pre-screen refuses it); for a
 v5e-256 slice set CHIPS = 256 below (MaxText's own v5e recipe for this model,
 MaxText/configs/v5e/llama3/llama3_8b.sh, runs per_device_batch_size=1, remat_policy=full,
@@ -33,7 +36,7 @@ compiling.
 
 Run:  paxsearch run spaces/llama_plan.py --dry-run  (the space and its static feasibility, seconds)
       paxsearch run spaces/llama_plan.py            (TPE, 8 trials: a few minutes on 2 cores)
-      paxsearch run spaces/llama_plan.py --trials 48 --tuner grid   (every point)
+      paxsearch run spaces/llama_plan.py --trials 96 --tuner grid   (every point)
       paxsearch report runs/llama_plan              (Pareto front, labelled "predicted")
 """
 import os
@@ -72,7 +75,8 @@ def space():
     mesh = pg.oneof(MESHES, name="mesh")
     return fdl.Config(
         TrainConfig,
-        model=preset("llama3-8b", attention=pg.oneof(["flash", "dot_product"], name="attention")),
+        model=preset("llama3-8b", attention=pg.oneof(["flash", "dot_product"], name="attention"),
+                     quantization=pg.oneof(["none", "int8"], name="quantization")),
         mesh=fdl.Config(MeshConfig, ici=mesh_shape(mesh),
                         rules=pg.oneof(["default", "sequence_parallel"], name="rules")),
         per_device_batch=pg.oneof([1, 2], name="per_device_batch"),

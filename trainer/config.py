@@ -83,6 +83,10 @@ class ModelConfig:
     # at a time (a scan, rematerialized in the backward pass), so no B x S x V logits are held
     # at once; 1: the whole logits tensor (trainer/vocab_tiling.py)
     vocab_tiles: int = 1
+    # int8 matmuls in the decoder layers' projections (trainer/quant.py): "none" | "int8" (forward
+    # and both backward matmuls) | "int8_fwd" (forward only); the embedding and unembedding stay
+    # in `dtype`, as in MaxText
+    quantization: str = "none"
 
     @property
     def kv_heads(self) -> int:
@@ -95,6 +99,7 @@ MLPS = ("dense", "gated")
 BLOCKS = ("sequential", "parallel")
 POSITIONS = ("learned", "rope")
 ATTENTIONS = ("dot_product", "flash", "auto")
+QUANTIZATIONS = ("none", "int8", "int8_fwd")  # trainer/quant.py checks it
 
 
 @dataclass(frozen=True)

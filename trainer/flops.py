@@ -13,6 +13,8 @@ The MFU convention (written into every report):
   The memory knobs do not change model FLOPs: gradient accumulation does the same work in k
   microbatches, ZeRO-1 and offload move state, and the logits that vocab tiling recomputes in
   the backward pass are hardware FLOPs (HFU; plan.py's FLOP probes unroll those loops).
+  Nor does int8 quantization (ModelConfig.quantization): its matmuls count as bf16 ones, and MFU
+  stays against the bf16 peak (MaxText's convention), so int8's gain shows as a higher MFU.
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from . import attention as attention_lib
 from . import pipeline as pipeline_lib
+from . import quant
 from . import remat as remat_lib
 from .config import ModelConfig
 
@@ -79,7 +80,8 @@ class RMSNorm(nn.Module):
 
 class Proj(nn.Module):
     """x[..., *in_dims] @ kernel[*in_dims, *features]. Unlike nn.DenseGeneral it creates the
-    kernel in its final shape, so its logical-axis constraint applies under a mesh."""
+    kernel in its final shape, so its logical-axis constraint applies under a mesh. In int8 when
+    cfg.quantization says so (trainer/quant.py)."""
 
     in_dims: tuple[int, ...]
     features: tuple[int, ...]
@@ -95,7 +97,8 @@ class Proj(nn.Module):
         # unbox=True (the default): typed as the array, not LogicallyPartitioned
         kernel = self.param("kernel", nn.with_logical_partitioning(init, self.names),
                             self.in_dims + self.features, DTYPES[self.cfg.param_dtype], unbox=True)
-        return jnp.tensordot(x.astype(DTYPES[self.cfg.dtype]), kernel.astype(DTYPES[self.cfg.dtype]), axes=n_in)
+        dt = DTYPES[self.cfg.dtype]
+        return quant.tensordot(x.astype(dt), kernel.astype(dt), n_in, self.cfg.quantization)
 
 
 class Block(nn.Module):
@@ -112,8 +115,11 @@ class Block(nn.Module):
         c = self.cfg
         dt, pdt = DTYPES[c.dtype], DTYPES[c.param_dtype]
         kv = c.kv_heads
+        # the MLP's matmuls in int8 when c.quantization says so (trainer/quant.py)
+        dot = quant.dot_general(c.quantization) if c.quantization != "none" else None
         dense = lambda feats, names, name: nn.DenseGeneral(
-            feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name)
+            feats, axis=-1, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=_init(names), name=name,
+            dot_general=dot)
 
         parallel = c.block == "parallel"
         x_BSE = checkpoint_name(x_BSE, remat_lib.LAYER_INPUT)

@@ -23,6 +23,10 @@ Correspondences (ours -> MaxText):
   tensor saved ("device"), approximated; dots / dots_no_batch -> the projections saved,
   approximated (MaxText has no policy saving the attention's batched dots).
 - attention auto -> flash on TPU/GPU targets, dot_product elsewhere (as ours resolves it).
+- quantization int8 -> quantization=int8 (AQT) with quantization_local_shard_count=1 (one
+  range over the whole batch for the weight-gradient matmul, as ours); int8_fwd -> int8 with
+  quantization_local_shard_count=0 (MaxText's weight-gradient matmul in bf16, its input-gradient
+  matmul still int8), approximated. AQT rounds the gradients stochastically, ours to nearest.
 - optimizer: AdamW with linear warm-up and cosine decay to end_lr_ratio on both sides.
 """
 from __future__ import annotations
@@ -116,6 +120,13 @@ def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str,
     ]
     if m.vocab_tiles > 1:
         keys.append(("num_vocab_tiling", str(m.vocab_tiles)))
+    if m.quantization == "int8":
+        keys += [("quantization", "int8"), ("quantization_local_shard_count", "1")]
+    elif m.quantization == "int8_fwd":
+        notes.approx("model.quantization='int8_fwd'", "MaxText has no forward-only int8; quantization=int8 with "
+                                                      "quantization_local_shard_count=0 keeps only its weight-gradient "
+                                                      "matmul in bf16, the input-gradient matmul stays int8")
+        keys += [("quantization", "int8"), ("quantization_local_shard_count", "0")]
     return keys
 
 

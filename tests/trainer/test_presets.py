@@ -208,12 +208,13 @@ LLAMA_PLAN = os.path.join(REPO, "spaces", "llama_plan.py")
 
 def test_llama_plan_space_is_the_llama3_preset_over_layouts():
     space = load_space(LLAMA_PLAN)
-    assert [d.name for d in space.decisions] == ["mesh", "attention", "rules", "per_device_batch", "remat"]
-    assert space.settings.target.startswith("tpu:") and space.size() == 48
-    point = {"mesh": "1x8x8", "attention": "dot_product", "rules": "sequence_parallel", "per_device_batch": 2,
-             "remat": "minimal"}
+    assert [d.name for d in space.decisions] == ["mesh", "attention", "quantization", "rules", "per_device_batch",
+                                                 "remat"]
+    assert space.settings.target.startswith("tpu:") and space.size() == 96
+    point = {"mesh": "1x8x8", "attention": "dot_product", "quantization": "int8", "rules": "sequence_parallel",
+             "per_device_batch": 2, "remat": "minimal"}
     cfg = configio.build(space.config(point))
-    assert cfg.model == dataclasses.replace(presets.get("llama3-8b"), attention="dot_product")
+    assert cfg.model == dataclasses.replace(presets.get("llama3-8b"), attention="dot_product", quantization="int8")
     assert cfg.mesh.ici == (1, 8, 8) and cfg.mesh.rules == "sequence_parallel"
     assert cfg.per_device_batch == 2 and cfg.remat == "minimal"
 
@@ -225,7 +226,7 @@ def test_llama_plan_compiles_one_point_for_the_tpu_slice(tmp_path):
     run = tmp_path / "llama_plan"
     cli("run", LLAMA_PLAN, "--trials", "1", "--run-dir", run, "--no-progress", "--set", "mesh=1x64x1",
         "--set", "attention=flash", "--set", "rules=default", "--set", "per_device_batch=1", "--set", "remat=full",
-        timeout=1800)
+        "--set", "quantization=none", timeout=1800)
     study = load(run, "llama_plan")
     (trial,) = study.trials
     plan = trial.user_attrs["plan"]

@@ -149,7 +149,7 @@ def test_a_dry_run_of_a_tpu_space_needs_no_libtpu(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(HIDE_LIBTPU)
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)}
     proc = cli("run", LLAMA_PLAN, "--dry-run", env=env, timeout=300)
-    assert "libtpu is not installed" in proc.stdout and "48 point(s): 48 pass the static checks" in proc.stdout
+    assert "libtpu is not installed" in proc.stdout and "96 point(s): 96 pass the static checks" in proc.stdout
     proc = cli("run", LLAMA_PLAN, "--trials", "1", "--run-dir", tmp_path / "run", env=env, check=False, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and lines == ["paxsearch: error: TPU targets need libtpu: pip install 'paxsearch[tpu]'"]

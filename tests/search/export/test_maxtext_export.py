@@ -120,6 +120,18 @@ def test_memory_knobs_optimizer_and_dropped_layout():
     assert not any("mesh.rules" in n for n in keys_of(sp)[1])
 
 
+def test_quantization_keys():
+    assert "quantization" not in keys_of(small())[0]  # none: base.yml's own "" (bf16 matmuls)
+    int8 = small(model=dataclasses.replace(small().model, quantization="int8"))
+    k, notes = keys_of(int8)
+    assert (k["quantization"], k["quantization_local_shard_count"]) == ("int8", "1")
+    assert not any("quantization" in n for n in notes)
+    fwd = small(model=dataclasses.replace(small().model, quantization="int8_fwd"))
+    k, notes = keys_of(fwd)
+    assert (k["quantization"], k["quantization_local_shard_count"]) == ("int8", "0")
+    assert any(n.startswith("approximated model.quantization='int8_fwd'") for n in notes), notes
+
+
 def test_command_script(tmp_path):
     cfg = small(flags="latency_hiding", remat="full")
     text = maxtext.command(cfg, "tpu", 8, run_name="r1", compile_topology="v5e-8")
