@@ -1,11 +1,13 @@
 """A user's own seqio task reaches the search workers: `--import MODULE` (or STUDY imports=)
 is imported by the driver and by every worker before a trial's config is built, and is
 stored in the study by name only."""
+import os
 import re
+import sys
 
 import pytest
 
-from ...search_util import TINY, cli, load
+from ...search_util import TINY, cli, in_process, load, refused
 
 MODULE = "paxsearch.tests.user_task_module"
 
@@ -42,27 +44,29 @@ def test_without_the_import_the_task_is_refused_before_any_trial(tmp_path):
     assert not run.exists()
 
 
-def test_unimportable_module_is_one_line_and_nothing_written(tmp_path):
+def test_unimportable_module_is_one_line_and_nothing_written(tmp_path, capsys):
+    """In this process (the command's refusal, not its process, is under test)."""
     for bad, words in (("no_such_module_paxsearch", "cannot import module 'no_such_module_paxsearch'"),
                        ("os;rm -rf", "is not a module name")):
         run = tmp_path / "run"
-        proc = cli("run", TINY, "--run-dir", run, "--import", bad, check=False)
-        assert proc.returncode == 2, proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and words in lines[0], proc.stderr
+        refused(capsys, "run", TINY, "--run-dir", run, "--import", bad, words=[words])
         assert not run.exists()
 
 
 @pytest.mark.slow  # a CLI train on a seqio task
-def test_train_imports_a_user_module(tmp_path, tiny_config_file):
+def test_train_imports_a_user_module(tmp_path, tiny_config_file, capsys, monkeypatch):
     """`paxsearch train --import MODULE --set data.task=NAME` trains on the user's task; an
-    unimportable module is one line, exit 2, and no run folder."""
+    unimportable module is one line, exit 2, and no run folder. In this process (the command,
+    not its process, is under test): the module is not imported here before the command runs."""
     path = tiny_config_file
     marker = tmp_path / "reads.txt"
-    out = cli("train", path, "--import", MODULE, "--set", "data.task=user_test_task", "--steps", "1",
-              "--run-dir", tmp_path / "run", env={"PAXSEARCH_TEST_TASK_MARKER": str(marker)})
-    assert "steps 0->1" in out.stdout and " train" in marker.read_text()
-    proc = cli("train", path, "--import", "no_such_module_paxsearch", "--run-dir", tmp_path / "bad", check=False)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "cannot import module 'no_such_module_paxsearch'" in proc.stderr
+    monkeypatch.setenv("PAXSEARCH_TEST_TASK_MARKER", str(marker))
+    assert MODULE not in sys.modules
+    code = in_process("train", path, "--import", MODULE, "--set", "data.task=user_test_task", "--steps", "1",
+                      "--run-dir", tmp_path / "run")
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert "steps 0->1" in out and f"{os.getpid()} train" in marker.read_text()
+    refused(capsys, "train", path, "--import", "no_such_module_paxsearch", "--run-dir", tmp_path / "bad",
+            words=["cannot import module 'no_such_module_paxsearch'"])
     assert not (tmp_path / "bad").exists()

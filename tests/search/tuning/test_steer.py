@@ -3,6 +3,7 @@ references a worker gets, the same-math key, and a real study that skips after c
 import dataclasses
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from paxsearch.search.tuning.tuners import GridProposer
 from paxsearch.store.plan import Plan
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
-from ...search_util import HERE, cli, load, needs_libtpu
+from ...search_util import HERE, cli, in_process, load, needs_libtpu, refused
 
 _p = Plan.from_stored  # a plan of its stored form
 
@@ -173,11 +174,31 @@ def _seed_with_order(space, order):
     raise AssertionError(f"no seed puts the points in the order {order}")
 
 
+@pytest.fixture(scope="module")
+def measured_first(tmp_path_factory):
+    """(run folder, seed): a session of the steered space with one process a trial that trained
+    its first MIN_MEASURED + 1 points, all wide (STEADY_THEN_NARROW's seed; nothing is skipped
+    before MIN_MEASURED measured trials, and none of these is dominated). Both steered studies
+    below go on from a copy of it: the same measured references, trained once."""
+    seed = _seed_with_order(load_space(STEER_SPACE), STEADY_THEN_NARROW)
+    run = tmp_path_factory.mktemp("steer") / "measured"
+    cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", steer.MIN_MEASURED + 1, "--no-progress")
+    trials = load(run, "steer_space").get_trials()
+    assert [(t.state, t.params["width"], t.user_attrs.get("steered")) for t in trials] == \
+        [(TrialState.COMPLETE, "wide", None)] * (steer.MIN_MEASURED + 1), [t.user_attrs for t in trials]
+    return run, seed
+
+
+def _copy_of(measured_first, to):
+    shutil.copytree(measured_first[0], to)
+    return to, measured_first[1]
+
+
 @pytest.mark.slow  # a study of 5 trained trials and a skipped one
-def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
+def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path, measured_first):
     space = load_space(STEER_SPACE)
-    seed, budget = _seed_with_order(space, STEADY_THEN_NARROW), len(STEADY_THEN_NARROW) - 1
-    run = tmp_path / "steer"
+    budget = len(STEADY_THEN_NARROW) - 1
+    run, seed = _copy_of(measured_first, tmp_path / "steer")  # its first MIN_MEASURED + 1 trials trained
     out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", budget, "--no-progress")
     study = load(run, "steer_space")
     trials = study.get_trials()
@@ -207,7 +228,7 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
     assert len(trained) >= steer.MIN_MEASURED  # no skip before that many measured trials
     assert f"{len(skipped)} skipped" in out.stdout
     # the report reads a study with skipped trials and says how many were skipped
-    cli("report", run)
+    assert in_process("report", run) == 0
     assert f"{len(skipped)} of them skipped after compiling as predicted dominated" in (run / "report.md").read_text()
     import pandas as pd
     frame = pd.read_csv(run / "trials.csv")
@@ -215,16 +236,16 @@ def test_a_steered_study_skips_dominated_points_after_compiling(tmp_path):
 
 
 @needs_libtpu
-def test_steer_on_a_planned_target_is_one_line(tmp_path):
-    out = cli("run", STEER_SPACE, "--run-dir", tmp_path / "p", "--target", "tpu:v5e-8", check=False)
-    assert out.returncode == 2 and "--steer none" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+def test_steer_on_a_planned_target_is_one_line(tmp_path, capsys):
+    refused(capsys, "run", STEER_SPACE, "--run-dir", tmp_path / "p", "--target", "tpu:v5e-8", words=["--steer none"])
     assert not (tmp_path / "p" / "study.db").exists()
-    out = cli("run", STEER_SPACE, "--run-dir", tmp_path / "q", "--steer", "sometimes", check=False)
-    assert out.returncode == 2 and "--steer" in out.stderr
+    with pytest.raises(SystemExit) as e:  # argparse's refusal of a value it does not know
+        in_process("run", STEER_SPACE, "--run-dir", tmp_path / "q", "--steer", "sometimes")
+    assert e.value.code == 2 and "--steer" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_processes_of_a_trial_skip_together(tmp_path):
+def test_processes_of_a_trial_skip_together(tmp_path, measured_first):
     """Two processes per trial: process 0's verdict is every process's (a process that trained
     alone would wait in a collective until the timeout).
 
@@ -235,10 +256,7 @@ def test_processes_of_a_trial_skip_together(tmp_path):
     on the load. With one-process references off mesh 2x2x2 the margin is 6.4x on an idle machine
     (optimistic 6.0% against 38.4%), 3.3x with one process spinning beside the test and 1.6x with
     two (benchmarks/RESULTS.md, "CI of stop 38")."""
-    space = load_space(STEER_SPACE)
-    seed = _seed_with_order(space, STEADY_THEN_NARROW)
-    run, measured = tmp_path / "steer2", steer.MIN_MEASURED + 1
-    cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", measured, "--no-progress")
+    (run, seed), measured = _copy_of(measured_first, tmp_path / "steer2"), steer.MIN_MEASURED + 1
     out = cli("run", STEER_SPACE, "--run-dir", run, "--seed", seed, "--trials", measured + 1, "--processes", 2,
               "--timeout", 180, "--steer", "predicted", "--no-progress")  # the learned bound's path, end to end
     trials = load(run, "steer_space").get_trials()
