@@ -32,6 +32,8 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
     model = dataclasses.asdict(cfg.model)
     if model.get("vocab_tiles") == 1:  # the default: keys of studies made before vocab tiling stay the same
         del model["vocab_tiles"]
+    if model.get("quantization") == "none":  # the default: keys of studies made before quantization stay the same
+        del model["quantization"]
     # compact_shape: a mesh without stage or context keys as the 3-entry shape earlier releases
     # stored, so a resumed study still finds their plans
     key = {"target": target.name, "model": model, "ici": list(compact_shape(ici)), "dcn": list(compact_shape(dcn)),
