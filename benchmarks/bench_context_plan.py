@@ -17,7 +17,7 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from paxsearch.trainer import topology  # noqa: E402
+from paxsearch.search.planning import topology  # noqa: E402
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig, mesh_shape  # noqa: E402
 from paxsearch.trainer.plan import build_program  # noqa: E402
 

@@ -89,9 +89,9 @@ def worker(out_path: str, argv: list[str]) -> None:
     import jax
     from maxtext.trainers.pre_train import train_compile as tc
 
+    from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import roofline as R
     from paxsearch.trainer.plan import memory_estimate, optimized_hlo
-    from paxsearch.trainer.predict import hardware_for
 
     assert module == tc.__name__, f"the script runs {module}, expected {tc.__name__}"
     captured: dict = {}

@@ -62,7 +62,7 @@ def maxtext_common_argv(base_yml: str, target: str, m, per_device_batch: int, re
     """The overrides every comparison shares: the model's dims, the slice, the batch, remat and
     attention, bf16 activations over fp32 weights, AdamW, synthetic data; the mesh is the caller's."""
     from paxsearch.search.planning.targets import parse_target
-    from paxsearch.trainer.topology import parse_slice
+    from paxsearch.search.planning.topology import parse_slice
 
     t = parse_target(target)
     tpu_slice = parse_slice(t.slice_name or "")
@@ -98,7 +98,8 @@ def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, mode
     (memory_analysis, the optimized HLO through the roofline, MFU with our model FLOPs of
     `model` at `global_batch`); write the figures to out_path."""
     from paxsearch.search.planning import targets as T
-    from paxsearch.trainer import flagsets, topology
+    from paxsearch.search.planning import topology
+    from paxsearch.trainer import flagsets
 
     target = T.parse_target(target_name)
     os.environ.update(T.target_env(target))
@@ -107,10 +108,10 @@ def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, mode
     import maxtext
     from maxtext.trainers.pre_train import train_compile as tc
 
+    from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import flops as flops_lib
     from paxsearch.trainer import roofline as R
     from paxsearch.trainer.plan import memory_estimate, optimized_hlo
-    from paxsearch.trainer.predict import hardware_for
 
     captured: dict = {}
     get_mesh = tc.get_topology_mesh

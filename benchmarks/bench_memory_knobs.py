@@ -19,7 +19,8 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from paxsearch.trainer import remat, topology  # noqa: E402
+from paxsearch.search.planning import topology  # noqa: E402
+from paxsearch.trainer import remat
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig  # noqa: E402
 from paxsearch.trainer.plan import build_program  # noqa: E402
 

@@ -30,9 +30,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def child_naive(args) -> None:
     from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning import topology as topo
+    from paxsearch.search.planning.predict import hlo_cost
     from paxsearch.search.study import configio
     from paxsearch.search.study.space import decisions_key, load_space
-    from paxsearch.trainer import topology as topo
     from paxsearch.trainer.errors import ConfigError
     from paxsearch.trainer.plan import plan
 
@@ -46,7 +47,7 @@ def child_naive(args) -> None:
     for point in space.points():
         t = time.perf_counter()
         try:
-            p = plan(configio.build(space.config(point)), devices)  # defaults: count_flops=True
+            p = plan(configio.build(space.config(point)), devices, hlo_flops=hlo_cost)  # count_flops=True
             status = "planned" if p.peak_bytes <= target.hbm_bytes_per_device else "predicted_oom"
         except ConfigError:
             status = "invalid"

@@ -130,8 +130,8 @@ def child(config_path: str, out_path: str) -> None:
     cfg = configio.build(configio.load(config_path))
     os.environ.update(flagsets.env_for(cfg.flags, "tpu"))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from paxsearch.trainer import hlo_passes
-    from paxsearch.trainer import topology as topo
+    from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning import topology as topo
 
     target = parse_target(TARGET)
     devices = topo.topology_devices(target.slice_name, target.num_slices)
@@ -229,8 +229,8 @@ def main(argv=None) -> int:
     if not args.plan or not (args.chip or args.measured):
         ap.error("--plan and one of --chip / --measured are required")
     import bench_onchip
+    from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import hardware
-    from paxsearch.trainer.predict import hardware_for
 
     trained = [p for p in bench_onchip.collect(args.plan, args.chip) if p.measured_step and p.chip_outcome == "ok"]
     if args.measured:

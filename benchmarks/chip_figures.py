@@ -598,7 +598,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def figures_of(devices) -> tuple[float, float, str]:
     """(peak FLOP/s, HBM bytes/s, hardware name) of the device: trainer/hardware.py's (a CPU's measured)."""
-    from paxsearch.trainer.predict import hardware_for
+    from paxsearch.search.planning.predict import hardware_for
 
     hw = hardware_for(devices)
     return hw.peak_flops, hw.hbm_bandwidth, hw.name

@@ -2,7 +2,7 @@
 section 2, "The chip's own figures").
 
 Each config is built through the trainer (trainer/plan.py build_program, keep_hlo), priced by the
-roofline (trainer/predict.py predict with hardware_for(devices): the v5e's figures on a v5e), run
+roofline (search/planning/predict.py predict with hardware_for(devices): the v5e's figures on a v5e), run
 for --warm steps, timed for --steps steps (wall, dispatched back to back), then traced for --steps
 steps with jax.profiler (each step blocked inside a StepTraceAnnotation "train"). The trace is read
 without xprof (trainer/roofline/trace.py: jax.profiler.ProfileData), each measured op is looked up
@@ -87,17 +87,18 @@ def synthetic_batch(program, seed: int = 0) -> dict:
 
 def build(name: str, tiny: bool, devices) -> tuple:
     """(program, seconds) of one config: build_program with its optimized HLO kept."""
+    from paxsearch.search.planning.predict import hlo_cost
     from paxsearch.trainer.plan import build_program
 
     t0 = time.perf_counter()
-    program = build_program(train_config(name, tiny), devices, keep_hlo=True)
+    program = build_program(train_config(name, tiny), devices, keep_hlo=True, hlo_flops=hlo_cost)
     return program, time.perf_counter() - t0
 
 
 def profile_one(name: str, program, compile_s: float, devices, warm: int, steps: int, log) -> dict:
     import jax
 
-    from paxsearch.trainer.predict import hardware_for, predict
+    from paxsearch.search.planning.predict import hardware_for, predict
     from paxsearch.trainer.roofline import trace as T
 
     cfg = program.cfg

@@ -81,10 +81,10 @@ def child(config_path: str, target_text: str, target_step: float) -> dict:
     cfg = configio.build(configio.load(config_path))
     os.environ.update(flagsets.env_for(cfg.flags, "tpu"))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from paxsearch.trainer import hlo_passes
+    from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning import topology as topo
+    from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import roofline as R
-    from paxsearch.trainer import topology as topo
-    from paxsearch.trainer.predict import hardware_for
 
     target = parse_target(target_text)
     devices = topo.topology_devices(target.slice_name, target.num_slices)

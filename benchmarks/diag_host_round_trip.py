@@ -27,7 +27,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", default="default,no_collective_pipeliner")
     args = ap.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from paxsearch.trainer import flagsets, hlo_passes, topology
+    from paxsearch.search.planning import hlo_passes, topology
+    from paxsearch.trainer import flagsets
     from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
     from paxsearch.trainer.roofline import hlo, host
 

@@ -92,8 +92,9 @@ def one_row(name: str, hbm_efficiency: float | None, top: int, out_dir: str) -> 
     import fiddle as fdl
 
     import bench_published as B
+    from paxsearch.search.planning import predict, topology
     from paxsearch.search.study.space import load_space
-    from paxsearch.trainer import flagsets, plan, predict, topology
+    from paxsearch.trainer import flagsets, plan
 
     row = P.BY_NAME[name]
     slice_name = row.target.split(":", 1)[1]

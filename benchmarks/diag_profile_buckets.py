@@ -48,13 +48,13 @@ def main(argv=None) -> int:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=36, d_ff=12288,
                                                                  vocab_size=151936))
     cfg = dataclasses.replace(cfg, flags=args.flags or f"{r.flags}+no_collective_pipeliner")
+    from paxsearch.search.planning import topology as topo
     from paxsearch.trainer import flagsets
-    from paxsearch.trainer import topology as topo
     os.environ.update(flagsets.env_for(cfg.flags, "tpu"))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from paxsearch.trainer import hlo_passes
+    from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import roofline as R
-    from paxsearch.trainer.predict import hardware_for
     from paxsearch.trainer.roofline import cost, hlo, model
 
     slice_name = r.target.split(":")[1]
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         key = ("splash kernels" if cost.splash_matmuls(ins) else
                "matmul fusions" if cost.uses_mxu(module, ins) else "other on-chip ops")
         buckets[key] += costs[2] * mult
-    roof = R.analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=plan.num_devices)  # as trainer/predict.py
+    roof = R.analyze(plan.hlo_text, hw, mesh=program.mesh, num_devices=plan.num_devices)  # as planning/predict.py
     buckets["exposed ICI collectives"] = sum(c.exposed_s for c in roof.collectives if c.link != "host")
     buckets["exposed host transfers"] = sum(c.exposed_s for c in roof.collectives if c.link == "host")
     total = sum(buckets.values())

@@ -74,8 +74,8 @@ def main(argv=None) -> int:
     for item in args.set:
         cfg = _override(cfg, item)
 
+    from paxsearch.search.planning import topology as topo
     from paxsearch.trainer import flagsets, flops
-    from paxsearch.trainer import topology as topo
     os.environ.update(flagsets.env_for(cfg.flags, "tpu"))
     os.environ.update(topo.compile_only_env(topo.parse_slice(r.target.split(":")[1])))
     os.environ["JAX_PLATFORMS"] = "cpu"

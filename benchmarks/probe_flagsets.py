@@ -14,8 +14,8 @@ import subprocess
 import sys
 import time
 
+from paxsearch.search.planning import topology as topo
 from paxsearch.trainer import flagsets
-from paxsearch.trainer import topology as topo
 
 SLICES = ("v4-8", "v5e-8", "v5p-8", "v6e-8")
 
@@ -24,7 +24,7 @@ import sys
 from paxsearch.search.study import configio
 from paxsearch.tests.space_factory import tiny_config
 from paxsearch.trainer.plan import build_program
-from paxsearch.trainer.topology import topology_devices
+from paxsearch.search.planning.topology import topology_devices
 devices = topology_devices(sys.argv[1])
 n = len(devices)  # data x fsdp x tensor: all-gathers, all-reduces and reduce-scatters all appear
 cfg = configio.build(tiny_config(mesh=(2, n // 4, 2) if n >= 8 else (1, n // 2, 2), per_device_batch=2))

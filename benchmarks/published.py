@@ -136,7 +136,7 @@ V5E_2023_ATTENTION = ("MaxText's program of this run computed attention without 
 # (jax ccc8b3f7) laid each mesh axis on whole physical dimensions and raised "Failed to find assignment
 # for logical_axis_index ... of size 16 with remaining assignable mesh [8, 8, 8]" for tensor 16 on the
 # usual 8x8x8; so the run had a dimension of 16: 4x8x16, the one shape of 512 chips built of 4x4x4 cubes
-# that holds fsdp 32 x tensor 16 (tests/trainer/test_topology_wrap.py). Our trainer splits a dimension
+# that holds fsdp 32 x tensor 16 (tests/search/planning/test_topology_wrap.py). Our trainer splits a dimension
 # instead (allow_split_physical_axes), which the run could not.
 TENSOR_16_ON_512 = ("planned on v5p-1024@4x8x16: the script's tensor 16 cannot be laid on the usual 8x8x8 by "
                     "the jax of its time, so the run's slice had a dimension of 16")
@@ -352,7 +352,7 @@ def noncausal_extra_flops_per_chip(row: Published) -> float:
 def noncausal_extra_seconds(row: Published) -> float:
     """noncausal_extra_flops_per_chip at the rate the planner prices the splash kernels at on
     the row's chip (the roofline's Hardware of that chip: peak x attention_efficiency)."""
-    from paxsearch.trainer.predict import hardware_for
+    from paxsearch.search.planning.predict import hardware_for
     return noncausal_extra_flops_per_chip(row) / hardware_for((), row.chip).sustained_attention_flops
 
 
@@ -655,7 +655,7 @@ def recipes_table() -> str:
 
 
 # ----------------------------------------------------------------------------------------------------
-# MaxText on NVIDIA GPUs (A3: 8 x H100 80GB per node), planned as gpu:h100x8 (trainer/gpu_topology.py)
+# MaxText on NVIDIA GPUs (A3: 8 x H100 80GB per node), planned as gpu:h100x8 (search/planning/gpu_topology.py)
 
 C_A3_CONFIGS = "1200dd7e023b8f09af97f4695cc91848d03ad4c1"  # 2024-04-05 "Add llama2 configs for GPU A3"
 C_A3_README = "efb6d9e4a2856198f8272dcbfb7d9c91eda0728e"  # 2024-04-09 "Add README for llama2-7B"

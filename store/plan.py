@@ -33,7 +33,7 @@ from . import compiler as compiler_lib
 
 # plan_method values
 COMPILED = "compiled"  # a full compile (a worker's, or the trainer's of a trial it trains)
-HLO_PASSES = "hlo_passes"  # the compiler's HLO passes on compile-only TPU devices (trainer/hlo_passes.py)
+HLO_PASSES = "hlo_passes"  # the compiler's HLO passes on compile-only TPU devices (search/planning/hlo_passes.py)
 CACHE = "cache"  # the persistent plan cache (search/planning/plan_cache.py)
 STUDY = "study"  # an earlier trial of the same study: a duplicate, or a smaller batch that did not fit
 ANALYTIC = "analytic"  # nothing compiled: parameters, gradients and moments, FLOPs at the chip's rates

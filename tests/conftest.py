@@ -36,7 +36,7 @@ if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
 # step 2.8 -> 1.5 s, its init 1.4 -> 0.8 s; tests/trainer/test_model_family.py 167 -> 83 CPU-s).
 # Unlike -O0 this reaches the fusion pass: on the tiny model XLA's FLOP count moves 0.03% and
 # the peak 256 bytes, the loss 1e-6. Every figure a test compares is compiled under the same
-# flags (subprocesses inherit them), and TPU plans never see them (trainer/topology.py keeps
+# flags (subprocesses inherit them), and TPU plans never see them (search/planning/topology.py keeps
 # XLA:CPU's flags from libtpu, whose XLA does not know this one).
 if "--xla_cpu_use_fusion_emitters" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_cpu_use_fusion_emitters=false"

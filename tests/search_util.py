@@ -19,7 +19,7 @@ HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 def needs_cuda_plugin(test):
     """A test that compiles for an NVIDIA GPU node without a GPU: skipped only where the optional
     CUDA plugin (the gpu-plan extra, which CI does not install) is missing."""
-    from paxsearch.trainer import gpu_topology
+    from paxsearch.search.planning import gpu_topology
     return pytest.mark.skipif(not gpu_topology.plugin_available(),
                               reason=f"the CUDA plugin is not installed ({gpu_topology.GPU_PLAN_EXTRA})")(test)
 

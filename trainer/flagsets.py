@@ -66,7 +66,7 @@ def with_device_count(xla_flags: str | None, n: int | None) -> str:
     return " ".join(kept)
 
 
-TPU_GENERATIONS = ("v4", "v5e", "v5p", "v6e")  # the chips of trainer/topology.py CHIPS
+TPU_GENERATIONS = ("v4", "v5e", "v5p", "v6e")  # the TPU entries of trainer/hardware.py
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ FLAG_SETS: dict[str, FlagSet] = {
     # MaxText's v6e (Trillium) recipes, less the two flags this libtpu refuses there:
     # --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true (CF_FOR_ALL_GATHER: "platform
     # ghostlite", as collective_fusion) and --2a886c8_chip_config_name=megachip_tccontrol ("Unknown
-    # command line flag"; trainer/topology.py compiles v6e with chip_config_name megachip_tccontrol).
+    # command line flag"; search/planning/topology.py compiles v6e with chip_config_name megachip_tccontrol).
     "no_collective_matmul": FlagSet(
         (), _NO_COLLECTIVE_MATMUL,
         "collective matmul off: no windowed-einsum loops for tensor-axis matmuls (MaxText's DISABLE_COLLECTIVE_MATMUL, "
@@ -332,12 +332,7 @@ PROBE_TIMEOUT_S = 300.0
 _VALID: dict[tuple, None] = {}
 
 
-def _probe_code(tpu_slice: str | None) -> str:
-    if tpu_slice:  # compile-only TPU devices: libtpu reads LIBTPU_INIT_ARGS when it loads, and its
-        # own XLA reads XLA_FLAGS when it first compiles (it may not know a flag jaxlib's XLA knows)
-        return ("from paxsearch.trainer.topology import compile_one_op, topology_devices; "
-                f"compile_one_op(topology_devices({tpu_slice!r})[0])")
-    return "import jax; jax.devices()"
+START_BACKEND = "import jax; jax.devices()"  # what a probe runs unless its caller gives other code
 
 
 def _first_complaint(stderr: str) -> str:
@@ -353,24 +348,27 @@ def _first_complaint(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def validate(name: str, platform: str, base_env=None, tpu_slice: str | None = None,
+def validate(name: str, platform: str, base_env=None, probe: str | None = None,
              compile_only: bool = False) -> None:
     """Start a throw-away process with the set applied and its backend started; ConfigError
     (one line) when XLA or libtpu refuses a flag. Each (set, platform, flags) is probed once
-    per process. tpu_slice: for a compile-only TPU target (plan mode), load its topology.
-    compile_only: a plan-only target (no such device here): the flags are probed on the CPU
-    backend, which parses the same XLA flags (a GPU node planned without GPUs)."""
+    per process. probe: the Python code that process runs instead of START_BACKEND, on the CPU
+    backend: for a compile-only TPU target (plan mode), the planner's, which loads its topology
+    and compiles one op (search/planning/topology.py flag_probe: libtpu reads LIBTPU_INIT_ARGS
+    when it loads, and its own XLA reads XLA_FLAGS when it first compiles). compile_only: a
+    plan-only target (no such device here): the flags are probed on the CPU backend, which
+    parses the same XLA flags (a GPU node planned without GPUs)."""
     check(name)
     base = dict(os.environ if base_env is None else base_env)
     env = {**base, **env_for(name, platform, base)}
-    if platform == "cpu" or tpu_slice or compile_only:  # compile-only devices need no TPU/GPU backend
+    if platform == "cpu" or probe or compile_only:  # compile-only devices need no TPU/GPU backend
         env["JAX_PLATFORMS"] = "cpu"
-    key = (name, platform, tpu_slice, compile_only, env.get("XLA_FLAGS"), env.get("LIBTPU_INIT_ARGS"))
+    key = (name, platform, probe, compile_only, env.get("XLA_FLAGS"), env.get("LIBTPU_INIT_ARGS"))
     if key in _VALID:
         return
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        proc = subprocess.run([sys.executable, "-c", _probe_code(tpu_slice)], env=env, capture_output=True,
+        proc = subprocess.run([sys.executable, "-c", probe or START_BACKEND], env=env, capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ConfigError(f"compiler flag set {name!r}: a backend with these flags did not start within "

@@ -2,6 +2,11 @@
 
 `build_program` lowers and compiles the sharded step from ShapeDtypeStructs; train() reuses
 the same compiled executable, so a trial never compiles its step twice.
+
+The executed FLOPs (HFU's numerator) are counted by the trainer itself with XLA's cost analysis
+and, where the step has loops, two unrolled probes; a caller that can read the optimized module
+(the planner: search/planning/predict.py hlo_cost) passes its reader as `hlo_flops` and the
+probes are not compiled. Nothing here imports the planner.
 """
 from __future__ import annotations
 
@@ -22,16 +27,19 @@ from jax.sharding import PartitionSpec as P
 
 from . import attention as attention_lib
 from . import flops as flops_lib
+from . import hardware, sharding, validate
 from . import mesh as mesh_lib
 from . import pipeline as pipeline_lib
 from . import placement as placement_lib
-from . import sharding, topology, validate
 from . import step as step_lib
+from .compile_cache import no_persistent_cache_writes
 from .config import TrainConfig
 from .results import FLOPS_FROM_HLO, FLOPS_FROM_PROBES, FLOPS_LOOP_BODY_ONCE, FLOPS_NO_LOOPS, MemoryEstimate, PlanResult
-from .roofline import StepWork, step_work
 
 BATCH_KEYS_INT = ("inputs", "targets", "segment_ids", "positions")
+# A reader of executed cost: (FLOPs, HBM bytes) per device of one step from its optimized module's
+# text, every loop's trip count applied; None where it cannot read them (the probes count instead).
+HloFlops = Callable[[str], tuple[float, float] | None]
 
 
 @dataclass
@@ -147,7 +155,7 @@ def lower_step(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, 
                phases: dict[str, float] | None = None, lower: bool = True):
     """(model, tx, schedule, placement, batch sharding, abstract state, abstract batch, lowered step);
     `phases` (when given) gets lower_s. With lower=False the step is traced for its shapes and
-    shardings only and the lowered step is None (trainer/hlo_passes.py: its child lowers it)."""
+    shardings only and the lowered step is None (search/planning/hlo_passes.py: its child lowers it)."""
     phases = {} if phases is None else phases
     t0 = time.perf_counter()
     # pipelined over the stage axis only with stacked layers: the FLOP probes (scan_layers=False)
@@ -180,13 +188,12 @@ def lower_step(cfg: TrainConfig, mesh, global_batch: int, rules, platform: str, 
 
 
 def tpu_generation(devices: Sequence) -> str | None:
-    """The TPU generation ("v6e") of `devices` (compile-only ones too); None off TPU or when unknown."""
-    from .topology import chip_for_device_kind
-
+    """The TPU generation ("v6e") of `devices` (compile-only ones too): the hardware table's entry
+    of their device kind; None off TPU or when unknown."""
     if not devices or devices[0].platform != "tpu":
         return None
-    chip = chip_for_device_kind(getattr(devices[0], "device_kind", ""))
-    return chip.name if chip else None
+    entry = hardware.find_device_kind(getattr(devices[0], "device_kind", ""))
+    return entry.name if entry is not None and entry.platform == "tpu" else None
 
 
 def setup(cfg: TrainConfig, devices: Sequence | None = None):
@@ -203,17 +210,19 @@ def setup(cfg: TrainConfig, devices: Sequence | None = None):
 
 
 def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
-                  keep_hlo: bool = False) -> Program:
-    """Check, lower and compile the train step of `cfg` on `devices` (default: all devices)."""
+                  keep_hlo: bool = False, hlo_flops: HloFlops | None = None) -> Program:
+    """Check, lower and compile the train step of `cfg` on `devices` (default: all devices).
+    count_flops: count the executed FLOPs with every loop's trip count (_counted_cost), read from
+    the optimized module by `hlo_flops` when given, else compiled as unrolled probes."""
     devices, platform, global_batch, mesh, rules = setup(cfg, devices)
     phases: dict[str, float] = {}
     # For a plan on compile-only devices (a TPU topology on this CPU), compiled.as_text() can fail
     # where the compile did not (optimized_hlo): the one compile then also dumps its optimized module,
     # so the text never costs a second compile (no persistent cache entry is lost: such a compile's
     # entry cannot be loaded without a client anyway).
-    with _hlo_dump_folder(keep_hlo and _compile_only(devices)) as dump_folder:
+    with _hlo_dump_folder(keep_hlo and compile_only(devices)) as dump_folder:
         model, tx, schedule, placement, batch_sh, abstract_state, batch, lowered, compiled = _lower_and_compile(
-            cfg, mesh, global_batch, rules, platform, phases=phases, compiler_options=_dump_options(dump_folder))
+            cfg, mesh, global_batch, rules, platform, phases=phases, compiler_options=dump_options(dump_folder))
         memory = memory_estimate(compiled)
         t2 = time.perf_counter()
         hlo_text, hlo_source, hlo_error = (optimized_hlo(compiled, lowered, dump_folder) if keep_hlo
@@ -223,7 +232,7 @@ def build_program(cfg: TrainConfig, devices: Sequence | None = None, *, count_fl
         once = _cost(compiled)
         t1 = time.perf_counter()
         xla_flops, xla_bytes, flops_source = _counted_cost(
-            cfg, compiled, once, hlo_text if keep_hlo else None, count_flops, stages,
+            cfg, compiled, once, hlo_text if keep_hlo else None, count_flops, stages, hlo_flops,
             probes=lambda probe: _cost(_lower_and_compile(probe, mesh, global_batch, rules, platform, unroll=True)[-1]))
         phases["flop_probes_s"] = time.perf_counter() - t1
     del lowered
@@ -238,7 +247,7 @@ def plan_result(cfg: TrainConfig, devices: Sequence, mesh, global_batch: int, ab
                 memory: MemoryEstimate, phases: dict[str, float], *, hlo_text: str | None,
                 hlo_source: str | None, hlo_error: str | None, xla_flops: float, xla_bytes: float,
                 flops_source: str) -> PlanResult:
-    """The PlanResult of a compiled (or, trainer/hlo_passes.py, HLO-passes-only) step."""
+    """The PlanResult of a compiled (or, search/planning/hlo_passes.py, HLO-passes-only) step."""
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_state["params"]))
     stages = dict(mesh.shape).get("stage", 1)
     return PlanResult(
@@ -254,7 +263,7 @@ def plan_result(cfg: TrainConfig, devices: Sequence, mesh, global_batch: int, ab
         phases={k: round(v, 3) for k, v in phases.items()}, flops_source=flops_source)
 
 
-def _compile_only(devices: Sequence) -> bool:
+def compile_only(devices: Sequence) -> bool:
     """Devices of a topology description (jax.experimental.topologies): programs compile for them,
     nothing runs."""
     return type(getattr(devices[0], "client", None)).__name__ == "CompileOnlyPyClient"
@@ -278,7 +287,7 @@ def optimized_hlo(compiled, lowered, dump_folder: str | None = None) -> tuple[st
             return text, "as_text", None
         errors.append("as_text: no text view on this backend")
     except (jax.errors.JaxRuntimeError, NotImplementedError) as e:
-        errors.append(f"as_text: {_first_line(e)}")
+        errors.append(f"as_text: {first_line(e)}")
     try:
         executable = compiled.runtime_executable()
         modules = executable.hlo_modules() if executable is not None else []
@@ -286,11 +295,11 @@ def optimized_hlo(compiled, lowered, dump_folder: str | None = None) -> tuple[st
             return "\n\n".join(m.to_string() for m in modules), "hlo_modules", None
         errors.append("hlo_modules: none")
     except (jax.errors.JaxRuntimeError, NotImplementedError, AttributeError) as e:
-        errors.append(f"hlo_modules: {_first_line(e)}")
+        errors.append(f"hlo_modules: {first_line(e)}")
     try:
         return (_read_dump(dump_folder) if dump_folder else _dumped_hlo(lowered)), "xla_dump", None
     except (jax.errors.JaxRuntimeError, OSError, LookupError) as e:
-        errors.append(f"xla_dump: {_first_line(e)}")
+        errors.append(f"xla_dump: {first_line(e)}")
     return None, None, "no optimized HLO: " + "; ".join(errors)
 
 
@@ -308,11 +317,11 @@ def _dumped_hlo(lowered) -> str:
     and _read_dump says so (LookupError: the caller records why there is no HLO). A program of
     compile-only devices cannot be loaded from the cache, so it always compiles here."""
     with _hlo_dump_folder(True) as folder:
-        lowered.compile(compiler_options=_dump_options(folder))
+        lowered.compile(compiler_options=dump_options(folder))
         return _read_dump(folder)
 
 
-def _dump_options(folder: str | None) -> dict | None:
+def dump_options(folder: str | None) -> dict | None:
     """Compiler options that make XLA print the optimized module as text into `folder` (None: none)."""
     return {"xla_dump_to": folder, "xla_dump_hlo_as_text": True} if folder else None
 
@@ -338,11 +347,11 @@ def _hlo_dump_folder(wanted: bool):
     if not wanted:
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix="paxsearch-hlo-") as folder, topology.no_persistent_cache_writes():
+    with tempfile.TemporaryDirectory(prefix="paxsearch-hlo-") as folder, no_persistent_cache_writes():
         yield folder
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
@@ -353,25 +362,25 @@ def _has_step_loops(cfg: TrainConfig) -> bool:
 
 
 def _counted_cost(cfg: TrainConfig, compiled, once: tuple[float, float], hlo_text: str | None, count_flops: bool,
-                  stages: int,
+                  stages: int, hlo_flops: HloFlops | None,
                   probes: Callable[[TrainConfig], tuple[float, float]]) -> tuple[float, float, str]:
     """(FLOPs, bytes accessed, how they were counted) per device of the compiled step.
 
     XLA's cost_analysis() (`once`) counts a loop body once: the layers' scan, gradient-accumulation
-    microbatches, vocab tiles and pipeline iterations run many times. With count_flops, the
-    executed FLOPs are read from the optimized HLO with every loop's trip count applied (the
-    roofline's step_work: the module this compile made, no further compile; the bytes are then
-    the roofline's HBM bytes, as the prediction's). Where no module
-    text can be had or a loop's trip count cannot be read, two unrolled probes are compiled
-    instead (`probes(cfg) -> (flops, bytes)`, _loop_corrected_cost). Both agree within 1%
+    microbatches, vocab tiles and pipeline iterations run many times. With count_flops and a reader
+    `hlo_flops` (the planner's: the roofline's step_work), the executed FLOPs are read from the
+    optimized HLO with every loop's trip count applied (the module this compile made, no further
+    compile; the bytes are then the roofline's HBM bytes, as the prediction's). Without a reader,
+    where no module text can be had or a loop's trip count cannot be read, two unrolled probes are
+    compiled instead (`probes(cfg) -> (flops, bytes)`, _loop_corrected_cost). Both agree within 1%
     (tests/trainer/test_plan_phases.py); the probes cost two compiles, ~60% of a small step's
     build on CPU."""
     flops, bytes_ = once
     if not count_flops:
         return flops, bytes_, FLOPS_LOOP_BODY_ONCE
-    work = _hlo_work(compiled, hlo_text)
-    if work is not None:
-        return work.flops_per_step, work.hbm_bytes_per_step, FLOPS_FROM_HLO
+    read = _hlo_cost(compiled, hlo_text, hlo_flops) if hlo_flops is not None else None
+    if read is not None:
+        return read[0], read[1], FLOPS_FROM_HLO
     if not (cfg.model.scan_layers and cfg.model.n_layers > 1 or _has_step_loops(cfg) or stages > 1):
         return flops, bytes_, FLOPS_NO_LOOPS
     if stages > 1 and cfg.model.scan_layers:
@@ -379,9 +388,9 @@ def _counted_cost(cfg: TrainConfig, compiled, once: tuple[float, float], hlo_tex
     return (*_loop_corrected_cost(cfg, probes), FLOPS_FROM_PROBES)
 
 
-def _hlo_work(compiled, hlo_text: str | None) -> StepWork | None:
-    """The roofline's step_work of the optimized module (`hlo_text`, else compiled.as_text()),
-    or None where there is no text or a loop's trip count could not be read."""
+def _hlo_cost(compiled, hlo_text: str | None, hlo_flops: HloFlops) -> tuple[float, float] | None:
+    """`hlo_flops` of the optimized module (`hlo_text`, else compiled.as_text()), or None where
+    there is no text or the reader cannot count it."""
     if hlo_text is None:
         try:
             hlo_text = compiled.as_text()
@@ -389,11 +398,7 @@ def _hlo_work(compiled, hlo_text: str | None) -> StepWork | None:
             return None
     if not hlo_text:
         return None
-    try:
-        work = step_work(hlo_text)
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
-    return None if work.unknown_trip_counts else work
+    return hlo_flops(hlo_text)
 
 
 def _loop_corrected_cost(cfg: TrainConfig, probes) -> tuple[float, float]:
@@ -428,6 +433,6 @@ def _pipeline_corrected_cost(cfg: TrainConfig, probes, stages: int) -> tuple[flo
 
 
 def plan(cfg: TrainConfig, devices: Sequence | None = None, *, count_flops: bool = True,
-         keep_hlo: bool = False) -> PlanResult:
+         keep_hlo: bool = False, hlo_flops: HloFlops | None = None) -> PlanResult:
     """Per-device memory, FLOPs, parameter count and compile time of one train step."""
-    return build_program(cfg, devices, count_flops=count_flops, keep_hlo=keep_hlo).plan
+    return build_program(cfg, devices, count_flops=count_flops, keep_hlo=keep_hlo, hlo_flops=hlo_flops).plan

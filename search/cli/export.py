@@ -64,7 +64,7 @@ def export_text(to: str, cfg, target, *, run_name: str, header: str) -> str:
                                       run_name=run_name, header=header)
     topology = target.slice_name
     if target.platform == "tpu" and topology:
-        from ...trainer.topology import parse_slice
+        from ..planning.topology import parse_slice
 
         tpu_slice = parse_slice(topology)
         topology, shape = tpu_slice.base_name, tpu_slice.chosen_topology

@@ -194,6 +194,7 @@ def main(args) -> int:
     check_shell_xla_flags()
     from ...trainer import distributed
     from ...trainer.plan import build_program  # JAX only: a refused mesh pays no seqio/TensorFlow import
+    from ..planning.predict import hlo_cost
     from .recheck import check_recheck, planned_recheck
 
     # Every refusal before the first write: the mesh against this machine's devices (e.g. a
@@ -205,7 +206,7 @@ def main(args) -> int:
     if recheck is not None:  # a plan of another libtpu: the compile below is its memory's re-check
         print(f"paxsearch: {recheck.line}", file=sys.stderr, flush=True)
     check_state_fits(cfg, memory)  # parameters and optimizer state alone: no compile
-    program = build_program(cfg)  # ConfigError: one line (cli.main)
+    program = build_program(cfg, hlo_flops=hlo_cost)  # ConfigError: one line (cli.main); HFU from the HLO
     check_recheck(recheck, program.plan.peak_bytes, memory.bytes, memory.source)
     check_compiled_fits(program.plan.peak_bytes, memory)
     from ...trainer.train import check_vocab, train
@@ -242,11 +243,11 @@ class DeviceMemory:
 def device_memory() -> DeviceMemory:
     """The bytes one local device may use: its bytes_limit where it reports one (GPU, TPU), else
     (CPU) the host's RAM over the local devices, which share it. The same figure the search holds
-    a CPU trial against (trainer/topology.py local_device_memory)."""
+    a CPU trial against (search/planning/topology.py local_device_memory)."""
     import jax
     import psutil
 
-    from ...trainer.topology import local_device_memory
+    from ..planning.topology import local_device_memory
 
     device = jax.local_devices()[0]
     limit, reported = local_device_memory()

@@ -17,9 +17,9 @@ from ...store.paths import UnsafeFolderName, folder_name
 from ...trainer import flagsets
 from ...trainer.errors import ConfigError
 from ...trainer.flops import MFU_CONVENTION
-from ...trainer.topology import LibtpuMissing
 from ..errors import UserError
-from ..planning.targets import Target, TargetError, check_available, compile_only_slice, parse_target
+from ..planning.targets import Target, TargetError, check_available, flag_probe, parse_target
+from ..planning.topology import LibtpuMissing
 from ..study import storage as storage_lib
 from ..study.run_folder import check_writable
 from ..study.settings import OBJECTIVES, SettingsError, StudySettings
@@ -144,7 +144,7 @@ def check_configs(space: Space, settings: StudySettings, target: Target) -> None
             # trial's worker would exit on it, so those flags are probed too (one line here)
             probe = name != "default" or (target.plan_only and _own_flags())
             if probe and flagsets.applies(name, target.platform, target.chip):
-                flagsets.validate(name, target.platform, tpu_slice=compile_only_slice(target),
+                flagsets.validate(name, target.platform, probe=flag_probe(target),
                                   compile_only=target.plan_only)
     except ConfigError as e:
         raise SetupError(str(e)) from None

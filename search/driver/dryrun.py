@@ -7,8 +7,8 @@ import random
 from typing import Callable, Iterable, Iterator
 
 from ...store.units import format_bytes
-from ...trainer.topology import libtpu_available
 from ..planning.targets import Target
+from ..planning.topology import libtpu_available
 from ..study import configio
 from ..study.data_check import data_problem
 from ..study.settings import OBJECTIVES, StudySettings

@@ -15,7 +15,7 @@ import optuna
 from ...store.outcome import TrialOutcome
 from ...trainer import flagsets
 from ..planning import screen as plan_screen
-from ..planning.targets import compile_only_slice
+from ..planning.targets import flag_probe
 from ..study import configio
 from ..study.run_folder import write_whole
 from ..study.settings import SettingsError, steps_for_tokens, tokens_for_compute
@@ -93,7 +93,7 @@ def prepare(ctx: StudyContext, trial: optuna.Trial, decisions: dict,
         target = ctx.target.for_config(built)  # slices=auto: prod(mesh.dcn) slices for this trial
         validate.check(built, target.num_devices, target.platform, ctx.settings.processes, target.chip)
         if built.flags != "default":  # XLA aborts on a flag it does not know: one probe per set
-            flagsets.validate(built.flags, target.platform, tpu_slice=compile_only_slice(target),
+            flagsets.validate(built.flags, target.platform, probe=flag_probe(target),
                               compile_only=target.plan_only)
     except ConfigError as e:
         return TrialOutcome.failure(*classify(e, Phase.CHECK)), config_json, flags

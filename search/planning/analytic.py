@@ -10,9 +10,9 @@ from __future__ import annotations
 from ...store.plan import Plan
 from ...trainer import flops as flops_lib
 from ...trainer import hardware
-from ...trainer import topology as topo
 from ...trainer.state_memory import dtype_bytes, train_state_bytes
 from . import plans
+from . import topology as topo
 from .targets import Target, memory_limit, mesh_shapes, planning_notice
 
 

@@ -7,7 +7,7 @@ step, or the buffer assignment of the HLO passes: method.py), `fits` against the
 and a roofline prediction of step time and MFU from the optimized HLO (trainer/roofline/;
 every predicted figure is a prediction of the Plan). A plan over capacity comes back with
 fits=False (the caller marks the trial predicted_oom with the numbers); a step the TPU compiler
-itself refuses for memory raises trainer.topology.PredictedOOM (typed, with required and
+itself refuses for memory raises topology.PredictedOOM (typed, with required and
 available bytes). Where XLA cannot compile for the target here (a GPU node without the CUDA
 plugin: targets.planning_notice) the plan is analytic.py's, and there is no Program.
 
@@ -18,19 +18,19 @@ target's environment (targets.target_env) set before JAX is imported, one compil
 (FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline/, so
 the two unrolled FLOP probes of build_program(count_flops=True) are not needed).
 """
-# trainer.plan and trainer.hlo_passes import JAX: they are imported inside plan_point.
+# trainer.plan and hlo_passes import JAX: they are imported inside plan_point.
 from __future__ import annotations
 
 import time
 from typing import Sequence
 
 from ...store.plan import Plan
-from ...trainer import topology as topo
 from ...trainer.errors import ConfigError
-from ...trainer.predict import hardware_for, predict
 from . import plans
+from . import topology as topo
 from .analytic import analytic_plan
 from .method import plan_method, plan_method_notice
+from .predict import hardware_for, predict
 from .targets import Target, mesh_shapes, planning_notice, target_devices
 
 
@@ -41,8 +41,8 @@ def plan_point(cfg, target: Target, devices: Sequence | None = None, phases: dic
     `phases`, when given, gets the seconds of each phase (PlanResult.phases and predict_s).
     The plan's plan_method says how it was made (method.plan_method); where the HLO passes give
     no plan, the step is compiled in full and its plan_method_note says why."""
-    from ...trainer.hlo_passes import PassesError, build_plan_program
     from ...trainer.plan import build_program
+    from .hlo_passes import PassesError, build_plan_program
 
     target = target.for_config(cfg)  # slices=auto: this trial's own slice count
     if planning_notice(target) is not None:  # cannot compile for it here: the analytic plan, no Program

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from ...store.outcome import Kind, TrialOutcome
 from ...store.plan import COMPILED, Plan
-from ...trainer import topology
-from . import plans
+from . import plans, topology
 from .targets import Target, memory_limit, plan_result_fields
 
 
@@ -21,7 +20,7 @@ def refused(oom: topology.PredictedOOM, target: Target) -> Plan:
     """The plan of a step the TPU compiler refused for memory (compilation.plan_point raised `oom`):
     the bytes it named stand for the peak."""
     return plans.refused(oom.required_bytes or oom.available_bytes, oom.source, target.hbm_bytes_per_device,
-                         getattr(oom, "plan_method", COMPILED))
+                         oom.plan_method or COMPILED)
 
 
 def result_fields(target: Target, budget_bytes: int | None) -> dict:

@@ -4,7 +4,7 @@
     notice = plan_method_notice(target)   # one line when the installed libtpu forces a full compile
 
 A plan-only TPU target (compile-only devices, no TPU hardware) is planned from the HLO passes
-(trainer/hlo_passes.py) when the installed libtpu is one the passes were proven on and the
+(search/planning/hlo_passes.py) when the installed libtpu is one the passes were proven on and the
 study's `plan_compile` setting is not "full"; everything else compiles in full. Importing this
 module starts no JAX.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from ...store.compiler import package_version
-from ...trainer import topology as topo
+from . import topology as topo
 from .targets import Target
 
 PLAN_COMPILE_ENV = "PAXSEARCH_PLAN_COMPILE"  # the study's plan_compile, for its workers
@@ -57,7 +57,7 @@ def plan_method_notice(target: Target, environ=None, libtpu: str | None = None) 
 
 def plan_method(target: Target, environ=None, libtpu: str | None = None) -> str:
     """How a plan of `target` is made here: "hlo_passes" (compile-only TPU devices with a libtpu the
-    passes were proven on, unless plan_compile is "full": trainer/hlo_passes.py) or "compiled" (a full
+    passes were proven on, unless plan_compile is "full": search/planning/hlo_passes.py) or "compiled" (a full
     compile)."""
     return ("hlo_passes" if _passes_apply(target, environ) and libtpu_unproven_line(libtpu) is None
             else "compiled")

@@ -7,7 +7,7 @@
     bound(peak_bytes, source, target, screen, ...)  # a screen's answer: a lower bound, nothing compiled
     cached(stored, target) / duplicate(plan, n)     # another compile's plan, reused
 
-The figures come from the trainer's typed results (trainer/results.py PlanResult, trainer/predict.py
+The figures come from the trainer's typed results (trainer/results.py PlanResult, search/planning/predict.py
 Prediction); the plan's stored form is store/plan.py's alone.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 from ...store import compiler
 from ...store.plan import ANALYTIC, CACHE, COMPILED, STUDY, Plan
-from ...trainer.predict import Prediction
 from ...trainer.results import PlanResult
+from .predict import Prediction
 
 MeshShapes = tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]  # (ICI shape, DCN shape, mesh axes)
 

@@ -18,6 +18,8 @@ built in plans.py.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import optuna
 from optuna.trial import TrialState
 
@@ -46,10 +48,11 @@ def screen(cfg, target: Target, keys: dict, trials, budget: int | None) -> Trial
     `target` is the study's; under slices=auto each trial is screened on its own slice count."""
     target = target.for_config(cfg)
     fields = {"predicted": True, **plan_result_fields(target, budget)}
-    where = {"target": target.name, "num_slices": target.num_slices, "hbm_bytes": target.hbm_bytes_per_device}
+    where: dict[str, Any] = {"target": target.name, "num_slices": target.num_slices,
+                             "hbm_bytes": target.hbm_bytes_per_device}
     oom = prescreen(cfg, target, budget)
     if oom is not None:
-        plan = plans.bound(oom.required_bytes, "lower bound: parameters, gradients, AdamW moments", **where,
+        plan = plans.bound(oom.required_bytes or 0, "lower bound: parameters, gradients, AdamW moments", **where,
                            screen="analytic", method=ANALYTIC)
         return TrialOutcome.failure(Kind.PREDICTED_OOM, str(oom), plan=plan, **fields)
     done = _finished(trials)

@@ -23,14 +23,14 @@ import os
 import re
 from dataclasses import dataclass
 
-from ...trainer import gpu_topology as gpu_topo
 from ...trainer import hardware
-from ...trainer import topology as topo
 from ...trainer.config import MESH_AXES, full_shape
 from ...trainer.errors import ConfigError
 from ...trainer.flagsets import with_device_count
 from ..errors import UserError
+from . import gpu_topology as gpu_topo
 from . import plans
+from . import topology as topo
 
 PLATFORMS = ("cpu", "tpu", "gpu")
 
@@ -86,7 +86,7 @@ class Target:
 
 def parse_target(text: str) -> Target:
     """'cpu:8', 'gpu:8', 'tpu:v5e-16', 'tpu:v5p-128', 'tpu:v4-32', 'tpu:v6e-256' (a v4 / v5p slice
-    may name another topology: 'tpu:v5p-1024@4x8x16', trainer/topology.parse_slice), with
+    may name another topology: 'tpu:v5p-1024@4x8x16', topology.parse_slice), with
     ',slices=N' for N slices over DCN, or ',slices=auto' (plan-only TPU targets) for a slice
     count that each trial's mesh.dcn gives (Target.for_config). TargetError (one line) for
     anything else."""
@@ -132,7 +132,7 @@ def parse_target(text: str) -> Target:
 
 def _gpu_node_target(raw: str, what: str, slices: int, auto: bool) -> Target:
     """'gpu:h100x8': one node of 8 H100s. Without GPUs here it is plan-only, compiled for the
-    node without a GPU (trainer/gpu_topology.py) or, without the CUDA plugin, planned analytically."""
+    node without a GPU (search/planning/gpu_topology.py) or, without the CUDA plugin, planned analytically."""
     if auto or slices > 1:
         raise TargetError(f"target {raw!r}: slices= applies to TPU targets; plan one GPU node (e.g. gpu:h100x8)")
     try:
@@ -152,9 +152,12 @@ def planning_notice(target: Target) -> str | None:
     return None
 
 
-def compile_only_slice(target: Target) -> str | None:
-    """The TPU slice a plan-only TPU target compiles for (flagsets.validate loads its topology); None otherwise."""
-    return target.slice_name if target.plan_only and target.platform == "tpu" else None
+def flag_probe(target: Target) -> str | None:
+    """The code flagsets.validate probes a flag set with for `target`: a plan-only TPU target's loads its
+    topology (topology.flag_probe); None otherwise (the backend started, flagsets.START_BACKEND)."""
+    if target.plan_only and target.platform == "tpu" and target.slice_name:
+        return topo.flag_probe(target.slice_name)
+    return None
 
 
 def check_auto_slices(target: Target) -> None:
@@ -172,12 +175,12 @@ def target_env(target: Target) -> dict[str, str]:
     if target.platform == "cpu":
         env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=with_device_count(os.environ.get("XLA_FLAGS"), target.num_devices))
     elif target.platform == "gpu" and target.plan_only:
-        env["JAX_PLATFORMS"] = "cpu"  # compile-only GPU devices need no GPU backend (trainer/gpu_topology.py)
+        env["JAX_PLATFORMS"] = "cpu"  # compile-only GPU devices need no GPU backend (search/planning/gpu_topology.py)
     elif target.platform == "tpu" and target.plan_only:
         # compile-only TPU devices need no TPU backend: stay on CPU, and answer libtpu's
-        # questions so it does not warn (trainer.topology._quiet_libtpu_env)
+        # questions so it does not warn (search/planning/topology.py _quiet_libtpu_env)
         env["JAX_PLATFORMS"] = "cpu"
-        for key, value in topo.compile_only_env(topo.parse_slice(target.slice_name)).items():
+        for key, value in topo.compile_only_env(topo.parse_slice(target.slice_name or "")).items():
             env[key] = os.environ.get(key, value)
     return env
 
@@ -207,7 +210,7 @@ def target_devices(target: Target) -> list:
 
             devices = jax.devices("tpu")
         else:
-            devices = topo.topology_devices(target.slice_name, target.num_slices)
+            devices = topo.topology_devices(target.slice_name or "", target.num_slices)
     elif target.platform == "gpu" and target.plan_only:
         devices = gpu_topo.node_devices(gpu_topo.parse_node(target.slice_name or ""))
     else:

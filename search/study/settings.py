@@ -53,7 +53,7 @@ class StudySettings:
     "off" (every plan compiled, nothing stored) or a folder.
     plan_compile: how plan-only trials on a TPU topology compile (search/planning/targets.py):
     "passes" (the default) stops the TPU compiler once its HLO passes and buffer assignment are
-    done, which give every figure of a plan (trainer/hlo_passes.py; the generated code's bytes
+    done, which give every figure of a plan (search/planning/hlo_passes.py; the generated code's bytes
     counted at a bound above every program measured); "full" compiles to the end, as a real run would.
     train_tokens: the tokens of the full run the objective time_to_train times ("300G", 2e11):
     time_to_train = train_tokens / (global batch x seq_len / step time), the step time measured

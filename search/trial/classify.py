@@ -1,7 +1,7 @@
 """The one place where a trial's failure gets its kind: from the type of the exception and
 the phase it was raised in, or from how a worker process ended (its exit status, who killed
 it, the kernel's OOM-kill counters). Never from error text. JAX-free (the XLA status is read
-by trainer.topology, which imports JAX only when asked about an XLA error)."""
+by search/planning/topology.py, which imports JAX only when asked about an XLA error)."""
 from __future__ import annotations
 
 import enum
@@ -10,9 +10,9 @@ import signal
 from dataclasses import dataclass
 
 from ...store.outcome import Kind
-from ...trainer import topology
 from ...trainer.errors import ConfigError, DataError, NonFiniteLoss
 from ..errors import UserError
+from ..planning import topology
 
 
 class Phase(enum.Enum):

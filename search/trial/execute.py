@@ -17,15 +17,15 @@ import jax
 
 from ...store.outcome import Counters, Measured, TrialOutcome, finite_or_none
 from ...store.plan import Plan
-from ...trainer import distributed, flagsets, topology
+from ...trainer import distributed, flagsets
 from ...trainer import flops as flops_lib
 from ...trainer.config import DistributedConfig, TrainConfig
 from ...trainer.errors import ConfigError, NonFiniteLoss
 from ...trainer.plan import build_program
-from ...trainer.predict import Prediction, hardware_for, predict
 from ...trainer.train import train
-from ..planning import compiled, plan_cache, plans, targets
+from ..planning import compiled, plan_cache, plans, targets, topology
 from ..planning.compilation import plan_point
+from ..planning.predict import Prediction, hardware_for, hlo_cost, predict
 from ..study import configio
 from ..tuning import steer
 from .classify import Phase, classify, describe
@@ -117,7 +117,7 @@ def run_trial(job: dict, report: Callable[[dict], bool]) -> TrialOutcome:
         phase = Phase.PLAN  # static checks (trainer.validate, in build_program), then compile ahead of time
         tp = time.perf_counter()
         try:
-            program = build_program(cfg, count_flops=job.get("count_flops", True), keep_hlo=True)
+            program = build_program(cfg, count_flops=job.get("count_flops", True), keep_hlo=True, hlo_flops=hlo_cost)
         finally:
             timings["plan_s"] = time.perf_counter() - tp
         phase = Phase.SCREEN

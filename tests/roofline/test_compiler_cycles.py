@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from paxsearch.trainer import hardware, topology
+from paxsearch.search.planning import topology
+from paxsearch.search.planning.predict import hardware_for
+from paxsearch.trainer import hardware
 from paxsearch.trainer import roofline as R
-from paxsearch.trainer.predict import hardware_for
 
 from ..search_util import needs_libtpu
 

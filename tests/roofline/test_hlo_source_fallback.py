@@ -25,11 +25,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning import topology
 from paxsearch.search.planning.compilation import plan_point
+from paxsearch.search.planning.predict import hardware_for, predict
 from paxsearch.trainer import plan as plan_lib
-from paxsearch.trainer import topology
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
-from paxsearch.trainer.predict import hardware_for, predict
 from paxsearch.trainer.roofline.model import analyze
 
 from ..search_util import needs_libtpu

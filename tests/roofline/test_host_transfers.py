@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from paxsearch.trainer import hardware, hlo_passes, topology
+from paxsearch.search.planning import hlo_passes, topology
+from paxsearch.search.planning.predict import hardware_for
+from paxsearch.trainer import hardware
 from paxsearch.trainer import roofline as R
 from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
-from paxsearch.trainer.predict import hardware_for
 
 from ..search_util import needs_libtpu
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from paxsearch.trainer.predict import hardware_for
+from paxsearch.search.planning.predict import hardware_for
 from paxsearch.trainer.roofline import call_graph, parse_module
 from paxsearch.trainer.roofline import trace as T
 
@@ -158,8 +158,8 @@ def test_collectives_and_elementwise_ops_get_their_buckets():
 def test_splash_kernels_matmuls_and_host_copies_of_a_tpu_step_get_their_buckets():
     """A splash forward and backward with a matmul, its weight gradient put in pinned host memory,
     compiled for one v5e chip (compile-only): each kind lands in its bucket."""
+    from paxsearch.search.planning import topology
     from paxsearch.trainer import attention as A
-    from paxsearch.trainer import topology
 
     dev = topology.topology_devices("v5e-1")[0]
     one = jax.sharding.SingleDeviceSharding(dev)

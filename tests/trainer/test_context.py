@@ -280,7 +280,7 @@ def test_context_parallel_config_trains_and_evaluates(tmp_path):
 def test_context_parallel_splash_plans_on_a_tpu_topology():
     """Plan mode (libtpu, no TPU): context 2 x fsdp 2 x tensor 2 on v5e-8 compiles the splash
     kernel with its mask split over the query shards (~80 s on a 2-core machine)."""
-    from paxsearch.trainer import topology as topo
+    from paxsearch.search.planning import topology as topo
 
     model = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=8, head_dim=128, d_ff=1024, seq_len=1024,
                         dtype="bfloat16", param_dtype="float32", attention="flash")

@@ -51,7 +51,7 @@ def test_every_set_is_described_and_sourced():
 def test_every_set_states_the_tpu_generations_it_applies_to():
     """The generation table (probed with this libtpu: benchmarks/RESULTS.md): each set names the
     generations it applies to, and the compiler's line for each one it is refused on."""
-    from paxsearch.trainer.topology import CHIPS
+    from paxsearch.search.planning.topology import CHIPS
 
     assert set(flagsets.TPU_GENERATIONS) == set(CHIPS)
     for name, s in flagsets.FLAG_SETS.items():
@@ -346,7 +346,7 @@ def test_xla_cpu_flags_reach_the_cpu_backend_and_never_libtpu(tmp_path):
     backend reads it, libtpu reads XLA_FLAGS without XLA:CPU's flags (topology.py), so a plan
     study runs, and the process's XLA_FLAGS is as it was."""
     flag = "--xla_cpu_use_fusion_emitters=false"
-    code = ("import os, jax; from paxsearch.trainer import topology; topology.topology_devices('v5e-16'); "
+    code = ("import os, jax; from paxsearch.search.planning import topology; topology.topology_devices('v5e-16'); "
             "print(os.environ['XLA_FLAGS'], len(jax.devices('cpu')))")
     env = {**os.environ, "XLA_FLAGS": f"{DEVICES8} {flag}", "JAX_PLATFORMS": "cpu",
            "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla_cache")}

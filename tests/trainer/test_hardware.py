@@ -7,8 +7,9 @@ import types
 import pytest
 
 from paxsearch.search.planning import targets as T
-from paxsearch.trainer import flops, hardware, topology
-from paxsearch.trainer.predict import hardware_for
+from paxsearch.search.planning import topology
+from paxsearch.search.planning.predict import hardware_for
+from paxsearch.trainer import flops, hardware
 
 # what each kind of source says about the number: a document, or how it was obtained
 SOURCE_KINDS = ("https://", "measured:", "estimate:", "assumption:", "model:", "one TensorCore", "2 TensorCores",

@@ -1,7 +1,7 @@
 """Plan mode: each memory knob compiled for a TPU topology (v5e-4, libtpu, no TPU) against the
 same config without it; XLA's per-chip memory moves the way the knob promises. Each plan comes
-from the compiler's HLO passes and buffer assignment (trainer/hlo_passes.py), as a plan-only
-study's do by default: their memory is the full compile's (tests/trainer/test_hlo_passes.py) at a
+from the compiler's HLO passes and buffer assignment (search/planning/hlo_passes.py), as a plan-only
+study's do by default: their memory is the full compile's (tests/search/planning/test_hlo_passes.py) at a
 fraction of its time; the figures in the comments are the full compile's."""
 import dataclasses
 
@@ -42,8 +42,8 @@ _plans: dict = {}
 def memory(name):
     """The compiled plan of VARIANTS[name] for v5e-4 (each compiled once per module)."""
     if name not in _plans:
-        from paxsearch.trainer import hlo_passes
-        from paxsearch.trainer import topology as topo
+        from paxsearch.search.planning import hlo_passes
+        from paxsearch.search.planning import topology as topo
 
         _plans[name] = hlo_passes.build_plan_program(VARIANTS[name], topo.topology_devices("v5e-4"), "v5e-4").plan
     return _plans[name]
@@ -109,7 +109,7 @@ def test_custom_remat_keeps_what_it_names_on_device_or_offloads_it():
 def test_the_passes_count_offloaded_arguments_as_the_full_compile_does():
     """Moments and parameters in host memory are no HBM arguments nor outputs, in the HLO passes'
     buffer assignment as in the full compile's memory analysis (one full compile of each)."""
-    from paxsearch.trainer import topology as topo
+    from paxsearch.search.planning import topology as topo
     from paxsearch.trainer.plan import build_program
 
     for name in ("offload_state", "offload_params"):

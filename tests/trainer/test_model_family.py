@@ -423,8 +423,8 @@ def test_blockwise_attention_never_holds_the_scores_at_seq_1024():
 @needs_libtpu
 def test_splash_attention_plans_for_a_tpu_topology_and_needs_less_memory():
     """The kernel's full compile (code generation included) is test_context's splash plan."""
-    from paxsearch.trainer import hlo_passes
-    from paxsearch.trainer import topology as topo
+    from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning import topology as topo
 
     devices = topo.topology_devices("v5e-4")
     m = ModelConfig(vocab_size=1024, d_model=512, n_layers=2, n_heads=16, head_dim=128, n_kv_heads=4, d_ff=1024,

@@ -52,7 +52,7 @@ def test_gke_jobset_membership_single_and_multi_slice():
 def test_compile_only_tpu_variables_on_a_cpu_machine_form_no_gang():
     """Planning sets TPU_WORKER_HOSTNAMES=localhost (and libtpu may write a warning into
     TPU_WORKER_ID); a worker started from that environment must work alone, not fail."""
-    from paxsearch.trainer import topology
+    from paxsearch.search.planning import topology
 
     env = {**topology.compile_only_env(topology.parse_slice("v5e-16")),
            "TPU_WORKER_ID": "WARNING: could not determine TPU worker number"}

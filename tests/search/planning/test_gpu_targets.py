@@ -11,11 +11,11 @@ if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
 
 import pytest
 
+from paxsearch.search.planning import gpu_topology as G
 from paxsearch.search.planning import targets as T
 from paxsearch.search.planning.analytic import analytic_plan, state_bytes
 from paxsearch.search.planning.compilation import plan_point
 from paxsearch.trainer import flops, hardware
-from paxsearch.trainer import gpu_topology as G
 from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
 
 from ...search_util import needs_cuda_plugin

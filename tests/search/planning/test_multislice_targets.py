@@ -8,9 +8,9 @@ import os
 import pytest
 from optuna.trial import TrialState
 
+from paxsearch.search.planning import topology
 from paxsearch.search.planning.keys import plan_keys
 from paxsearch.search.planning.targets import TargetError, check_auto_slices, parse_target, target_devices
-from paxsearch.trainer import topology
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 from paxsearch.trainer.errors import ConfigError
 

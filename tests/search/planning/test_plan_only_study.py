@@ -93,9 +93,9 @@ def test_plan_only_target_refuses_objectives_it_cannot_score(tmp_path):
 
 def test_without_libtpu_a_tpu_target_fails_with_one_line_naming_the_extra(tmp_path, monkeypatch):
     from paxsearch.search.driver import context as study_setup
+    from paxsearch.search.planning import topology
     from paxsearch.search.study.settings import StudySettings
     from paxsearch.search.study.space import load_space
-    from paxsearch.trainer import topology
 
     monkeypatch.setattr(topology, "libtpu_available", lambda: False)
     space = load_space(PLAN_SPACE)

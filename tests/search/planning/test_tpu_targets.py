@@ -1,6 +1,6 @@
 """Planning for TPU slices on a CPU machine: targets, compile-only topologies, exact memory,
 predicted OOM, multi-slice DCN, predicted step time and MFU (search/planning/targets.py,
-trainer/topology.py). Tests marked `tpu` need libtpu (the `tpu` extra; CI installs it).
+search/planning/topology.py). Tests marked `tpu` need libtpu (the `tpu` extra; CI installs it).
 
 Compile times on 2 cores: a ~1B step for v5e:4x4 ~25-30 s, small steps 5-25 s, an
 over-capacity step is refused by the TPU compiler in ~3 s.
@@ -20,16 +20,16 @@ import sys
 import pytest
 
 from paxsearch.search.planning import targets as T
+from paxsearch.search.planning import topology as topo
 from paxsearch.search.planning.analytic import prescreen
 from paxsearch.search.planning.compilation import plan_point
+from paxsearch.search.planning.hlo_passes import CODE_BYTES_BOUND
 from paxsearch.search.planning.keys import plan_key
 from paxsearch.search.planning.method import PLAN_COMPILE_ENV, libtpu_unproven_line, plan_method, plan_method_notice
 from paxsearch.search.trial.execute import plan_outcome
 from paxsearch.store import Kind, compiler
 from paxsearch.trainer import roofline as R
-from paxsearch.trainer import topology as topo
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
-from paxsearch.trainer.hlo_passes import CODE_BYTES_BOUND
 
 from ...search_util import HAS_LIBTPU, needs_libtpu
 
@@ -142,7 +142,7 @@ def test_cpu_plans_carry_memory_and_the_roofline_and_invalid_points_are_typed():
 
 @pytest.mark.parametrize("code", [
     "import jax; jax.devices()",
-    "from paxsearch.trainer.topology import topology_devices; assert len(topology_devices('v5e-16', 2)) == 32",
+    "from paxsearch.search.planning.topology import topology_devices; assert len(topology_devices('v5e-16', 2)) == 32",
 ])
 @needs_libtpu
 def test_cpu_runs_and_topologies_stay_quiet_with_libtpu_installed(code):

@@ -6,13 +6,13 @@ import signal
 
 import pytest
 
+from paxsearch.search.planning.topology import PredictedOOM
 from paxsearch.search.study.settings import SettingsError
 from paxsearch.search.trial import ExitStatus, Phase, classify
 from paxsearch.search.trial.classify import last_fatal_line
 from paxsearch.search.trial.record import driver_timings
 from paxsearch.store import FAILURE_KINDS, Counters, Kind, Measured, Plan, TrialOutcome, kind_of
 from paxsearch.trainer.errors import ConfigError, DataError, NonFiniteLoss
-from paxsearch.trainer.topology import PredictedOOM
 
 FULL = TrialOutcome(
     kind=Kind.OK, plan=Plan.make(peak_bytes=123, predicted_mfu=0.4, mesh_shape={"data": 1, "fsdp": 8, "tensor": 1}),

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
+from paxsearch.search.planning import topology
 from paxsearch.search.planning.targets import parse_target
 from paxsearch.search.workers.pool import MAX_FLAG_SETS_PER_SLOT, gangs_kept
-from paxsearch.trainer import topology
 
-from ..search_util import needs_libtpu
+from ...search_util import needs_libtpu
 
 
 @pytest.mark.parametrize("entries, attached", [

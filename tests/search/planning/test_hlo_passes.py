@@ -1,4 +1,4 @@
-"""Plans from the TPU compiler's HLO passes (trainer/hlo_passes.py): the compile stopped once the
+"""Plans from the TPU compiler's HLO passes (search/planning/hlo_passes.py): the compile stopped once the
 buffer assignment is written gives the full compile's memory, FLOPs and predicted step; a step
 the compiler refuses for memory is the same PredictedOOM; the child never outlives its parent
 and never compiles with another process's flags."""
@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from paxsearch.trainer import hlo_passes, topology
+from paxsearch.search.planning import hlo_passes, topology
+from paxsearch.search.planning.predict import hardware_for, predict
 from paxsearch.trainer import plan as plan_lib
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
-from paxsearch.trainer.predict import hardware_for, predict
 
-from ..search_util import needs_libtpu
+from ...search_util import needs_libtpu
 
 SMALL = ModelConfig(vocab_size=2048, d_model=128, n_layers=4, n_heads=4, head_dim=32, d_ff=512, seq_len=128,
                     dtype="bfloat16")
@@ -91,7 +91,7 @@ def test_a_standby_child_is_not_used_under_other_compiler_flags():
 
 def test_the_child_does_not_outlive_its_parent():
     # the parent leaves without its atexit (os._exit, as a killed worker would): the standby must go too
-    code = ("import os; from paxsearch.trainer import hlo_passes; hlo_passes._start_standby(); "
+    code = ("import os; from paxsearch.search.planning import hlo_passes; hlo_passes._start_standby(); "
             "print(hlo_passes._standby.proc.pid, flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     pid = int(out.stdout.split()[0])

@@ -24,8 +24,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from . import hardware
-from .errors import ConfigError
+from ...trainer import hardware
+from ...trainer.errors import ConfigError
 
 PLUGIN = "jax_cuda12_plugin"
 GPU_PLAN_EXTRA = "pip install 'paxsearch[gpu-plan]'"

@@ -3,6 +3,7 @@ HLO, priced with one device's figures (trainer/hardware.py).
 
     hw = hardware_for(devices, chip="v5e")     # or chip=None: from the devices' kind
     prediction = predict(program, hw)          # program: plan.build_program(..., keep_hlo=True)
+    program = build_program(cfg, hlo_flops=hlo_cost)   # the trainer counts executed FLOPs with this reader
 
 Every figure here is a prediction; a study's plan (search/planning/plans.py) keeps them as its
 predicted_* figures and its roofline dict, which carries "predicted": True."""
@@ -14,10 +15,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import flops as flops_lib
-from . import hardware, topology
-from .results import FLOPS_FROM_HLO
-from .roofline import Hardware, analyze, device_coords
+from ...trainer import flops as flops_lib
+from ...trainer import hardware
+from ...trainer.results import FLOPS_FROM_HLO
+from ...trainer.roofline import Hardware, analyze, device_coords, step_work
+from . import topology
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,18 @@ def predict(program: Any, hw: Hardware) -> Prediction:
                       float(plan.tokens_per_step / step) if step else None, float(roof.flops_per_step),
                       float(roof.hbm_bytes_per_step), FLOPS_FROM_HLO, float(hw.peak_flops),
                       roof.to_dict(), plan.hlo_source)
+
+
+def hlo_cost(hlo_text: str) -> tuple[float, float] | None:
+    """(executed FLOPs, HBM bytes) per device of one step, read from its optimized module with every
+    loop's trip count applied (the roofline's step_work), or None where the text cannot be read or
+    a loop's trip count is unknown. What the trainer's build_program(hlo_flops=...) counts the
+    executed FLOPs with (trainer/plan.py: one compile, no unrolled probes)."""
+    try:
+        work = step_work(hlo_text)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return None if work.unknown_trip_counts else (work.flops_per_step, work.hbm_bytes_per_step)
 
 
 def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:

@@ -1,4 +1,4 @@
-"""Compile-only TPU slices carry the wraparound links of the real slice (trainer/topology.py
+"""Compile-only TPU slices carry the wraparound links of the real slice (search/planning/topology.py
 TpuSlice.wrap): a full v5e pod is a 2D torus, so the compiler overlaps the tensor-axis permutes
 of a windowed einsum with the matmuls, as it does for MaxText's compile of the same slice; a
 slice with no wraparound keeps them synchronous."""
@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from paxsearch.trainer import topology
+from paxsearch.search.planning import topology
 
-from ..search_util import needs_libtpu
+from ...search_util import needs_libtpu
 
 
 @pytest.mark.parametrize("name, wrap", [
@@ -26,7 +26,7 @@ def test_wraparound_follows_the_slice_shape(name, wrap):
 def test_the_planner_reads_the_wraparound_from_the_devices_coordinates(name):
     # the roofline prices a ring collective along an open dimension one way per link (tests/roofline/
     # test_ici_efficiency.py); it learns which dimensions wrap from the compile-only devices it plans
-    from paxsearch.trainer.predict import hardware_for
+    from paxsearch.search.planning.predict import hardware_for
 
     tpu_slice = topology.parse_slice(name)
     assert hardware_for(topology.topology_devices(name)).torus_wrap == tpu_slice.wrap

@@ -8,7 +8,7 @@ buffer assignment 4 s into a 92 s compile (benchmarks/RESULTS.md, "Plans from th
 
 `build_plan_program` compiles the step in a child process with an XLA dump, reads the module and
 the buffer assignment from the dump as soon as both are written, and kills the child. Its
-figures are the full compile's (tests/trainer/test_hlo_passes.py, benchmarks/bench_plan_method.py),
+figures are the full compile's (tests/search/planning/test_hlo_passes.py, benchmarks/bench_plan_method.py),
 except the generated code's bytes, which only code generation knows: the plan counts
 `CODE_BYTES_BOUND` for them, above every program measured (MemoryEstimate.generated_code_bytes;
 3 MB on the tests' tiny steps, 40-53 MB on the published rows'), so its peak is at or a little above the
@@ -19,9 +19,9 @@ trial after trial does not wait for them each time, the next child is started as
 is read (from the process's second plan on) and waits, imported, for its spec (`_standby`).
 
 Only for compile-only TPU devices (a topology planned on a machine without TPUs); elsewhere a
-step is compiled in full (plan.build_program).
+step is compiled in full (trainer/plan.py build_program).
 
-    python -m paxsearch.trainer.hlo_passes < SPEC_PATH     # the child (what build_plan_program runs)
+    python -m paxsearch.search.planning.hlo_passes < SPEC_PATH     # the child (what build_plan_program runs)
 """
 from __future__ import annotations
 
@@ -37,19 +37,14 @@ import threading
 import time
 from typing import Sequence
 
-from . import config as config_lib
-from . import plan as plan_lib
-from .errors import TrainerError
-from .results import FLOPS_FROM_HLO, MemoryEstimate
-from .roofline import step_work
-from .roofline.host import HOST_MEMORY_SPACE
-from .topology import (
-    PredictedOOM,
-    chip_for_device_kind,
-    no_persistent_cache_writes,
-    predicted_oom_from,
-    topology_devices,
-)
+from ...trainer import config as config_lib
+from ...trainer import plan as plan_lib
+from ...trainer.compile_cache import no_persistent_cache_writes
+from ...trainer.errors import TrainerError
+from ...trainer.results import FLOPS_FROM_HLO, MemoryEstimate
+from ...trainer.roofline import step_work
+from ...trainer.roofline.host import HOST_MEMORY_SPACE
+from .topology import PredictedOOM, chip_for_device_kind, predicted_oom_from, topology_devices
 
 MODULE = "jit_train_step"  # the dumped module of step.make_train_step's jitted step
 BUFFERS = ".after_optimizations-buffer-assignment.txt"
@@ -103,7 +98,7 @@ def build_plan_program(cfg: config_lib.TrainConfig, devices: Sequence, slice_nam
     compiler refuses the step for memory, ConfigError before anything runs, PassesError when
     the passes give no plan (the caller can compile in full)."""
     devices, platform, global_batch, mesh, rules = plan_lib.setup(cfg, devices)
-    if not plan_lib._compile_only(devices) or platform != "tpu":
+    if not plan_lib.compile_only(devices) or platform != "tpu":
         raise PassesError("the HLO passes plan compile-only TPU devices only")
     phases: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="paxsearch-passes-") as folder:
@@ -160,7 +155,7 @@ class _Child:
     def __init__(self):
         fd, self.log = tempfile.mkstemp(prefix="paxsearch-passes-", suffix=".log")
         self.env = dict(os.environ)  # the compiler flags it will compile with
-        module = __spec__.name if __spec__ else "paxsearch.trainer.hlo_passes"
+        module = __spec__.name if __spec__ else "paxsearch.search.planning.hlo_passes"
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=fd,
                                          stderr=subprocess.STDOUT, text=True)
@@ -319,11 +314,11 @@ def _child() -> int:
         with open(os.path.join(os.path.dirname(spec["result"]), LOWERED), "w") as f:
             json.dump({"lower_s": phases["lower_s"]}, f)
         with no_persistent_cache_writes(), plan_lib.mesh_context(mesh, rules):
-            lowered.compile(compiler_options=plan_lib._dump_options(spec["dump"]))
+            lowered.compile(compiler_options=plan_lib.dump_options(spec["dump"]))
     except Exception as e:  # reported to the parent as data; it raises the same kind
         oom = predicted_oom_from(e)
         result = ({"oom": {"message": str(oom), "required": oom.required_bytes, "available": oom.available_bytes}}
-                  if oom is not None else {"error": plan_lib._first_line(e)})
+                  if oom is not None else {"error": plan_lib.first_line(e)})
         with open(spec["result"], "w") as f:
             json.dump(result, f)
         return 1

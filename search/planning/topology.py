@@ -24,8 +24,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from . import hardware
-from .errors import ConfigError, TrainerError
+from ...trainer import hardware
+from ...trainer.compile_cache import no_persistent_cache_writes
+from ...trainer.errors import ConfigError, TrainerError
 
 GiB = 1024 ** 3
 LIBTPU_MISSING = "TPU targets need libtpu: pip install 'paxsearch[tpu]'"
@@ -45,6 +46,8 @@ class PredictedOOM(TrainerError):
     required_bytes / available_bytes: per device, None when the compiler did not say.
     source: "compiler" (the compiler refused), "memory_analysis" (compiled, too big) or
     "analytic" (parameters + optimizer state alone exceed HBM; nothing was compiled).
+    plan_method: how the refused plan was being made ("hlo_passes", "compiled"), where a plan
+    of a target set it (search/planning/compilation.py).
     """
 
     def __init__(self, message: str, required_bytes: int | None = None,
@@ -53,6 +56,7 @@ class PredictedOOM(TrainerError):
         self.required_bytes = required_bytes
         self.available_bytes = available_bytes
         self.source = source
+        self.plan_method: str | None = None
 
     def to_dict(self) -> dict:
         return {"message": str(self), "required_bytes": self.required_bytes,
@@ -165,7 +169,7 @@ def torus_wrap(chip: ChipSpec, shape: tuple[int, ...]) -> tuple[bool, bool, bool
     both; v5e-128, 8x16: the 16). Without wraparound the compiler plans each ring over that axis
     as an open line: the same program then keeps its windowed-einsum permutes synchronous
     (RESULTS.md, "v5e-256 128B"), and a ring collective along it runs one way on each link (the
-    roofline, trainer/roofline/collectives.py)."""
+    roofline, search/planning/roofline/collectives.py)."""
     if chip.torus_dims == 3:
         full = math.prod(shape) >= 64 and all(d % 4 == 0 for d in shape)
         return (full, full, full)
@@ -327,20 +331,12 @@ def _libtpu_reads_no_cpu_flags(device) -> None:
     _libtpu_flags_read = True
 
 
-@contextlib.contextmanager
-def no_persistent_cache_writes():
-    """Nothing compiled meanwhile is written to JAX's persistent compilation cache (no compile
-    takes forever). What compile-only devices compile cannot be loaded back from it without a
-    client: each later read of such an entry would only warn and compile again."""
-    import jax
-
-    setting = "jax_persistent_cache_min_compile_time_secs"
-    before = getattr(jax.config, setting)  # (jax's Config types no attribute per setting)
-    jax.config.update(setting, float("inf"))
-    try:
-        yield
-    finally:
-        jax.config.update(setting, before)
+def flag_probe(slice_name: str) -> str:
+    """The code trainer/flagsets.py validate runs to probe a flag set for compile-only devices of
+    `slice_name`: load them and compile one op (libtpu reads LIBTPU_INIT_ARGS when it loads, and its
+    own XLA reads XLA_FLAGS when it first compiles; it may not know a flag jaxlib's XLA knows)."""
+    return (f"from {__name__} import compile_one_op, topology_devices; "
+            f"compile_one_op(topology_devices({slice_name!r})[0])")
 
 
 def compile_one_op(device) -> None:
