@@ -134,8 +134,8 @@ def predicted_vs_measured(frame: pd.DataFrame) -> pd.DataFrame:
     return measured[has_pair][columns]
 
 
-STEP_NOTE = ("Where each front trial's predicted step goes (the planner's roofline, trainer/roofline): the ops at "
-             "their roofline rates, then the communication no scheduled work hides, by link: ICI within a slice, "
+STEP_NOTE = ("Where each front trial's predicted step goes (the planner's roofline, search/planning/roofline): the ops "
+             "at their roofline rates, then the communication no scheduled work hides, by link: ICI within a slice, "
              "DCN between slices, host (offloaded buffers over PCIe). The parts add up to the predicted step.")
 _LINKS = {"ici": "step.exposed_ici_s", "dcn": "step.exposed_dcn_s", "host": "step.exposed_host_s"}
 
@@ -152,7 +152,7 @@ def link_totals(roof: dict) -> dict[str, dict[str, float]]:
 
 
 def step_parts(roofline_text) -> dict | None:
-    """A stored roofline (JSON text, trainer/roofline/model.py Roofline.to_dict) split into the
+    """A stored roofline (JSON text, search/planning/roofline/model.py Roofline.to_dict) split into the
     on-chip seconds, the exposed seconds per link and the collective exposed the longest; None
     where the plan holds no roofline (an analytic plan, a roofline that failed)."""
     if not isinstance(roofline_text, str):

@@ -3,7 +3,7 @@
 For each case below (a small model on a small TPU slice, compile-only on this CPU):
 1. `paxsearch run` plans one trial of the case's config for the target (tpu:v5e-4 = v5e 2x2)
    and stores it (peak bytes per chip from XLA's memory_analysis, XLA FLOPs per chip and
-   step from the optimized HLO through trainer/roofline);
+   step from the optimized HLO through search/planning/roofline);
 2. `paxsearch export RUN --trial 0 --to maxtext --out CASE/maxtext.sh` writes MaxText's form;
 3. that script itself runs as `sh maxtext.sh compile`: MaxText 0.2.5's train_compile of the
    exported keys for the same topology, with PYTHON pointing at this file's worker mode, which
@@ -89,8 +89,8 @@ def worker(out_path: str, argv: list[str]) -> None:
     import jax
     from maxtext.trainers.pre_train import train_compile as tc
 
+    from paxsearch.search.planning import roofline as R
     from paxsearch.search.planning.predict import hardware_for
-    from paxsearch.trainer import roofline as R
     from paxsearch.trainer.plan import memory_estimate, optimized_hlo
 
     assert module == tc.__name__, f"the script runs {module}, expected {tc.__name__}"

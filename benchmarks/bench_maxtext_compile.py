@@ -4,7 +4,7 @@ For each row of benchmarks/published.py this compiles MaxText's train step for t
 slice with MaxText's `train_compile` (its AOT entry point, MaxText 0.2.5: the dims, mesh,
 per-chip batch, remat and attention of the row, the row's compiler flags), then reads that
 compiled program the way the planner reads ours: memory_analysis() for the memory figure,
-the optimized HLO through the roofline (trainer/roofline) for the predicted step time, and
+the optimized HLO through the roofline (search/planning/roofline) for the predicted step time, and
 MFU with the same model FLOPs (trainer/flops.py; same dims, so the same count). Our side is
 bench_published's plan of the same row, run by the same interpreter (same jax, same libtpu).
 So the table separates the two causes of a miss: where MaxText's program and ours differ
@@ -108,9 +108,9 @@ def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, mode
     import maxtext
     from maxtext.trainers.pre_train import train_compile as tc
 
+    from paxsearch.search.planning import roofline as R
     from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import flops as flops_lib
-    from paxsearch.trainer import roofline as R
     from paxsearch.trainer.plan import memory_estimate, optimized_hlo
 
     captured: dict = {}

@@ -4,7 +4,7 @@ Each config is compiled ahead of time for a TPU slice on this CPU twice, in fres
 one interpreter (one jax, one libtpu): MaxText 0.2.5's `train_compile` with the config's
 pipeline or context-parallel settings, and our planner (search/planning/targets.py
 compilation.plan_point, what a plan-only trial runs). Both are read the same way: XLA's
-memory_analysis() for the memory, the optimized HLO through trainer/roofline for the executed
+memory_analysis() for the memory, the optimized HLO through search/planning/roofline for the executed
 FLOPs and the predicted step time. Goal (the issue): FLOPs within 1%, memory within 5%.
 
 The model is MaxText's 16B test config (`maxtext-v5e-16b`: 32 layers, d_model 5120, 32 heads of

@@ -2,7 +2,7 @@
 
 Runs `paxsearch run SPACE` (measured trials: compiled, then trained briefly) in a fresh run
 folder; every completed trial carries both its measured step time and the roofline's
-prediction of the same compiled step (trainer/roofline/ with this host's figures: the
+prediction of the same compiled step (search/planning/roofline/ with this host's figures: the
 measured peak FLOP/s and copy bandwidth). Prints measured / predicted per trial and their
 median, min and max, for step time and MFU.
 

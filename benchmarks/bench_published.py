@@ -87,7 +87,8 @@ def space_text(row: P.Published, timeout: int, model_fields: dict | None = None)
 
 def roofline_commit() -> str:
     """The last commit of the roofline code in this checkout (it changes while rows compile)."""
-    return subprocess.run(["git", "log", "-1", "--format=%h %cI", "--", "trainer/roofline", "trainer/roofline.py"],
+    paths = ["search/planning/roofline", "trainer/roofline", "trainer/roofline.py"]  # where it lived before
+    return subprocess.run(["git", "log", "-1", "--format=%h %cI", "--", *paths],
                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
 

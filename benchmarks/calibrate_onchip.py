@@ -15,7 +15,7 @@ Peer: the chip itself (its studies, 10 steps a point, the last 7 timed; benchmar
 Found (2026-12-07): the roofline counted two things the chip does not do, and priced the splash kernels at
 XLA's matmul rate. TPU's AllocateBuffer custom call (a scan's stacked buffer, given and not written) was
 priced at its whole result, and an in-place dynamic-update-slice fusion read its slice of the buffer
-before writing it: 11-43 and 3-48 ms a step (trainer/roofline/cost.py now counts neither). The splash
+before writing it: 11-43 and 3-48 ms a step (search/planning/roofline/cost.py now counts neither). The splash
 kernels run at 0.51 of peak at head dim 128 (fit here to half a) and half that at head dim 64.
 
 With --figures measured (2026-12-07, later): the splash kernels at the chip's own per-kernel rates
@@ -34,7 +34,7 @@ child process per point, 25-60 s each; the optimized HLO is kept in --cache and 
     cost.flop_rate), is the value on a 0.005 grid that gives the half-"a" points the least mean |error|,
     the exposed host transfers of each point held at their value at the table's figures;
   * before / after: before is the plan study's stored prediction (the roofline when it was planned),
-    after the roofline now (trainer/roofline at the table's figures, or with --figures measured at the
+    after the roofline now (search/planning/roofline at the table's figures, or with --figures measured at the
     chip's per-kernel splash rates), "fit" the step with every splash kernel at the fit's one share, per
     point and as mean / max |error| over half a, half b (held out: no figure was set from it; with
     --figures measured "after" sets none, so every point is held out) and all, with the side bias (the
@@ -143,8 +143,8 @@ def child(config_path: str, out_path: str) -> None:
 
 def price(name: str, half: str, measured: float, before: float | None, text: str, hw) -> Priced:
     """One point's buckets and its step at `hw`, and what the fit varies."""
-    from paxsearch.trainer import roofline as R
-    from paxsearch.trainer.roofline import cost, hlo, model
+    from paxsearch.search.planning import roofline as R
+    from paxsearch.search.planning.roofline import cost, hlo, model
 
     module = hlo.parse_module(text)
     graph = hlo.call_graph(module)

@@ -29,7 +29,7 @@ cases are compiled, and the overall --budget-s; what it did not run is listed un
             device time of such a program and the device's idle gap between two back-to-back programs.
 
 Timing: "device_s" is the program's device time, read from a jax.profiler trace of the section (the
-median of its executions on the device's "XLA Modules" line, trainer/roofline/trace.py; on CPU the sum
+median of its executions on the device's "XLA Modules" line, search/planning/roofline/trace.py; on CPU the sum
 of its ops' times per call); "wall_s" is host time over `reps` calls dispatched back to back with one
 block_until_ready at the end, divided by reps. Efficiencies are computed from both where both exist
 ("efficiency" from device time, "efficiency_wall" from wall time).
@@ -74,7 +74,7 @@ def attention_model_flops(b: int, h: int, s: int, d: int, *, backward: bool, cau
 def splash_kernel_matmuls(backward: bool) -> int:
     """S x S matmuls per head the splash kernels run, as the roofline counts them
     (cost.SPLASH_MATMULS: forward 2; the backward's dK/dV 4 and dQ 3)."""
-    from paxsearch.trainer.roofline.cost import SPLASH_MATMULS
+    from paxsearch.search.planning.roofline.cost import SPLASH_MATMULS
 
     counts = dict(SPLASH_MATMULS)
     return counts["splash_mha_fwd"] + (counts["splash_mha_dkv"] + counts["splash_mha_dq"] if backward else 0)
@@ -136,7 +136,7 @@ def compile_cases(cases: list[Case], log, threads: int = 8) -> None:
     """Compile every case (and its argument maker) ahead of time, in threads."""
     import jax
 
-    from paxsearch.trainer.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as T
 
     def one(c: Case) -> None:
         try:
@@ -166,7 +166,7 @@ def compile_cases(cases: list[Case], log, threads: int = 8) -> None:
 
 def _entry_ops(text: str) -> list[str]:
     """The opcodes of what runs in the ENTRY computation (what the case measured)."""
-    from paxsearch.trainer.roofline.hlo import parse_module
+    from paxsearch.search.planning.roofline.hlo import parse_module
 
     m = parse_module(text)
     skip = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant"}
@@ -195,7 +195,7 @@ class Tracer:
 
         import jax
 
-        from paxsearch.trainer.roofline import trace as T
+        from paxsearch.search.planning.roofline import trace as T
 
         if self.on:
             try:
@@ -210,7 +210,7 @@ class Tracer:
 def device_seconds(rows: list, module: str | None, calls: int) -> dict:
     """The device time of one program's executions in a trace: the median (and min) of its XLA Modules
     events (TPU), else the sum of its ops' self times / `calls` (CPU)."""
-    from paxsearch.trainer.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as T
 
     if not rows or module is None:
         return {"device_s": None}
@@ -278,7 +278,7 @@ def run_cases(cases: list[Case], log, deadline: float, target_s: float, min_reps
         row.update({k: v for k, v in c.extra.items() if k not in ("kernel_shape",)})
         results.append(row)
         log("  " + _line(row))
-    from paxsearch.trainer.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as T
 
     seen = sorted({T.base_module_name(r.name) for r in T.module_runs(tracer.rows)})
     return results, skipped, seen[:80]
@@ -289,8 +289,8 @@ def _kernels(row: dict, c: Case, rows: list, calls: int, peak: float) -> None:
     shape = c.extra.get("kernel_shape")
     if not shape or not rows or c.module is None:
         return
-    from paxsearch.trainer.roofline import trace as T
-    from paxsearch.trainer.roofline.cost import SPLASH_MATMULS
+    from paxsearch.search.planning.roofline import trace as T
+    from paxsearch.search.planning.roofline.cost import SPLASH_MATMULS
 
     totals = T.op_totals(rows, c.module)
     kernels = {}
@@ -578,7 +578,7 @@ def overhead_section(tiny: bool, log, deadline: float) -> dict:
 
 def _device_gaps(rows: list, module: str) -> dict:
     """A program's device time and the device's idle gap between its consecutive executions."""
-    from paxsearch.trainer.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as T
 
     runs = T.module_runs(rows, module)
     if not runs:

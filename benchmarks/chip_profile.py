@@ -5,7 +5,7 @@ Each config is built through the trainer (trainer/plan.py build_program, keep_hl
 roofline (search/planning/predict.py predict with hardware_for(devices): the v5e's figures on a v5e), run
 for --warm steps, timed for --steps steps (wall, dispatched back to back), then traced for --steps
 steps with jax.profiler (each step blocked inside a StepTraceAnnotation "train"). The trace is read
-without xprof (trainer/roofline/trace.py: jax.profiler.ProfileData), each measured op is looked up
+without xprof (search/planning/roofline/trace.py: jax.profiler.ProfileData), each measured op is looked up
 in the compiled step's optimized HLO and put in the roofline's bucket (matmul, attention kernel,
 other on-chip, collectives, host transfers, control); the predicted buckets are the roofline's own
 per-op prices of the same HLO. Device time: the program's executions on the device's "XLA Modules"
@@ -99,7 +99,7 @@ def profile_one(name: str, program, compile_s: float, devices, warm: int, steps:
     import jax
 
     from paxsearch.search.planning.predict import hardware_for, predict
-    from paxsearch.trainer.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as T
 
     cfg = program.cfg
     out: dict = {"config": name, "what": CONFIGS[name][3], "attention": cfg.model.attention, "remat": cfg.remat,
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
 
     devices = jax.devices()[:1]
     log(f"devices: {devices[0].platform} {devices[0].device_kind} (using 1 of {len(jax.devices())})")
-    doc: dict = {"what": "roofline buckets predicted vs measured per step (trainer/roofline/trace.py)",
+    doc: dict = {"what": "roofline buckets predicted vs measured per step (search/planning/roofline/trace.py)",
                  "environment": environment(devices), "tiny": args.tiny, "warm": args.warm, "steps": args.steps,
                  "model": dataclasses.asdict(model_config(args.tiny)), "results": []}
     names = [c.strip() for c in args.configs.split(",") if c.strip()]

@@ -82,9 +82,9 @@ def child(config_path: str, target_text: str, target_step: float) -> dict:
     os.environ.update(flagsets.env_for(cfg.flags, "tpu"))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning import roofline as R
     from paxsearch.search.planning import topology as topo
     from paxsearch.search.planning.predict import hardware_for
-    from paxsearch.trainer import roofline as R
 
     target = parse_target(target_text)
     devices = topo.topology_devices(target.slice_name, target.num_slices)

@@ -3,7 +3,7 @@
 A small step (4 layers, d_model 1024, sequence 2048, 2 rows per chip, fsdp over the slice, flash
 attention) with the layer input and the attention output both offloaded to host, planned through
 the HLO passes for each slice and flag set; prints how many buffers the compiled step copies from
-host memory to HBM and back only for a relayout (trainer/roofline/host.host_round_trips) and the
+host memory to HBM and back only for a relayout (search/planning/roofline/host.host_round_trips) and the
 compile-only plan's temporaries. benchmarks/RESULTS.md, "The collective pipeliner and the
 offloaded stacks".
 
@@ -28,9 +28,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from paxsearch.search.planning import hlo_passes, topology
+    from paxsearch.search.planning.roofline import hlo, host
     from paxsearch.trainer import flagsets
     from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
-    from paxsearch.trainer.roofline import hlo, host
 
     model = ModelConfig(vocab_size=4096, d_model=1024, n_layers=4, n_heads=8, head_dim=128, d_ff=4096, seq_len=2048,
                         dtype="bfloat16", attention="flash")

@@ -35,7 +35,7 @@ def _layout(shape: str) -> str | None:
 
 def is_relayout(module, comp, ins, depth: int = 0) -> bool:
     """A transpose, or a copy whose operand's layout differs from its result's, alone or in a fusion."""
-    from paxsearch.trainer.roofline import hlo
+    from paxsearch.search.planning.roofline import hlo
 
     if ins.opcode == "transpose":
         return True
@@ -49,7 +49,7 @@ def is_relayout(module, comp, ins, depth: int = 0) -> bool:
 
 def price(text: str, hw, mesh, num_devices: int, pricing: str) -> float:
     """The step time of one compiled HLO under `pricing`."""
-    from paxsearch.trainer.roofline import cost, hlo, model
+    from paxsearch.search.planning.roofline import cost, hlo, model
 
     if pricing == "roofline":
         return model.analyze(text, hw, mesh=mesh, num_devices=num_devices).step_time_s
@@ -73,7 +73,7 @@ def price(text: str, hw, mesh, num_devices: int, pricing: str) -> float:
 
 def top_ops(text: str, hw, top: int) -> list[str]:
     """The ops whose compiler estimate exceeds their roofline price the most, per step."""
-    from paxsearch.trainer.roofline import cost, hlo, model
+    from paxsearch.search.planning.roofline import cost, hlo, model
 
     module = hlo.parse_module(text)
     rows = []

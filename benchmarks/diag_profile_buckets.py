@@ -53,9 +53,9 @@ def main(argv=None) -> int:
     os.environ.update(flagsets.env_for(cfg.flags, "tpu"))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning import roofline as R
     from paxsearch.search.planning.predict import hardware_for
-    from paxsearch.trainer import roofline as R
-    from paxsearch.trainer.roofline import cost, hlo, model
+    from paxsearch.search.planning.roofline import cost, hlo, model
 
     slice_name = r.target.split(":")[1]
     devices = topo.topology_devices(slice_name)

@@ -325,8 +325,8 @@ NONCAUSAL_BLOCK = 512  # the 2023 kernel's block (V5E_2023_ATTENTION)
 
 def _splash_matmuls_full_remat() -> int:
     """S x S matmuls per head and layer of our splash kernels under full remat, as the roofline
-    counts them (trainer/roofline/cost.py SPLASH_MATMULS): the forward twice, dK/dV and dQ once (11)."""
-    from paxsearch.trainer.roofline import SPLASH_MATMULS
+    counts them (search/planning/roofline/cost.py SPLASH_MATMULS): the forward twice, dK/dV and dQ once (11)."""
+    from paxsearch.search.planning.roofline import SPLASH_MATMULS
     k = dict(SPLASH_MATMULS)
     return 2 * k["splash_mha_fwd"] + k["splash_mha_dkv"] + k["splash_mha_dq"]
 

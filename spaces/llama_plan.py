@@ -6,7 +6,7 @@ activations and float32 parameters). Every trial is compiled for the TPU topolog
 (jax.experimental.topologies with libtpu: pip install 'paxsearch[tpu]') and never run (plan
 mode): per-chip memory is the TPU compiler's own figure against the chip's 15.75 GiB usable
 HBM, step time and MFU are PREDICTED by the roofline over the optimized HLO
-(trainer/roofline/). "flash" is the Pallas splash-attention kernel, compiled for the TPU.
+(search/planning/roofline/). "flash" is the Pallas splash-attention kernel, compiled for the TPU.
 
 Decisions (named PyGlove choices):
   mesh              "DxFxT" over the 64 chips (data, fsdp, tensor): pure fsdp, data x fsdp,

@@ -24,7 +24,7 @@ What it shows: per-chip memory does not shrink with more slices (parameters and 
 state are sharded over fsdp inside a slice and replicated across slices; the per-chip batch
 is fixed), and what the gradient all-reduce over DCN (25 Gbps a chip on v5e) costs per step
 beside the compute, as predicted step time, predicted MFU and DCN collective time (every
-step-time figure is the roofline's prediction over the optimized HLO, trainer/roofline/;
+step-time figure is the roofline's prediction over the optimized HLO, search/planning/roofline/;
 per-chip memory is XLA's TPU compiler's own figure against 15.75 GiB usable HBM).
 Run on 2026-12-01 (benchmarks/RESULTS.md, "Multi-slice planning"):
 

@@ -5,7 +5,7 @@ Every trial is compiled for the TPU topology v5e:4x4 (jax.experimental.topologie
 libtpu: pip install 'paxsearch[tpu]') and never run (plan mode). Per-chip memory is XLA's
 TPU compiler's own figure against the chip's 15.75 GiB usable HBM; a config the compiler
 refuses, or whose compiled peak exceeds the HBM, is predicted_oom with the numbers. Step
-time and MFU are PREDICTED by a roofline over the optimized HLO (trainer/roofline/:
+time and MFU are PREDICTED by a roofline over the optimized HLO (search/planning/roofline/:
 FLOPs at the bf16 peak, HBM bytes at 819 GB/s, collectives priced at ICI/DCN bandwidth).
 
 Decisions (named PyGlove choices):

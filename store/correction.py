@@ -38,7 +38,7 @@ RIDGE = 0.1  # penalty on standardized feature coefficients (keeps near-collinea
 
 
 def _roofline(plan: Plan) -> Mapping:
-    return plan.roofline or {}  # the roofline's own schema (trainer/roofline/)
+    return plan.roofline or {}  # the roofline's own schema (search/planning/roofline/)
 
 
 def _comm_share(plan: Plan) -> float | None:

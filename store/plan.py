@@ -10,7 +10,7 @@ A plan is what is known of one train step before it runs: whether it fits (`fits
 `hbm_bytes`), its per-device memory (XLA's compiled figures, or a lower bound and where it
 comes from), its FLOPs (the model's, and what XLA executes with where they were counted), the
 roofline's predicted step time / MFU / tokens per second with its buckets (`roofline`, a dict:
-its schema is the roofline's own, trainer/roofline/), how it was made (`plan_method`:
+its schema is the roofline's own, search/planning/roofline/), how it was made (`plan_method`:
 "compiled", "hlo_passes", "cache", "study", "analytic") and the compiler it was made with
 (`compiler`, store/compiler.py).
 

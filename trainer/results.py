@@ -24,7 +24,7 @@ class MemoryEstimate:
 
 
 # How PlanResult.xla_flops_per_step was counted (also the prediction's "flops_source")
-FLOPS_FROM_HLO = "optimized HLO, loop trip counts applied"  # trainer/roofline step_work
+FLOPS_FROM_HLO = "optimized HLO, loop trip counts applied"  # plan.build_program's hlo_flops reader
 FLOPS_FROM_PROBES = "XLA cost_analysis of unrolled 1- and 2-layer probes"  # two more compiles
 FLOPS_LOOP_BODY_ONCE = "XLA cost_analysis (loop body once)"  # not loop-corrected (count_flops=False)
 FLOPS_NO_LOOPS = "XLA cost_analysis (a step without loops)"  # exact as it stands

@@ -4,7 +4,7 @@
 
 plan_point returns per-device memory from XLA's compiler (memory_analysis of the compiled
 step, or the buffer assignment of the HLO passes: method.py), `fits` against the chip's HBM,
-and a roofline prediction of step time and MFU from the optimized HLO (trainer/roofline/;
+and a roofline prediction of step time and MFU from the optimized HLO (search/planning/roofline/;
 every predicted figure is a prediction of the Plan). A plan over capacity comes back with
 fits=False (the caller marks the trial predicted_oom with the numbers); a step the TPU compiler
 itself refuses for memory raises topology.PredictedOOM (typed, with required and
@@ -15,7 +15,7 @@ Planning a space is `paxsearch run` on a plan-only target: the driver settles wh
 can without compiling (search/planning/screen.py: analytic pre-screen, duplicates, larger
 batches of a refused point), worker processes plan the rest in parallel with the
 target's environment (targets.target_env) set before JAX is imported, one compile per point
-(FLOPs are counted from the optimized HLO with loop trip counts, trainer/roofline/, so
+(FLOPs are counted from the optimized HLO with loop trip counts, search/planning/roofline/, so
 the two unrolled FLOP probes of build_program(count_flops=True) are not needed).
 """
 # trainer.plan and hlo_passes import JAX: they are imported inside plan_point.

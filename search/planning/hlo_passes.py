@@ -42,8 +42,8 @@ from ...trainer import plan as plan_lib
 from ...trainer.compile_cache import no_persistent_cache_writes
 from ...trainer.errors import TrainerError
 from ...trainer.results import FLOPS_FROM_HLO, MemoryEstimate
-from ...trainer.roofline import step_work
-from ...trainer.roofline.host import HOST_MEMORY_SPACE
+from .roofline import step_work
+from .roofline.host import HOST_MEMORY_SPACE
 from .topology import PredictedOOM, chip_for_device_kind, predicted_oom_from, topology_devices
 
 MODULE = "jit_train_step"  # the dumped module of step.make_train_step's jitted step

@@ -1,4 +1,4 @@
-"""A compiled step's predicted time and MFU: the roofline (trainer/roofline/) over its optimized
+"""A compiled step's predicted time and MFU: the roofline (search/planning/roofline/) over its optimized
 HLO, priced with one device's figures (trainer/hardware.py).
 
     hw = hardware_for(devices, chip="v5e")     # or chip=None: from the devices' kind
@@ -18,8 +18,8 @@ import numpy as np
 from ...trainer import flops as flops_lib
 from ...trainer import hardware
 from ...trainer.results import FLOPS_FROM_HLO
-from ...trainer.roofline import Hardware, analyze, device_coords, step_work
 from . import topology
+from .roofline import Hardware, analyze, device_coords, step_work
 
 
 @dataclass(frozen=True)

@@ -254,7 +254,7 @@ def _peak(plan, cfg: TrainConfig) -> dict:
 
 def predicted_figures(program) -> tuple[Prediction | None, str | None]:
     """(the roofline's prediction, None) of a trial that will also be measured, so that reports
-    can set predicted against measured (search/planning/plans.py trained, trainer/roofline/);
+    can set predicted against measured (search/planning/plans.py trained, search/planning/roofline/);
     (None, why) when this device has no figures (e.g. an unknown peak): the trial goes on."""
     try:
         return predict(program, hardware_for(jax.devices())), None

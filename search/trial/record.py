@@ -145,8 +145,8 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
 
 def _round_trips(plan: Plan) -> str:
     """"  host round trip 2 x 8.6 GB ..." when the compiled step copies offloaded buffers from host
-    memory to HBM and back only to relay them out (trainer/roofline/host.host_round_trips)."""
-    roof = plan.roofline or {}  # the roofline's own schema (trainer/roofline/)
+    memory to HBM and back only to relay them out (search/planning/roofline/host.host_round_trips)."""
+    roof = plan.roofline or {}  # the roofline's own schema (search/planning/roofline/)
     n, moved = roof.get("host_round_trips") or 0, roof.get("host_round_trip_bytes") or 0.0
     if not n:
         return ""

@@ -309,7 +309,7 @@ def test_predicted_corrected_and_measured_mfu_side_by_side(measured_run, measure
 
 
 def _roofline(on_chip: float, exposed: dict[tuple[str, str, tuple], float]) -> dict:
-    """A stored roofline (trainer/roofline/model.py Roofline.to_dict's keys the report reads)."""
+    """A stored roofline (search/planning/roofline/model.py Roofline.to_dict's keys the report reads)."""
     collectives = [{"kind": kind, "axes": list(axes), "link": link, "count": 1, "executions": 1.0, "bytes": 1.0,
                     "seconds": seconds, "exposed_seconds": seconds} for (kind, link, axes), seconds in exposed.items()]
     return {"predicted": True, "roofline_s": on_chip, "exposed_comm_s": sum(exposed.values()),

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from paxsearch.trainer.roofline import cost
+from paxsearch.search.planning.roofline import cost
 
 from ..search_util import REPO
 

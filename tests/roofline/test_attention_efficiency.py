@@ -19,11 +19,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from paxsearch.search.planning import roofline as R
 from paxsearch.search.planning import topology
 from paxsearch.search.planning.predict import hardware_for
 from paxsearch.trainer import attention as A
 from paxsearch.trainer import hardware
-from paxsearch.trainer import roofline as R
 
 from ..search_util import needs_cuda_plugin, needs_libtpu
 

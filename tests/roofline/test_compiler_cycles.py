@@ -1,4 +1,4 @@
-"""The TPU compiler's own per-op cycle estimates (trainer/roofline/cost.compiler_cycles): code
+"""The TPU compiler's own per-op cycle estimates (search/planning/roofline/cost.compiler_cycles): code
 generation writes `estimated_cycles` into every op it emits; over the chip's clock
 (trainer/hardware.py clock_hz, derived from the peak and the MXUs) they are seconds. The clock
 is checked as the estimates' time base on real compiles: a large matmul and a copy come out at
@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from paxsearch.search.planning import roofline as R
 from paxsearch.search.planning import topology
 from paxsearch.search.planning.predict import hardware_for
 from paxsearch.trainer import hardware
-from paxsearch.trainer import roofline as R
 
 from ..search_util import needs_libtpu
 

@@ -11,11 +11,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from paxsearch.search.planning import roofline as R
 from paxsearch.search.planning import topology
 from paxsearch.search.planning.predict import hardware_for
+from paxsearch.search.planning.roofline.cost import roofline_seconds
 from paxsearch.trainer import hardware
-from paxsearch.trainer import roofline as R
-from paxsearch.trainer.roofline.cost import roofline_seconds
 
 from ..search_util import needs_libtpu
 

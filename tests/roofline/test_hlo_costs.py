@@ -1,4 +1,4 @@
-"""The HLO roofline parser (trainer/roofline/) on small real programs compiled for 8
+"""The HLO roofline parser (search/planning/roofline/) on small real programs compiled for 8
 simulated CPU devices, and on the spellings of replica groups XLA prints."""
 import os
 
@@ -18,8 +18,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from paxsearch.trainer import roofline as R
-from paxsearch.trainer.roofline.collectives import _traffic  # a module-private helper, tested where it lives
+from paxsearch.search.planning import roofline as R
+from paxsearch.search.planning.roofline.collectives import _traffic  # a module-private helper, tested where it lives
 
 HW = R.Hardware("test", peak_flops=1e12, hbm_bandwidth=1e11, ici_link_bandwidth=1e10, dcn_bandwidth=1e9,
                 physical_dims=1, ici_latency_s=0.0, dcn_latency_s=0.0)

@@ -28,9 +28,9 @@ from paxsearch.search.planning import targets as T
 from paxsearch.search.planning import topology
 from paxsearch.search.planning.compilation import plan_point
 from paxsearch.search.planning.predict import hardware_for, predict
+from paxsearch.search.planning.roofline.model import analyze
 from paxsearch.trainer import plan as plan_lib
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
-from paxsearch.trainer.roofline.model import analyze
 
 from ..search_util import needs_libtpu
 

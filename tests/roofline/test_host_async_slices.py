@@ -1,4 +1,4 @@
-"""Host offload as the compiled program's own text prints it (trainer/roofline/host.py): a full
+"""Host offload as the compiled program's own text prints it (search/planning/roofline/host.py): a full
 compile's `as_text()` (and so every plan made by a full compile, and the chip's own trials) writes
 the offloaded stacks' per-layer moves as dynamic-slice-start / -done out of, and
 dynamic-update-slice-start / -done into, a buffer in host memory (`S(5)`), where the HLO passes'
@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from paxsearch.trainer import roofline as R
+from paxsearch.search.planning import roofline as R
 
 _SRC = "bf16[16,4,2048,1024]{2,3,1,0:T(8,128)(2,1)S(5)}"
 _SLICE = "bf16[1,4,2048,1024]{2,3,1,0:T(8,128)(2,1)}"

@@ -1,4 +1,4 @@
-"""Host offload priced on the chip's PCIe link (trainer/roofline/host.py): the roofline finds the
+"""Host offload priced on the chip's PCIe link (search/planning/roofline/host.py): the roofline finds the
 compiled step's transfers to and from host memory, counts the bytes the offloaded activations
 make, prices them at the chip's host bandwidth per direction, and the schedule replay exposes
 what the step does not hide."""
@@ -8,9 +8,9 @@ import re
 import pytest
 
 from paxsearch.search.planning import hlo_passes, topology
+from paxsearch.search.planning import roofline as R
 from paxsearch.search.planning.predict import hardware_for
 from paxsearch.trainer import hardware
-from paxsearch.trainer import roofline as R
 from paxsearch.trainer.config import EvalConfig, MeshConfig, ModelConfig, TrainConfig
 
 from ..search_util import needs_libtpu

@@ -11,9 +11,9 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from paxsearch.search.planning import roofline as R
 from paxsearch.search.planning import topology
 from paxsearch.search.planning.predict import hardware_for
-from paxsearch.trainer import roofline as R
 
 from ..search_util import needs_libtpu
 

@@ -1,4 +1,4 @@
-"""Communication overlap read from the compiled schedule (trainer/roofline/schedule.py): small
+"""Communication overlap read from the compiled schedule (search/planning/roofline/schedule.py): small
 hand-written scheduled HLO modules whose exposed communication is computed by hand. The step
 compiled for a TPU topology with libtpu is read in tests/search/planning/test_tpu_targets.py."""
 import os
@@ -11,7 +11,7 @@ if DEVICE_COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):  # conftest sets 8
 
 import pytest
 
-from paxsearch.trainer import roofline as R
+from paxsearch.search.planning import roofline as R
 
 US = 1e-6
 # Round figures: a dot f32[100,500] x f32[500,100] is 2 x 100 x 100 x 500 = 1e7 FLOPs = 10 us
@@ -202,7 +202,7 @@ def test_a_chain_started_before_a_windowed_einsum_loop_is_one_transfer_hidden_by
     # gather ran 4 times, 60 us, and each iteration's first permute queued behind it: 24 us.)
     roof = analyze(WINDOWED_LOOP)
     assert roof.trip_counts == {"w": 4}
-    from paxsearch.trainer.roofline.collectives import chain_homes
+    from paxsearch.search.planning.roofline.collectives import chain_homes
     module = R.parse_module(WINDOWED_LOOP)
     assert chain_homes(module, R.call_graph(module)) == {"all-gather:1": {"main"}}
     body = module.computations["windowed_dot_general_body_ag"]
@@ -239,7 +239,7 @@ def test_latency_per_hop_is_a_hardware_field():
     assert c.seconds == pytest.approx(12 * US + 3 * 10 * US)
     assert R.Hardware("d", 1, 1, 1, 1).ici_latency_s == R.ICI_STEP_LATENCY_S
     assert R.Hardware("d", 1, 1, 1, 1).dcn_latency_s == R.DCN_STEP_LATENCY_S
-    from paxsearch.trainer.roofline.collectives import _hops
+    from paxsearch.search.planning.roofline.collectives import _hops
     assert _hops("all-reduce", 4) == 6 and _hops("all-gather", 4) == 3 and _hops("collective-permute", 4) == 1
 
 
@@ -261,5 +261,5 @@ def test_ring_steps_follow_the_torus_dimensions():
     assert layout.ring_steps([[0, 1, 2, 3], [4, 5, 6, 7]]) == 3  # along x only
     assert layout.ring_steps([[0, 5]]) == 1  # never more than n - 1
     assert R.DeviceLayout(None, None).ring_steps([list(range(16))]) is None
-    from paxsearch.trainer.roofline.collectives import _hops
+    from paxsearch.search.planning.roofline.collectives import _hops
     assert _hops("all-gather", 16, 6) == 6 and _hops("all-reduce", 16, 6) == 12 and _hops("all-gather", 16) == 15

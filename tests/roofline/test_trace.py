@@ -1,4 +1,4 @@
-"""trainer/roofline/trace.py: a real jax.profiler trace of a jitted step, read without xprof, its ops
+"""search/planning/roofline/trace.py: a real jax.profiler trace of a jitted step, read without xprof, its ops
 matched to the compiled HLO and bucketed as the roofline buckets them; the pure parts (self time,
 the device lines' program filter) on rows as a TPU trace lays them out."""
 import glob
@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import pytest
 
 from paxsearch.search.planning.predict import hardware_for
-from paxsearch.trainer.roofline import call_graph, parse_module
-from paxsearch.trainer.roofline import trace as T
+from paxsearch.search.planning.roofline import call_graph, parse_module
+from paxsearch.search.planning.roofline import trace as T
 
 from ..search_util import needs_libtpu
 

@@ -447,7 +447,7 @@ def test_splash_attention_plans_for_a_tpu_topology_and_needs_less_memory():
     # them flash would look ~30% cheaper than dot_product here (and its predicted MFU too high);
     # with them it executes 0.75 x 9/6 of dot_product's attention FLOPs (causal blocks only: 3 of
     # the 2 x 2 blocks of 512; QK^T recomputed twice in the backward pass)
-    from paxsearch.trainer import roofline as R
+    from paxsearch.search.planning import roofline as R
     hw = R.Hardware("v5e", peak_flops=197e12, hbm_bandwidth=8.2e11, ici_link_bandwidth=4.5e10, dcn_bandwidth=1e10,
                     physical_dims=2)
     roof = {k: R.analyze(p.plan.hlo_text, hw, mesh=p.mesh) for k, p in plans.items()}

@@ -19,6 +19,7 @@ import sys
 
 import pytest
 
+from paxsearch.search.planning import roofline as R
 from paxsearch.search.planning import targets as T
 from paxsearch.search.planning import topology as topo
 from paxsearch.search.planning.analytic import prescreen
@@ -28,7 +29,6 @@ from paxsearch.search.planning.keys import plan_key
 from paxsearch.search.planning.method import PLAN_COMPILE_ENV, libtpu_unproven_line, plan_method, plan_method_notice
 from paxsearch.search.trial.execute import plan_outcome
 from paxsearch.store import Kind, compiler
-from paxsearch.trainer import roofline as R
 from paxsearch.trainer.config import MeshConfig, ModelConfig, TrainConfig
 
 from ...search_util import HAS_LIBTPU, needs_libtpu
@@ -306,7 +306,7 @@ def test_predicted_mfu_is_in_range_and_orders_tensor_16_below_fsdp_16(small_prog
 @pytest.mark.slow  # reads the fsdp compile of small_programs
 @needs_libtpu
 def test_a_step_compiled_for_v5e_16_is_read_from_its_schedule(small_programs):
-    """The roofline's overlap model (trainer/roofline, tests/roofline/test_overlap.py) on a
+    """The roofline's overlap model (search/planning/roofline, tests/roofline/test_overlap.py) on a
     train step compiled for v5e-16: the async collectives are read from the step's schedule."""
     program, plan = small_programs["fsdp"]
     module = R.parse_module(program.plan.hlo_text)

@@ -26,7 +26,7 @@ def test_records_outcomes():
 
 def test_a_plan_with_a_host_round_trip_says_so_and_names_the_flag_set():
     """The trial line of a plan whose compiled step copies offloaded buffers from host memory to HBM
-    and back for a relayout (trainer/roofline/host.host_round_trips) names them and the set that
+    and back for a relayout (search/planning/roofline/host.host_round_trips) names them and the set that
     removes them; a plan without them (or stored before the field existed) says nothing more."""
     plan = Plan.make(peak_bytes=2**30, predicted_mfu=0.3, predicted_step_time=6.5, plan_method="hlo_passes",
                      roofline={"host_round_trips": 2, "host_round_trip_bytes": 2 * 8.589934592e9})

@@ -1,5 +1,5 @@
 """The figures of one chip that the roofline prices FLOPs, HBM bytes and transfers with
-(Hardware), and the default latency per collective hop (see trainer/roofline/__init__.py)."""
+(Hardware), and the default latency per collective hop (see search/planning/roofline/__init__.py)."""
 from __future__ import annotations
 
 import math

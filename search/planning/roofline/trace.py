@@ -1,5 +1,5 @@
 """MEASURED time of a compiled step's ops, read from a `jax.profiler` trace, bucketed the way the
-roofline buckets its prediction (everything else under trainer/roofline/ is predicted).
+roofline buckets its prediction (everything else under search/planning/roofline/ is predicted).
 
 No xprof / tensorboard_plugin_profile is needed: jax ships `jax.profiler.ProfileData` (jaxlib's
 profiler bindings), which reads the `*.xplane.pb` a `jax.profiler.trace(folder)` writes.

@@ -101,7 +101,7 @@ Cost of one collective over a group of n devices, per device (ring algorithms):
   coordinates; 1 when they are unknown) runs k bidirectional rings, so it drives 2k links:
   bandwidth = 2 k x one-way link bandwidth (a collective-permute uses one link, one way). A
   dimension without wraparound links (Hardware.torus_wrap, read from the slice's shape:
-  trainer/topology.py torus_wrap; a v5e-32's both, a v5e-128's 8) is an open line, whose end
+  search/planning/topology.py torus_wrap; a v5e-32's both, a v5e-128's 8) is an open line, whose end
   devices have one link along it: it counts one link, not two (scaling-book, "Sharded
   Matrices": an AllGather over 4 v5e chips without wraparound profiled at 680 us, 377 us
   as a ring, 560 us as a line at the full link rate). Times
@@ -173,7 +173,7 @@ Combination: overlap read from the compiled schedule.
       The permutes in those loop bodies were plain `collective-permute` there (synchronous in
       the schedule: the two directions one after the other, between the shard's dots), and
       such permutes stay fully exposed. That was the compiler planning an open mesh: on a
-      slice compiled with its wraparound links (trainer/topology.py TpuSlice.wrap) the same
+      slice compiled with its wraparound links (search/planning/topology.py TpuSlice.wrap) the same
       permutes are start/done pairs around the shard's matmul (the 128B on v5e-256: 0.75 ->
       1.00 of its published MFU).
     * Sharing the window. Each transfer occupies link resources while in flight, and

@@ -1,5 +1,5 @@
 """Collectives: replica groups, the device layout, and the cost of each transfer
-(see trainer/roofline/__init__.py for the formulas and constants)."""
+(see search/planning/roofline/__init__.py for the formulas and constants)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""HLO text: parsing, shapes, the call graph and loop trip counts (see trainer/roofline/__init__.py)."""
+"""HLO text: parsing, shapes, the call graph and loop trip counts (see search/planning/roofline/__init__.py)."""
 from __future__ import annotations
 
 import math

@@ -8,8 +8,8 @@ dynamic-slice-start / -done whose source, lives in host memory (the buffer-assig
 HLO passes read prints the async-start form). Host
 memory is memory space 5 in the layout (`{...S(5)}`). Each transfer moves its bytes over the
 chip's PCIe link (Hardware.host_bandwidth, one direction; the two directions are separate
-queues) while the compute stream goes on: trainer/roofline/collectives.py prices it,
-trainer/roofline/schedule.py replays when it is waited for."""
+queues) while the compute stream goes on: search/planning/roofline/collectives.py prices it,
+search/planning/roofline/schedule.py replays when it is waited for."""
 from __future__ import annotations
 
 from .hlo import Computation, HloModule, Instr, memory_space, operand_shape, shape_bytes, split_top_level

@@ -1,4 +1,4 @@
-"""Communication overlap read from the compiled schedule (see trainer/roofline/__init__.py,
+"""Communication overlap read from the compiled schedule (see search/planning/roofline/__init__.py,
 "Combination"): every computation that runs on its own is replayed in its instruction order,
 with one compute stream and the transfers in flight beside it."""
 from __future__ import annotations

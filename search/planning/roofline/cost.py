@@ -1,5 +1,5 @@
 """Per-instruction costs: FLOPs and HBM bytes of each instruction that runs on its own, and
-its time on one chip's Hardware (see trainer/roofline/__init__.py)."""
+its time on one chip's Hardware (see search/planning/roofline/__init__.py)."""
 from __future__ import annotations
 
 import json
@@ -133,7 +133,7 @@ def splash_flops(comp: Computation, ins: Instr) -> float:
     if q is None:
         return 0.0
     s, d = q[-2], q[-1]
-    from ..attention import splash_block  # the block size the kernel was built with
+    from ....trainer.attention import splash_block  # the block size the kernel was built with
     n = s // splash_block(s) if s % 128 == 0 else 1
     causal = (n + 1) / (2 * n)
     return matmuls * 2.0 * s * s * d * prod(q[:-2]) * causal
@@ -428,7 +428,7 @@ def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -
     bytes / sustained HBM bandwidth); with hw.on_chip "compiler", an op that does not multiply matrices
     takes at least the compiler's own estimate where the module carries one (compiler_estimate:
     the VPU and XLU time of elementwise fusions, reductions and relayouts, which bytes alone
-    miss; see trainer/roofline/__init__.py for why that is not the default)."""
+    miss; see search/planning/roofline/__init__.py for why that is not the default)."""
     costs = op_costs(module, comp, ins, hw, estimate=hw.on_chip == "compiler")
     if costs is None:
         return None

@@ -1,5 +1,5 @@
 """The combination: per-op roofline, collectives and their exposed time, one Roofline per
-compiled step (see trainer/roofline/__init__.py)."""
+compiled step (see search/planning/roofline/__init__.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
