@@ -9,44 +9,58 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
-# Mesh axes by name, outermost to innermost. Batch rows split over data x fsdp; stage splits the
-# layers (pipeline), context splits the sequence; tensor (innermost, the fastest links) splits
-# heads, MLP hidden and vocabulary. A name may be added later (e.g. "expert"): shapes are read
-# by name (mesh_shape / full_shape), never by position outside this module.
-MESH_AXES = ("data", "stage", "fsdp", "context", "tensor")
+# Mesh axes by name, outermost to innermost. Batch rows split over data x fsdp x expert; stage
+# splits the layers (pipeline), context splits the sequence; tensor splits heads, MLP hidden and
+# vocabulary; expert (innermost, the fastest links, as in MaxText) splits a MoE layer's experts and,
+# outside the MoE layers, acts as one more batch / fsdp axis (trainer/moe.py). Shapes are read by
+# name (mesh_shape / full_shape), never by position outside this module.
+MESH_AXES = ("data", "stage", "fsdp", "context", "tensor", "expert")
 # What a 3-entry shape means: the axes of releases before stage and context (ici=(1, 8, 1)).
 LEGACY_MESH_AXES = ("data", "fsdp", "tensor")
+# What a 5-entry shape means: the axes of releases before expert (ici=(1, 1, 8, 1, 1)).
+DENSE_MESH_AXES = ("data", "stage", "fsdp", "context", "tensor")
 
 
 def mesh_shape(**sizes: int) -> tuple[int, ...]:
     """A shape over MESH_AXES from sizes by name; unnamed axes are 1.
-    `MeshConfig(ici=mesh_shape(stage=2, fsdp=-1))` is (1, 2, -1, 1, 1)."""
+    `MeshConfig(ici=mesh_shape(stage=2, fsdp=-1))` is (1, 2, -1, 1, 1): with expert 1 the shape is
+    written in its 5 entries (data, stage, fsdp, context, tensor), as before the expert axis, so a
+    dense model's stored config is unchanged; mesh_shape(expert=4, fsdp=2) has all 6."""
     unknown = sorted(set(sizes) - set(MESH_AXES))
     if unknown:
         raise ValueError(f"unknown mesh axis {', '.join(unknown)}; the axes are {', '.join(MESH_AXES)}")
-    return tuple(sizes.get(name, 1) for name in MESH_AXES)
+    axes = MESH_AXES if sizes.get("expert", 1) != 1 else DENSE_MESH_AXES
+    return tuple(sizes.get(name, 1) for name in axes)
 
 
 def full_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """`shape` over MESH_AXES: one entry per axis as is; 3 entries (data, fsdp, tensor), as
-    configs before the stage and context axes wrote them, with stage = context = 1. The one
-    place where a 3-entry shape is read. Other lengths are returned as they are (the mesh
-    checks refuse them)."""
+    configs before the stage and context axes wrote them, with stage = context = expert = 1; 5
+    entries (data, stage, fsdp, context, tensor), as before the expert axis, with expert = 1. The
+    one place where a 3- or 5-entry shape is read. Other lengths are returned as they are (the
+    mesh checks refuse them)."""
     shape = tuple(shape)
     if len(shape) == len(LEGACY_MESH_AXES):
-        return mesh_shape(**dict(zip(LEGACY_MESH_AXES, shape, strict=True)))
+        return tuple(dict(zip(LEGACY_MESH_AXES, shape, strict=True)).get(name, 1) for name in MESH_AXES)
+    if len(shape) == len(DENSE_MESH_AXES):
+        return tuple(dict(zip(DENSE_MESH_AXES, shape, strict=True)).get(name, 1) for name in MESH_AXES)
     return shape
 
 
 def compact_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """The inverse of full_shape where it has one: a full shape whose axes outside
-    LEGACY_MESH_AXES are all 1 as its 3 entries (data, fsdp, tensor), else the full shape.
-    Keys derived from shapes (search's plan keys) stay what earlier releases computed."""
+    LEGACY_MESH_AXES are all 1 as its 3 entries (data, fsdp, tensor), one with expert 1 as its 5
+    (data, stage, fsdp, context, tensor), else the full shape. Keys derived from shapes (search's
+    plan keys) stay what earlier releases computed."""
     shape = full_shape(shape)
     named = dict(zip(MESH_AXES, shape, strict=True)) if len(shape) == len(MESH_AXES) else None
-    if named is None or any(named[a] != 1 for a in MESH_AXES if a not in LEGACY_MESH_AXES):
+    if named is None:
         return shape
-    return tuple(named[a] for a in LEGACY_MESH_AXES)
+    if all(named[a] == 1 for a in MESH_AXES if a not in LEGACY_MESH_AXES):
+        return tuple(named[a] for a in LEGACY_MESH_AXES)
+    if named["expert"] == 1:
+        return tuple(named[a] for a in DENSE_MESH_AXES)
+    return shape
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,27 @@ class ModelConfig:
     # and both backward matmuls) | "int8_fwd" (forward only); the embedding and unembedding stay
     # in `dtype`, as in MaxText
     quantization: str = "none"
+    # Mixture of experts (trainer/moe.py); n_experts = 0: a dense model, and the fields below are unused.
+    # A MoE layer replaces the MLP by a router over n_experts experts (each a `mlp`-style MLP of
+    # width expert_d_ff), of which experts_per_token (top-k) run per token, plus n_shared_experts
+    # that every token runs. Layers 0 .. first_dense_layers - 1 stay dense (width d_ff); after them
+    # every moe_every-th layer is MoE (Llama 4's interleave; 1: all of them).
+    n_experts: int = 0
+    experts_per_token: int = 2
+    n_shared_experts: int = 0
+    expert_d_ff: int = 0  # 0: d_ff
+    first_dense_layers: int = 0
+    moe_every: int = 1
+    # "softmax": softmax over the router logits, top-k, the k weights renormalized (Mixtral, Qwen3);
+    # "sigmoid": sigmoid scores, top-k chosen on scores + a routing bias, weights the chosen scores
+    # normalized (DeepSeek V3's aux-loss-free balancing: trainer/moe.py says how the bias moves)
+    router: str = "softmax"
+    load_balance_weight: float = 0.01  # x the load-balancing loss, added to the training loss
+    # "dropless": every routed token computed (jax.lax.ragged_dot over tokens sorted by expert);
+    # "capacity": each expert takes at most capacity_factor x its even share of the tokens, the
+    # rest dropped (the dropped fraction is a metric)
+    expert_compute: str = "dropless"
+    capacity_factor: float = 1.25
 
     @property
     def kv_heads(self) -> int:
@@ -100,14 +135,21 @@ BLOCKS = ("sequential", "parallel")
 POSITIONS = ("learned", "rope")
 ATTENTIONS = ("dot_product", "flash", "auto")
 QUANTIZATIONS = ("none", "int8", "int8_fwd")  # trainer/quant.py checks it
+ROUTERS = ("softmax", "sigmoid")  # trainer/moe.py checks these two
+EXPERT_COMPUTES = ("dropless", "capacity")
+# ModelConfig's mixture-of-experts fields: left out of a dense model's stored form (to_dict), so
+# that its stored config reads as before they existed
+MOE_FIELDS = ("n_experts", "experts_per_token", "n_shared_experts", "expert_d_ff", "first_dense_layers",
+              "moe_every", "router", "load_balance_weight", "expert_compute", "capacity_factor")
 
 
 @dataclass(frozen=True)
 class MeshConfig:
     """Device mesh: ICI shape (inside a slice) times DCN shape (across slices), over the axes
-    MESH_AXES = (data, stage, fsdp, context, tensor), one entry per axis (`mesh_shape(...)`
+    MESH_AXES = (data, stage, fsdp, context, tensor, expert), one entry per axis (`mesh_shape(...)`
     builds one by name). A 3-entry shape means (data, fsdp, tensor), as before the stage and
-    context axes existed (config.full_shape). Any axis may be sized in ICI and in DCN.
+    context axes existed, a 5-entry one (data, stage, fsdp, context, tensor), as before the expert
+    axis (config.full_shape). Any axis may be sized in ICI and in DCN.
 
     One ICI entry may be -1: it takes whatever devices are left.
     """
@@ -244,8 +286,15 @@ class TrainConfig:
 
 
 def to_dict(cfg) -> dict:
-    """The config as plain JSON-able data (tuples become lists)."""
-    return dataclasses.asdict(cfg)
+    """The config as plain JSON-able data (tuples become lists). A dense model (n_experts 0)
+    leaves out the mixture-of-experts fields (MOE_FIELDS): its stored form is as before they
+    existed, and from_dict reads their defaults back."""
+    d = dataclasses.asdict(cfg)
+    model = d.get("model") if isinstance(cfg, TrainConfig) else (d if isinstance(cfg, ModelConfig) else None)
+    if model is not None and not model.get("n_experts"):
+        for name in MOE_FIELDS:
+            model.pop(name, None)
+    return d
 
 
 def from_dict(d: dict) -> TrainConfig:

@@ -15,6 +15,13 @@ The MFU convention (written into every report):
   the backward pass are hardware FLOPs (HFU; plan.py's FLOP probes unroll those loops).
   Nor does int8 quantization (ModelConfig.quantization): its matmuls count as bf16 ones, and MFU
   stays against the bf16 peak (MaxText's convention), so int8's gain shows as a higher MFU.
+  Mixture of experts (trainer/moe.py): only the activated experts count, as in MaxText's
+  calculate_tflops_training_per_device: a MoE layer's MLP term is
+      2*d*n_experts (the router) + (experts_per_token + n_shared_experts) * n_mlp*2*d*expert_d_ff
+  per token, whatever the experts run: capacity padding and the dropless grouped matmuls' extra
+  work are hardware FLOPs (HFU), and dropped tokens still count (dropping raises MFU and lowers
+  quality: the dropped fraction is reported beside it). Dense layers (first_dense_layers, and
+  the ones moe_every leaves between) keep their d_ff term.
 """
 from __future__ import annotations
 
@@ -25,13 +32,15 @@ import time
 from pathlib import Path
 
 from . import hardware
+from . import moe as moe_lib
 from .config import ModelConfig
 
 MFU_CONVENTION = (
     "MFU = model FLOPs/s / (devices x peak FLOP/s per device); model FLOPs = 3 x forward; "
     "forward = 2 x multiply-adds of every weight matmul (K/V projections with n_kv_heads heads, "
     "3 matrices in a gated MLP) incl. the unembedding (tied or not) + causal attention "
-    "(QK^T, AV) at half; embedding lookup, norms, softmax, activations and RoPE not counted. "
+    "(QK^T, AV) at half; embedding lookup, norms, softmax, activations and RoPE not counted; "
+    "a MoE layer counts its router and its activated experts only (top-k + shared). "
     "HFU uses XLA's executed FLOPs (remat included).")
 
 
@@ -43,7 +52,12 @@ def forward_flops_per_token(m: ModelConfig) -> int:
     q_and_out = 2 * 2 * m.d_model * m.n_heads * m.head_dim
     kv = 2 * 2 * m.d_model * m.kv_heads * m.head_dim
     mlp = _mlp_matrices(m) * 2 * m.d_model * m.d_ff
-    return m.n_layers * (q_and_out + kv + mlp + _causal_attention_per_token(m)) + 2 * m.d_model * m.vocab_size
+    forward = m.n_layers * (q_and_out + kv + mlp + _causal_attention_per_token(m)) + 2 * m.d_model * m.vocab_size
+    if m.n_experts:  # MoE layers: the router and the activated experts in place of the dense MLP
+        active = m.experts_per_token + m.n_shared_experts
+        moe_mlp = 2 * m.d_model * m.n_experts + active * _mlp_matrices(m) * 2 * m.d_model * moe_lib.expert_width(m)
+        forward += moe_lib.moe_layers(m) * (moe_mlp - mlp)
+    return forward
 
 
 def _causal_attention_per_token(m: ModelConfig) -> int:
@@ -61,14 +75,22 @@ def attention_flops_per_step(m: ModelConfig, global_batch: int) -> int:
     return 3 * m.n_layers * _causal_attention_per_token(m) * global_batch * m.seq_len
 
 
-def param_count(m: ModelConfig) -> int:
-    """Parameters of the model that model.TransformerLM builds for `m`."""
+def param_count(m: ModelConfig, active: bool = False) -> int:
+    """Parameters of the model that model.TransformerLM builds for `m`; with `active`, a MoE
+    model's activated ones (experts_per_token of the routed experts, the shared ones, the router)."""
     attn = 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.kv_heads * m.head_dim
     norms = 1 if m.block == "parallel" else 2  # a parallel block's attention and MLP share one norm
-    per_layer = attn + _mlp_matrices(m) * m.d_model * m.d_ff + norms * m.d_model
+    dense_mlp = _mlp_matrices(m) * m.d_model * m.d_ff
+    per_layer = attn + dense_mlp + norms * m.d_model
     embed = m.vocab_size * m.d_model * (1 if m.tie_embeddings else 2)
     positions = m.seq_len * m.d_model if m.position == "learned" else 0
-    return m.n_layers * per_layer + embed + positions + m.d_model  # + final norm
+    count = m.n_layers * per_layer + embed + positions + m.d_model  # + final norm
+    if m.n_experts:
+        routed = m.experts_per_token if active else m.n_experts
+        expert = _mlp_matrices(m) * m.d_model * moe_lib.expert_width(m)
+        router = m.d_model * m.n_experts + (m.n_experts if m.router == "sigmoid" else 0)  # + the routing bias
+        count += moe_lib.moe_layers(m) * (router + (routed + m.n_shared_experts) * expert - dense_mlp)
+    return count
 
 
 # Dense bf16 peak FLOP/s per JAX device: trainer/hardware.py's table (with its sources).

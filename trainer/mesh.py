@@ -1,4 +1,4 @@
-"""Device mesh over the named axes (config.MESH_AXES: data, stage, fsdp, context, tensor):
+"""Device mesh over the named axes (config.MESH_AXES: data, stage, fsdp, context, tensor, expert):
 ICI shape x DCN shape, and its static checks."""
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh
 
+from . import moe as moe_lib
 from .config import ATTENTIONS, BLOCKS, MESH_AXES, MLPS, POSITIONS, MeshConfig, TrainConfig, full_shape
 from .errors import ConfigError
 from .sharding import RULE_SETS
 
-BATCH_AXES = ("data", "fsdp")  # rows of the batch; stage splits layers, context the sequence
+# rows of the batch; stage splits layers, context the sequence; expert splits rows outside the MoE layers
+BATCH_AXES = ("data", "fsdp", "expert")
 
 
 def resolve_shapes(mesh_cfg: MeshConfig, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -21,7 +23,7 @@ def resolve_shapes(mesh_cfg: MeshConfig, num_devices: int) -> tuple[tuple[int, .
     config.full_shape), with a -1 ICI entry filled in; raises ConfigError on mismatch."""
     ici, dcn = list(full_shape(mesh_cfg.ici)), list(full_shape(mesh_cfg.dcn))
     if len(ici) != len(MESH_AXES) or len(dcn) != len(MESH_AXES):
-        raise ConfigError(f"mesh shapes need {len(MESH_AXES)} entries ({', '.join(MESH_AXES)}) or 3 "
+        raise ConfigError(f"mesh shapes need {len(MESH_AXES)} entries ({', '.join(MESH_AXES)}), 5 (no expert) or 3 "
                           f"(data, fsdp, tensor), got ici={tuple(mesh_cfg.ici)} dcn={tuple(mesh_cfg.dcn)}; "
                           "config.mesh_shape(stage=2, fsdp=-1) builds one by name")
     if any(d < 1 for d in dcn) or any(i == 0 or i < -1 for i in ici) or ici.count(-1) > 1:
@@ -48,17 +50,27 @@ def axis_sizes(mesh_cfg: MeshConfig, num_devices: int) -> dict[str, int]:
     return {name: i * d for name, i, d in zip(MESH_AXES, ici, dcn, strict=True)}
 
 
+def named_sizes(mesh) -> dict[str, int]:
+    """{axis: size} of a built mesh, as a plan stores it: the expert axis left out where it is 1,
+    so that a dense model's stored plan reads as before the expert axis existed."""
+    sizes = dict(mesh.shape)
+    if sizes.get("expert") == 1:
+        del sizes["expert"]
+    return sizes
+
+
 def global_batch_size(cfg: TrainConfig, num_devices: int) -> int:
     """per-device batch x devices on the batch axes, or the configured global batch."""
     sizes = axis_sizes(cfg.mesh, num_devices)
-    batch_devices = sizes["data"] * sizes["fsdp"]
+    batch_devices = math.prod(sizes[a] for a in BATCH_AXES)
     if (cfg.per_device_batch is None) == (cfg.global_batch is None):
         raise ConfigError("set exactly one of per_device_batch and global_batch")
     if cfg.global_batch is not None:
         if cfg.global_batch < 1 or cfg.global_batch % batch_devices:
+            axes = " x ".join(f"{a}={sizes[a]}" for a in BATCH_AXES if a != "expert" or sizes[a] > 1)
             raise ConfigError(
                 f"global batch {cfg.global_batch} does not divide over the {batch_devices} devices of the batch "
-                f"axes (data={sizes['data']} x fsdp={sizes['fsdp']}); use a multiple of {batch_devices}")
+                f"axes ({axes}); use a multiple of {batch_devices}")
         return cfg.global_batch
     per_device = cfg.per_device_batch
     assert per_device is not None  # exactly one of the two is set (checked above)
@@ -88,6 +100,11 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
         raise ConfigError(
             f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']} x context={sizes['context']} (the "
             f"weights' embed dim is sharded over both); use sizes whose product divides {m.d_model}")
+    if m.d_model % (sizes["fsdp"] * sizes["context"] * sizes["expert"]):  # ... and expert (sharding.py)
+        raise ConfigError(
+            f"d_model={m.d_model} does not divide over fsdp={sizes['fsdp']} x context={sizes['context']} x "
+            f"expert={sizes['expert']} (the dense weights' embed dim is sharded over all three); use sizes whose "
+            f"product divides {m.d_model}")
     if gb % process_count:
         raise ConfigError(f"global batch {gb} does not divide over {process_count} processes")
     for name in ("d_model", "n_layers", "n_heads", "head_dim", "d_ff", "seq_len", "vocab_size"):
@@ -98,6 +115,7 @@ def check_config(cfg: TrainConfig, num_devices: int, process_count: int = 1) -> 
     if m.activation not in ("gelu", "gelu_exact", "silu", "relu"):
         raise ConfigError(f"unknown activation {m.activation!r}; choose gelu, gelu_exact, silu or relu")
     _check_family(m, t)
+    moe_lib.check(m, sizes)
     if cfg.mesh.rules not in RULE_SETS:
         raise ConfigError(f"unknown sharding rules {cfg.mesh.rules!r}; choose one of {', '.join(RULE_SETS)}")
     if dict(RULE_SETS[cfg.mesh.rules]).get("act_embed") == "tensor" and m.d_model % t:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from . import attention as attention_lib
+from . import moe as moe_lib
 from . import pipeline as pipeline_lib
 from . import quant
 from . import remat as remat_lib
@@ -109,6 +110,7 @@ class Block(nn.Module):
     attention_impl: str = "dot_product"  # a concrete attention.IMPLEMENTATIONS name
     mlp_grad_barrier: bool = False  # grads_behind_barrier on the MLP activation (XLA:CPU speed)
     context: int = 1  # context parallelism: the sequence in trainer/context.py's layout over this many shards
+    moe: bool = False  # the MLP is a mixture of experts (trainer/moe.py); the layer then returns its MoE stats
 
     @nn.compact
     def __call__(self, x_BSE, segment_ids_BS, positions_BS):
@@ -148,6 +150,15 @@ class Block(nn.Module):
             h = RMSNorm(c, name="mlp_norm")(x_BSE)
         act = ACTIVATIONS[c.activation]
         barrier = grads_behind_barrier if self.mlp_grad_barrier else (lambda fn: fn)
+        if self.moe:  # router + experts in place of the MLP (trainer/moe.py)
+            ff_BSE, moe_stats = moe_lib.MoE(c, name="moe")(h)
+            ff_BSE = checkpoint_name(ff_BSE, remat_lib.MLP2)
+            if parallel:
+                ff_BSE = nn.with_logical_constraint(ff_BSE, ("batch", "length", "act_embed"))
+                x_BSE = x_BSE + (out_BSE + ff_BSE)
+            else:
+                x_BSE = x_BSE + ff_BSE
+            return nn.with_logical_constraint(x_BSE, ("batch", "length", "act_embed")), moe_stats
         if c.mlp == "gated":  # (act(x W_gate) * x W_up) W_out; both input matmuls are tagged MLP1
             gate_BSF = checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_gate")(h), remat_lib.MLP1)
             up_BSF = checkpoint_name(dense(c.d_ff, ("embed", "mlp"), "mlp_up")(h), remat_lib.MLP1)
@@ -280,6 +291,21 @@ class TransformerLM(nn.Module):
                                     self.remat, impl, self.mlp_grad_barrier, self.context_shards, name="pipeline")(
                 x_BSE, segment_ids_BS, positions_BS)
             x_BSE = nn.with_logical_constraint(x_BSE, (self.head_batch, "length", "act_embed"))
+        elif c.scan_layers and c.n_experts:
+            # the leading dense layers as a stack of their own, then the MoE layers (moe_every 1:
+            # moe.check refuses interleaving under scan)
+            moe_stats = []
+            for name, count, moe in (("dense_layers", c.first_dense_layers, False),
+                                     ("layers", c.n_layers - c.first_dense_layers, True)):
+                if count:
+                    scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                                      in_axes=(nn.broadcast, nn.broadcast), length=count,
+                                      metadata_params={nn.PARTITION_NAME: "layers"})
+                    x_BSE, stats = scanned(c, impl, self.mlp_grad_barrier, self.context_shards, moe, name=name)(
+                        x_BSE, segment_ids_BS, positions_BS)
+                    if moe:
+                        moe_stats.append(stats)
+            self._sow_moe(moe_stats)
         elif c.scan_layers:
             scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                               in_axes=(nn.broadcast, nn.broadcast), length=c.n_layers,
@@ -287,9 +313,15 @@ class TransformerLM(nn.Module):
             stack = scanned(c, impl, self.mlp_grad_barrier, self.context_shards, name="layers")
             x_BSE, _ = stack(x_BSE, segment_ids_BS, positions_BS)
         else:
+            moe_stats = []
             for i in range(c.n_layers):
-                layer = block(c, impl, self.mlp_grad_barrier, self.context_shards, name=f"layer_{i}")
-                x_BSE, _ = layer(x_BSE, segment_ids_BS, positions_BS)
+                moe = moe_lib.is_moe_layer(c, i)
+                layer = block(c, impl, self.mlp_grad_barrier, self.context_shards, moe, name=f"layer_{i}")
+                x_BSE, stats = layer(x_BSE, segment_ids_BS, positions_BS)
+                if moe:
+                    moe_stats.append(jax.tree.map(lambda a: a[None], stats))
+            if moe_stats:
+                self._sow_moe(moe_stats)
 
         x_BSE = RMSNorm(c, name="final_norm")(x_BSE)
         if return_hidden:
@@ -300,3 +332,12 @@ class TransformerLM(nn.Module):
             logits_BSV = nn.DenseGeneral(c.vocab_size, use_bias=False, dtype=dt, param_dtype=pdt, name="unembed",
                                          kernel_init=_init(("embed", "vocab")))(x_BSE)
         return nn.with_logical_constraint(logits_BSV, (self.head_batch, "length", "act_vocab"))
+
+    def _sow_moe(self, per_layer: list) -> None:
+        """The MoE layers' stats (each a dict of [layers] arrays) into the moe.COLLECTION collection:
+        the load-balancing loss and dropped share averaged over the MoE layers, the routing bias's
+        objective summed (step.py reads them)."""
+        stacked = {k: jnp.concatenate([s[k] for s in per_layer]) for k in moe_lib.STATS}
+        for name, values in stacked.items():
+            reduce = jnp.sum if name == "routing_bias_objective" else jnp.mean
+            self.sow(moe_lib.COLLECTION, name, reduce(values))

@@ -258,7 +258,7 @@ def plan_result(cfg: TrainConfig, devices: Sequence, mesh, global_batch: int, ab
         tokens_per_step=global_batch * cfg.model.seq_len, num_devices=len(devices),
         device_kind=devices[0].device_kind, platform=devices[0].platform,
         compile_seconds=phases["lower_s"] + phases["compile_s"],
-        mesh_shape=dict(mesh.shape), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
+        mesh_shape=mesh_lib.named_sizes(mesh), hlo_text=hlo_text, hlo_source=hlo_source, hlo_error=hlo_error,
         pipeline_bubble=pipeline_lib.bubble_fraction(stages, cfg.pipeline.microbatches, cfg.pipeline.repeats),
         phases={k: round(v, 3) for k, v in phases.items()}, flops_source=flops_source)
 

@@ -101,10 +101,22 @@ class Preset:
     exact: bool  # True: an exact published count; False: a nominal label ("16B")
     deviation: float = 0.0  # nominal labels: (count - label) / label of this preset's dims
     note: str = ""
+    # mixtures of experts: the published count of parameters activated per token (0: a dense model)
+    published_active: int = 0
 
 
 def _llama(**dims) -> ModelConfig:
     return ModelConfig(**_LLAMA, **dims)
+
+
+# Mixtures of experts (trainer/moe.py): Llama's body with a MoE layer in place of every MLP.
+_MOE_NOTE = ("Counts: only routed experts are sharded over the mesh axis `expert`; model FLOPs count the router and "
+             "the experts_per_token activated experts (trainer/flops.py). ")
+_NO_DEEPSEEK = ("DeepSeek V3 (and the reduced DeepSeek-V2-Lite 16B) are not presets: both use multi-head latent "
+                "attention (MLA: low-rank compressed K/V with a decoupled RoPE part, q_lora_rank / kv_lora_rank / "
+                "qk_rope_head_dim in their config.json), which this model's attention (Q/K/V projections per head) "
+                "cannot express; their routers (sigmoid with a routing bias, shared experts, leading dense layers) "
+                "are expressible: router='sigmoid', n_shared_experts, first_dense_layers.")
 
 
 _PRESETS = (
@@ -328,6 +340,81 @@ _PRESETS = (
              "the same)."),
 )
 
+_MOE_PRESETS = (
+    Preset(
+        name="mixtral-8x7b",
+        model=_llama(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                     d_ff=14336, seq_len=4096, rope_theta=1_000_000.0, n_experts=8, experts_per_token=2,
+                     load_balance_weight=0.02),
+        source="https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json (hidden_size 4096, "
+               "num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8, intermediate_size 14336, "
+               "num_local_experts 8, num_experts_per_tok 2, vocab_size 32000, rope_theta 1000000, "
+               "router_aux_loss_coef 0.02, tie_word_embeddings false); seq_len 4096 as MaxText's Mixtral recipes "
+               "(tpu-recipes training/trillium/Mixtral-8x7B-MaxText, max_target_length 4096)",
+        published_params=46_700_000_000,
+        published_source="Mistral AI, 'Mixtral of experts' (2023-12-11, https://mistral.ai/news/mixtral-of-experts): "
+                         "'Mixtral has 46.7B total parameters but only uses 12.9B parameters per token'",
+        exact=True,
+        published_active=12_900_000_000,
+        note=_MOE_NOTE + "Architecture as published: SwiGLU experts, softmax top-2 router (weights renormalized), GQA "
+             "with 8 K/V heads, RoPE theta 1e6, untied embeddings; 46,702,792,704 parameters, 12,879,925,248 active. "
+             "Mixtral's sliding window is off in this config (sliding_window null)."),
+    Preset(
+        name="mixtral-8x22b",
+        model=_llama(vocab_size=32000, d_model=6144, n_layers=56, n_heads=48, n_kv_heads=8, head_dim=128,
+                     d_ff=16384, seq_len=4096, rope_theta=1_000_000.0, n_experts=8, experts_per_token=2,
+                     load_balance_weight=0.001),
+        source="https://huggingface.co/mistral-community/Mixtral-8x22B-v0.1/blob/main/config.json (hidden_size 6144, "
+               "num_hidden_layers 56, num_attention_heads 48, num_key_value_heads 8, intermediate_size 16384, "
+               "num_local_experts 8, num_experts_per_tok 2, vocab_size 32000, rope_theta 1000000, "
+               "router_aux_loss_coef 0.001); seq_len 4096 as MaxText's recipe (tpu-recipes "
+               "training/trillium/Mixtral-8x22B-MaxText)",
+        published_params=141_000_000_000,
+        published_source="Mistral AI, 'Cheaper, Better, Faster, Stronger' (2024-04-17, "
+                         "https://mistral.ai/news/mixtral-8x22b): 'uses only 39B active parameters out of 141B'",
+        exact=True,
+        published_active=39_000_000_000,
+        note=_MOE_NOTE + "Architecture as Mixtral 8x7B's; 140,620,634,112 parameters (-0.27% under the rounded 141B), "
+             "39,152,031,744 active. The Instruct v0.1 release has vocab_size 32768 (+768 x 6144 x 2)."),
+    Preset(
+        name="qwen3-30b-a3b",
+        model=_llama(vocab_size=151936, d_model=2048, n_layers=48, n_heads=32, n_kv_heads=4, head_dim=128,
+                     d_ff=6144, expert_d_ff=768, seq_len=4096, rope_theta=1_000_000.0, n_experts=128,
+                     experts_per_token=8, load_balance_weight=0.001),
+        source="https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (hidden_size 2048, "
+               "num_hidden_layers 48, num_attention_heads 32, num_key_value_heads 4, head_dim 128, "
+               "moe_intermediate_size 768, num_experts 128, num_experts_per_tok 8, norm_topk_prob true, "
+               "decoder_sparse_step 1, mlp_only_layers [], intermediate_size 6144 (unused: no dense layer), "
+               "vocab_size 151936, rope_theta 1000000, router_aux_loss_coef 0.001, tie_word_embeddings false); "
+               "seq_len 4096 (a pre-training length; max_position_embeddings 40960)",
+        published_params=30_500_000_000,
+        published_source="https://huggingface.co/Qwen/Qwen3-30B-A3B model card: 'Number of Parameters: 30.5B in "
+                         "total and 3.3B activated'",
+        exact=True,
+        published_active=3_300_000_000,
+        note=_MOE_NOTE + "SwiGLU experts, softmax top-8 router with the weights renormalized (norm_topk_prob), GQA "
+             "with 4 K/V heads. Gap: Qwen3's QK-norm (an RMSNorm scale on each query and key head, 2 x 128 "
+             "parameters a layer, no matmul) is not in this model: 30,532,110,336 parameters here, 12,288 fewer "
+             "than the checkpoint's 30,532,122,624. Active: 3,353,020,416 (the card's 3.3B, rounded down). "
+             + _NO_DEEPSEEK),
+    Preset(
+        name="moe-tiny",
+        model=_llama(vocab_size=512, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512,
+                     expert_d_ff=256, seq_len=128, rope_theta=10_000.0, n_experts=8, experts_per_token=2,
+                     n_shared_experts=1, first_dense_layers=1),
+        source="paxsearch's own: llama-tiny's body (RMSNorm pre-norm, SwiGLU, RoPE, GQA, untied embeddings) with "
+               "MoE layers: one leading dense layer (DeepSeek's first_k_dense_replace), then 3 MoE layers of 8 "
+               "SwiGLU experts of width 256, top-2 softmax routing, 1 shared expert",
+        published_params=3_182_720,
+        published_source="not a published model: the count is this preset's own (trainer/flops.py param_count)",
+        exact=True,
+        published_active=1_413_248,
+        note="Not a published model: a small mixture of experts for trying paxsearch on a CPU (`paxsearch train "
+             "--set model=moe-tiny` trains it on 8 simulated CPU devices; add --set mesh.ici=... with an expert "
+             "axis for expert parallelism), and for tests."),
+)
+
+_PRESETS = _PRESETS + _MOE_PRESETS
 _BY_NAME = {p.name: p for p in _PRESETS}
 
 
@@ -378,6 +465,10 @@ def table() -> str:
         m = p.model
         heads = f"{m.n_heads} ({m.n_kv_heads or m.n_heads}) x {m.head_dim}"
         mlp = f"{m.mlp} {m.activation}"
+        if m.n_experts:  # a mixture of experts: experts, top-k, shared, and the active count
+            mlp += (f", MoE {m.n_experts} x {m.expert_d_ff or m.d_ff} top-{m.experts_per_token}"
+                    + (f" + {m.n_shared_experts} shared" if m.n_shared_experts else "")
+                    + (f" (active {p.published_active / 1e9:g}B)" if p.published_active >= 10 ** 8 else ""))
         published = f"{p.published_params:,}" if p.exact else f"~{p.published_params / 1e9:g}B (label)"
         rows.append(f"| {p.name} | {m.d_model} | {m.n_layers} | {heads} | {m.d_ff} | {m.vocab_size} | {m.seq_len} "
                     f"| {mlp} | {m.position} | {'yes' if m.tie_embeddings else 'no'} | {published} "

@@ -88,9 +88,17 @@ class StepMetrics:
     # seconds the loop was blocked in checkpoint saves during the interval (waiting for the
     # previous write, copying the state off the devices); not in step_time, tokens/s, MFU
     checkpoint_s: float = 0.0
+    # a mixture-of-experts model's (trainer/moe.py) load-balancing loss (averaged over its MoE layers,
+    # before its weight) and the share of routes dropped over capacity; None for a dense model
+    load_balance_loss: float | None = None
+    dropped_fraction: float | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        for name in ("load_balance_loss", "dropped_fraction"):  # a dense model's metrics as before MoE existed
+            if d[name] is None:
+                del d[name]
+        return d
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,14 @@ from .errors import ConfigError
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
-# Parameters: sharded over fsdp (and context, which otherwise would replicate them) on their embed
-# dim, over tensor on heads / mlp / vocab.
-# Activations: batch over data+fsdp, heads and mlp hidden over tensor.
+# Parameters: sharded over fsdp (and context and expert, which otherwise would replicate them) on
+# their embed dim, over tensor on heads / mlp / vocab; a MoE layer's expert weights (trainer/moe.py)
+# over expert on their leading (experts) dim, fsdp and context on embed, tensor on their hidden dim.
+# Activations: batch over data+fsdp+expert (outside the MoE layers the expert axis splits the batch, as
+# MaxText's does), heads and mlp hidden over tensor. With expert = 1 (every dense model) the rules
+# shard exactly as they did before the expert axis.
 LOGICAL_RULES: Rules = (
-    ("batch", ("data", "fsdp")),
+    ("batch", ("data", "fsdp", "expert")),
     ("length", "context"),  # context parallelism (trainer/context.py); a no-op at context 1
     ("act_embed", None),
     ("act_heads", "tensor"),
@@ -34,7 +37,8 @@ LOGICAL_RULES: Rules = (
     ("act_mlp", "tensor"),
     ("act_vocab", "tensor"),
     ("act_kv", None),
-    ("embed", ("fsdp", "context")),  # context devices share the weights' shards too, as MaxText's rules do
+    ("embed", ("fsdp", "context", "expert")),  # context and expert devices share the weights' shards too, as MaxText's
+    # rules do
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("kv", None),
@@ -42,12 +46,16 @@ LOGICAL_RULES: Rules = (
     ("vocab", "tensor"),
     ("layers", None),
     ("norm", None),
+    # mixture of experts (trainer/moe.py): the experts' dim, and the expert weights' embed and hidden dims
+    ("exp", "expert"),
+    ("expert_embed", ("fsdp", "context")),
+    ("expert_mlp", "tensor"),
     # pipeline (trainer/pipeline.py): the stacked layers' stage dimension and the stages' activations
     ("stage", "stage"),
     ("act_stage", "stage"),
     # what runs after a pipeline (final norm, unembedding, loss) splits its batch over the stage
     # devices too, as MaxText's data sharding does, instead of every stage repeating it
-    ("stage_batch", ("data", "stage", "fsdp")),
+    ("stage_batch", ("data", "stage", "fsdp", "expert")),
 )
 
 
@@ -83,7 +91,7 @@ def logical_to_sharding(logical_tree, mesh, rules: Rules = LOGICAL_RULES) -> obj
 
 
 def batch_sharding(mesh) -> NamedSharding:
-    return NamedSharding(mesh, P(("data", "fsdp"), None))
+    return NamedSharding(mesh, P(tuple(a for a in ("data", "fsdp", "expert") if a in mesh.axis_names), None))
 
 
 def replicated(mesh) -> NamedSharding:

@@ -8,6 +8,7 @@ import optax
 
 from . import accumulate, sharding
 from . import context as context_lib
+from . import moe as moe_lib
 from . import vocab_tiling as tiling
 from .config import OptimizerConfig, TrainConfig
 from .model import DTYPES, TransformerLM
@@ -45,9 +46,10 @@ def init_state(cfg: TrainConfig, model: TransformerLM, tx, rng):
 weighted_xent = tiling.token_losses  # (sum of weighted token losses, sum of weights)
 
 
-def make_loss_sums(model: TransformerLM, unroll: bool = False):
+def make_loss_sums(model: TransformerLM, unroll: bool = False, moe_stats: bool = False):
     """`loss_sums(params, batch) -> (sum of weighted token losses, sum of weights)`, through
-    vocab tiling when model.cfg.vocab_tiles > 1 (trainer/vocab_tiling.py)."""
+    vocab tiling when model.cfg.vocab_tiles > 1 (trainer/vocab_tiling.py). With `moe_stats` (a
+    mixture-of-experts model) it returns (loss sum, weight sum, {moe.STATS name: value})."""
     m = model.cfg
 
     def loss_sums(params, batch):
@@ -55,13 +57,42 @@ def make_loss_sums(model: TransformerLM, unroll: bool = False):
             batch = {k: sharding.constrain(v, ("batch", "length"))
                      for k, v in context_lib.reorder_batch(batch, model.context_shards).items()}
         args = (batch["inputs"], batch["positions"], batch["segment_ids"])
+        stats: dict = {}
+
+        def apply(*a, **kw):
+            if not m.n_experts:
+                return model.apply({"params": params}, *a, **kw)
+            out, sown = model.apply({"params": params}, *a, mutable=[moe_lib.COLLECTION], **kw)
+            # nothing sown where no layer is MoE (plan.py's 1-layer FLOP probe of a model with a leading dense layer)
+            sown = sown.get(moe_lib.COLLECTION, {})
+            stats.update({k: sown[k][0] if k in sown else jnp.zeros((), jnp.float32) for k in moe_lib.STATS})
+            return out
+
         if m.vocab_tiles > 1:
-            hidden = model.apply({"params": params}, *args, return_hidden=True)
-            return tiling.tiled_loss_sums(hidden, tiling.unembedding(params, m), batch["targets"], batch["weights"],
+            hidden = apply(*args, return_hidden=True)
+            sums = tiling.tiled_loss_sums(hidden, tiling.unembedding(params, m), batch["targets"], batch["weights"],
                                           m.vocab_tiles, DTYPES[m.dtype], unroll, model.head_batch)
-        return weighted_xent(model.apply({"params": params}, *args), batch["targets"], batch["weights"])
+        else:
+            sums = weighted_xent(apply(*args), batch["targets"], batch["weights"])
+        return (*sums, stats) if moe_stats else sums
 
     return loss_sums
+
+
+def make_moe_objective(model: TransformerLM, unroll: bool = False):
+    """`objective(params, batch) -> (training objective, (mean token loss, MoE stats))` of a
+    mixture-of-experts model: the mean token loss + load_balance_weight x the load-balancing loss
+    (+ the routing bias's objective, of value 0: trainer/moe.py)."""
+    m = model.cfg
+    sums = make_loss_sums(model, unroll, moe_stats=True)
+
+    def objective(params, batch):
+        loss_sum, weight_sum, stats = sums(params, batch)
+        loss = loss_sum / jnp.maximum(weight_sum, 1.0)
+        total = loss + m.load_balance_weight * stats["load_balance_loss"] + stats["routing_bias_objective"]
+        return total, (loss, stats)
+
+    return objective
 
 
 def make_train_step(model: TransformerLM, tx, schedule, grad_accum_steps: int = 1, unroll: bool = False,
@@ -80,7 +111,13 @@ def make_train_step(model: TransformerLM, tx, schedule, grad_accum_steps: int = 
     def train_step(state, batch):
         if device_shardings is not None:  # offloaded arrays come to the device for the step
             state = jax.device_put(state, device_shardings)
-        if grad_accum_steps > 1:
+        moe_metrics = {}
+        if model.cfg.n_experts:  # one microbatch (moe.check_train refuses gradient accumulation)
+            (_, (loss, stats)), grads = jax.value_and_grad(make_moe_objective(model, unroll), has_aux=True)(
+                state["params"], batch)
+            moe_metrics = {"load_balance_loss": stats["load_balance_loss"],
+                           "dropped_fraction": stats["dropped_fraction"]}
+        elif grad_accum_steps > 1:
             loss, grads = accumulate.value_and_grad(loss_sums, state["params"], batch, grad_accum_steps, unroll)
         else:
             loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
@@ -93,6 +130,7 @@ def make_train_step(model: TransformerLM, tx, schedule, grad_accum_steps: int = 
             "grad_norm": optax.global_norm(grads),
             "param_norm": optax.global_norm(params),
             "learning_rate": schedule(state["step"]),
+            **moe_metrics,
         }
         return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
 

@@ -189,7 +189,8 @@ class _Loop:
             model_tflops_per_device=per_dev_model / 1e12, mfu=per_dev_model / self.peak,
             hfu=plan.xla_flops_per_step / st / self.peak, compiled_peak_bytes=plan.peak_bytes,
             measured_peak_bytes=self.peak_meter.read(), eval_loss=eval_loss,
-            checkpoint_s=self.checkpoint_s)
+            checkpoint_s=self.checkpoint_s,
+            **{k: float(m[k]) for k in ("load_balance_loss", "dropped_fraction") if k in m})
         self.history.append(sm)
         self.writer.scalars(step, {f"train/{k}": v for k, v in sm.to_dict().items()
                                    if k not in ("step", "eval_loss") and isinstance(v, (int, float))})

@@ -9,6 +9,7 @@ from . import accumulate, flagsets, placement, quant, vocab_tiling
 from . import attention as attention_lib
 from . import context as context_lib
 from . import mesh as mesh_lib
+from . import moe as moe_lib
 from . import pipeline as pipeline_lib
 from . import remat as remat_lib
 from .config import TrainConfig
@@ -25,6 +26,7 @@ def check(cfg: TrainConfig, num_devices: int, platform: str, process_count: int 
     # the pipeline splits what one step's forward sees: global batch / gradient-accumulation microbatches
     pipeline_lib.check(cfg, sizes, mesh_lib.global_batch_size(cfg, num_devices) // max(cfg.grad_accum_steps, 1))
     vocab_tiling.check(cfg.model)
+    moe_lib.check_train(cfg)
     quant.check(cfg.model)
     context_lib.check(cfg, sizes, attention_lib.implementation(cfg.model, platform))
     placement.check(cfg, sizes["data"], platform)

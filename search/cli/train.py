@@ -308,6 +308,9 @@ def _summary(result, run_dir: str) -> None:
         lines.append(f"loss {f.loss:.4f}{eval_loss}")
         lines.append(f"{f.tokens_per_sec:,.0f} tokens/s  step {f.step_time * 1e3:.1f} ms  "
                      f"MFU {f.mfu:.1%}  HFU {f.hfu:.1%}")
+        if f.load_balance_loss is not None:  # a mixture of experts: dropped routes raise MFU, lower quality
+            lines.append(f"MoE: load-balance loss {f.load_balance_loss:.4f}  "
+                         f"dropped {f.dropped_fraction:.2%} of routes")
         lines.append(f"memory per device: compiled {plan.peak_bytes / 2**20:.1f} MiB, " + _measured_text(plan, f))
     if result.checkpoint_seconds is not None:
         lines.append(_checkpoint_line(result.checkpoint_seconds))

@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 
-from ...trainer.config import compact_shape
+from ...trainer.config import MOE_FIELDS, compact_shape
 from .targets import Target
 
 
@@ -34,6 +34,9 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
         del model["vocab_tiles"]
     if model.get("quantization") == "none":  # the default: keys of studies made before quantization stay the same
         del model["quantization"]
+    if not model.get("n_experts"):  # a dense model: keys of studies made before mixtures of experts stay the same
+        for name in MOE_FIELDS:
+            model.pop(name, None)
     # compact_shape: a mesh without stage or context keys as the 3-entry shape earlier releases
     # stored, so a resumed study still finds their plans
     key = {"target": target.name, "model": model, "ici": list(compact_shape(ici)), "dcn": list(compact_shape(dcn)),

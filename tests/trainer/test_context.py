@@ -305,7 +305,9 @@ def test_weights_shard_over_context_like_fsdp():
     with plan_lib.mesh_context(mesh, rules):
         boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), tokens, tokens, tokens + 1))["params"]
         shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    assert shardings["layers"]["query"]["kernel"].spec[1] == ("fsdp", "context")  # [layers, embed, heads, kv]
-    assert shardings["embed"]["embedding"].spec == jax.sharding.PartitionSpec("tensor", ("fsdp", "context"))
+    # [layers, embed, heads, kv]; the expert axis (1 here) shares them too (trainer/sharding.py)
+    assert shardings["layers"]["query"]["kernel"].spec[1] == ("fsdp", "context", "expert")
+    assert shardings["embed"]["embedding"].spec == jax.sharding.PartitionSpec("tensor", ("fsdp", "context", "expert"))
+    assert shardings["layers"]["query"]["kernel"].shard_shape((2, 32, 4, 8)) == (2, 8, 2, 8)
     with pytest.raises(ConfigError, match="d_model=36 does not divide over fsdp=2 x context=4"):
         validate.check(config(mesh_shape(context=4, fsdp=2), d_model=36), 8, "cpu")

@@ -1,5 +1,6 @@
-"""Mesh axes by name: (data, stage, fsdp, context, tensor); a 3-entry shape still means
-(data, fsdp, tensor); every axis sized in ICI and DCN; static checks name the axis."""
+"""Mesh axes by name: (data, stage, fsdp, context, tensor, expert); a 3-entry shape still means
+(data, fsdp, tensor), a 5-entry one (data, stage, fsdp, context, tensor); every axis sized in ICI
+and DCN; static checks name the axis."""
 import dataclasses
 
 import jax
@@ -20,23 +21,30 @@ from paxsearch.trainer.config import (
 from paxsearch.trainer.errors import ConfigError
 
 
-def test_axes_by_name_tensor_innermost():
-    assert MESH_AXES == ("data", "stage", "fsdp", "context", "tensor")
-    assert mesh_shape(stage=2, fsdp=-1) == (1, 2, -1, 1, 1)
-    with pytest.raises(ValueError, match="unknown mesh axis expert"):
-        mesh_shape(expert=2)
+def test_axes_by_name_expert_innermost():
+    assert MESH_AXES == ("data", "stage", "fsdp", "context", "tensor", "expert")
+    assert mesh_shape(stage=2, fsdp=-1) == (1, 2, -1, 1, 1)  # expert 1: the 5 entries of before the expert axis
+    assert mesh_shape(expert=2, fsdp=4) == (1, 1, 4, 1, 1, 2)
+    with pytest.raises(ValueError, match="unknown mesh axis experts"):
+        mesh_shape(experts=2)
 
 
 def test_three_entries_mean_data_fsdp_tensor():
-    assert full_shape((2, 4, 1)) == (2, 1, 4, 1, 1)
-    assert full_shape((1, 2, 3, 4, 5)) == (1, 2, 3, 4, 5)
+    assert full_shape((2, 4, 1)) == (2, 1, 4, 1, 1, 1)
+    assert full_shape((1, 2, 3, 4, 5)) == (1, 2, 3, 4, 5, 1)  # five entries: as before the expert axis
+    assert full_shape((1, 2, 3, 4, 5, 6)) == (1, 2, 3, 4, 5, 6)
     assert compact_shape((2, 1, 4, 1, 1)) == (2, 4, 1)
+    assert compact_shape((2, 1, 4, 1, 1, 1)) == (2, 4, 1)
     assert compact_shape((2, 2, 2, 1, 1)) == (2, 2, 2, 1, 1)  # a stage axis has no 3-entry form
+    assert compact_shape((2, 2, 2, 1, 1, 1)) == (2, 2, 2, 1, 1)  # ... and expert 1 keeps its 5-entry form
+    assert compact_shape((1, 1, 2, 1, 1, 4)) == (1, 1, 2, 1, 1, 4)
     assert mesh_lib.axis_sizes(MeshConfig(ici=(1, -1, 2), dcn=(2, 1, 1)), 16) == dict(
-        data=2, stage=1, fsdp=4, context=1, tensor=2)
-    # the same mesh written over the five axes
+        data=2, stage=1, fsdp=4, context=1, tensor=2, expert=1)
+    # the same mesh written over the five axes, and the six
     assert mesh_lib.axis_sizes(MeshConfig(ici=(1, 1, -1, 1, 2), dcn=(2, 1, 1, 1, 1)), 16) == dict(
-        data=2, stage=1, fsdp=4, context=1, tensor=2)
+        data=2, stage=1, fsdp=4, context=1, tensor=2, expert=1)
+    assert mesh_lib.axis_sizes(MeshConfig(ici=(1, 1, -1, 1, 2, 1), dcn=(2, 1, 1, 1, 1, 1)), 16) == dict(
+        data=2, stage=1, fsdp=4, context=1, tensor=2, expert=1)
 
 
 def test_old_config_dict_reads_unchanged():
@@ -45,12 +53,12 @@ def test_old_config_dict_reads_unchanged():
     d["mesh"] = {"ici": [2, 2, 2], "dcn": [1, 1, 1], "rules": "default"}
     cfg = from_dict(d)
     assert cfg.mesh.ici == (2, 2, 2)
-    assert mesh_lib.axis_sizes(cfg.mesh, 8) == dict(data=2, stage=1, fsdp=2, context=1, tensor=2)
+    assert mesh_lib.axis_sizes(cfg.mesh, 8) == dict(data=2, stage=1, fsdp=2, context=1, tensor=2, expert=1)
 
 
 @pytest.mark.parametrize("ici,dcn,message", [
-    ((1, 8), (1, 1, 1), "mesh shapes need 5 entries"),
-    ((1, 1, 1, 1, 1, 8), (1, 1, 1), "mesh shapes need 5 entries"),
+    ((1, 8), (1, 1, 1), "mesh shapes need 6 entries"),
+    ((1, 1, 1, 1, 1, 1, 8), (1, 1, 1), "mesh shapes need 6 entries"),
     # a stage axis pipelines the layers (trainer/pipeline.py), which needs microbatches
     ((1, 2, 4, 1, 1), (1, 1, 1, 1, 1), "pipeline.microbatches=1 is not a multiple of stage=2"),
     ((1, 1, 4, 1, 1), (1, 2, 1, 1, 1), "pipeline.microbatches=1 is not a multiple of stage=2"),  # over DCN too
@@ -72,11 +80,11 @@ def test_context_axis_accepted_in_ici_and_dcn():
         assert mesh_lib.axis_sizes(MeshConfig(ici=ici, dcn=dcn), 8)["context"] == 2
 
 
-def test_mesh_built_over_five_named_axes():
+def test_mesh_built_over_six_named_axes():
     devices = jax.devices()
     mesh = mesh_lib.build_mesh(MeshConfig(ici=(2, 2, 2)), devices)
     assert mesh.axis_names == MESH_AXES
-    assert dict(mesh.shape) == dict(data=2, stage=1, fsdp=2, context=1, tensor=2)
+    assert dict(mesh.shape) == dict(data=2, stage=1, fsdp=2, context=1, tensor=2, expert=1)
     # DCN on every axis: one granule of simulated devices lays it out as outer factors
     mesh = mesh_lib.build_mesh(MeshConfig(ici=(1, 1, 2, 1, 2), dcn=(2, 1, 1, 1, 1)), devices)
-    assert dict(mesh.shape) == dict(data=2, stage=1, fsdp=2, context=1, tensor=2)
+    assert dict(mesh.shape) == dict(data=2, stage=1, fsdp=2, context=1, tensor=2, expert=1)

@@ -36,11 +36,19 @@ def hand_count(m: ModelConfig) -> int:
     tied), learned positions, the final norm."""
     kv = m.n_kv_heads or m.n_heads
     attention = m.d_model * m.head_dim * (2 * m.n_heads + 2 * kv)
-    mlp = (3 if m.mlp == "gated" else 2) * m.d_model * m.d_ff
-    layer = attention + mlp + (1 if m.block == "parallel" else 2) * m.d_model  # norm scales
+    matrices = 3 if m.mlp == "gated" else 2
+    mlp = matrices * m.d_model * m.d_ff
+    norms = (1 if m.block == "parallel" else 2) * m.d_model  # norm scales
     embeddings = m.vocab_size * m.d_model * (1 if m.tie_embeddings else 2)
     positions = m.seq_len * m.d_model if m.position == "learned" else 0
-    return m.n_layers * layer + embeddings + positions + m.d_model
+    if m.n_experts:  # a mixture of experts: MoE layers after the leading dense ones (moe_every 1 in the presets)
+        assert m.moe_every == 1
+        experts = (m.n_experts + m.n_shared_experts) * matrices * m.d_model * (m.expert_d_ff or m.d_ff)
+        router = m.d_model * m.n_experts + (m.n_experts if m.router == "sigmoid" else 0)
+        moe_layers = m.n_layers - m.first_dense_layers
+        return (m.first_dense_layers * (attention + mlp + norms) + moe_layers * (attention + experts + router + norms)
+                + embeddings + positions + m.d_model)
+    return m.n_layers * (attention + mlp + norms) + embeddings + positions + m.d_model
 
 
 @pytest.mark.parametrize("name", presets.names())

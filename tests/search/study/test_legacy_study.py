@@ -75,7 +75,8 @@ def test_trials_read_with_their_three_entry_meshes(legacy_run):
         defaults = json.loads(json.dumps(to_dict(TrainConfig())))
         assert _added(stored, written) == _added(stored, defaults)
         data, fsdp, tensor = (int(x) for x in MESHES[n].split("x"))
-        assert mesh_lib.axis_sizes(cfg.mesh, 8) == dict(data=data, stage=1, fsdp=fsdp, context=1, tensor=tensor)
+        assert mesh_lib.axis_sizes(cfg.mesh, 8) == dict(data=data, stage=1, fsdp=fsdp, context=1, tensor=tensor,
+                                                         expert=1)
         # the stored plan kept its old mesh figure
         assert t.user_attrs["plan"]["mesh_shape"] == dict(data=data, fsdp=fsdp, tensor=tensor)
 
