@@ -26,6 +26,9 @@ def state_bytes(cfg, target: Target) -> tuple[int, int, int, str]:
     # weights: embed over fsdp x context, heads/mlp/vocab over tensor, the layers over pipeline
     # stages (so a lower bound: embeddings are not split over stage)
     shards = sizes["fsdp"] * sizes["context"] * sizes["tensor"] * sizes["stage"]
+    # the expert axis shards every weight too: a MoE layer's experts, and the dense weights' embed dim
+    # (trainer/sharding.py); 1 for a dense model
+    shards *= sizes.get("expert", 1)
     params = flops_lib.param_count(cfg.model)
     # params + gradients + two AdamW moments (trainer/state_memory.py): ZeRO-1 shards the moments
     # over data too; offloaded moments are in host memory
@@ -35,6 +38,13 @@ def state_bytes(cfg, target: Target) -> tuple[int, int, int, str]:
     moments = ("AdamW moments (offloaded: not counted)" if opt.offload_state else
                f"AdamW moments (ZeRO-1: over {moment_shards} shards)" if opt.zero1 else "AdamW moments")
     return need, shards, params, moments
+
+
+def mesh_shapes_expert(cfg, target: Target) -> int:
+    """The expert axis size of `cfg` on `target` (1 for a dense model)."""
+    from ...trainer import mesh as mesh_lib
+
+    return mesh_lib.axis_sizes(cfg.mesh, target.num_devices).get("expert", 1)
 
 
 def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.PredictedOOM | None:
@@ -50,7 +60,8 @@ def prescreen(cfg, target: Target, limit_bytes: int | None = None) -> topo.Predi
         return None
     return topo.PredictedOOM(
         f"predicted OOM (analytic, not compiled): {params:,} parameters with gradients and {moments} "
-        f"need {need / topo.GiB:.2f} GiB per device over fsdp x context x tensor x stage = {shards} shards, above "
+        f"need {need / topo.GiB:.2f} GiB per device over fsdp x context x tensor x stage"
+        f"{' x expert' if mesh_shapes_expert(cfg, target) > 1 else ''} = {shards} shards, above "
         f"{hbm / topo.GiB:.2f} GiB {what}", need, hbm, "analytic")
 
 

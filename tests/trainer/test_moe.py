@@ -272,3 +272,26 @@ def test_moe_tiny_trains_and_reports_its_moe_metrics(tmp_path):
     assert last.load_balance_loss is not None and 0.5 < last.load_balance_loss < 8.0
     assert last.dropped_fraction is not None and 0.0 <= last.dropped_fraction < 0.5
     assert "load_balance_loss" in last.to_dict()
+
+
+def test_moe_plan_space_is_mixtral_over_expert_layouts_and_capacity():
+    """spaces/moe_plan.py: Mixtral 8x7B on v6e-256 over expert x fsdp x tensor, dropless or capacity
+    1.0 / 1.25 / 1.5, batch, remat and flag sets; every point passes the static checks."""
+    import os
+
+    from paxsearch.search.study import configio
+    from paxsearch.search.study.space import load_space
+
+    from ..search_util import REPO
+
+    space = load_space(os.path.join(REPO, "spaces", "moe_plan.py"))
+    assert [d.name for d in space.decisions] == ["mesh", "expert_compute", "capacity_factor", "per_device_batch",
+                                                 "remat", "flags"]
+    assert space.settings.target == "tpu:v6e-256" and space.size() == 504
+    point = {"mesh": "4x16x4", "expert_compute": "capacity", "capacity_factor": 1.25, "per_device_batch": 12,
+             "remat": "full", "flags": "default"}
+    cfg = configio.build(space.config(point))
+    assert cfg.model == dataclasses.replace(presets.get("mixtral-8x7b"), attention="flash",
+                                            expert_compute="capacity", capacity_factor=1.25)
+    assert cfg.mesh.ici == mesh_shape(expert=4, fsdp=16, tensor=4)
+    validate.check(cfg, 256, "tpu")
