@@ -111,6 +111,7 @@ class Block(nn.Module):
     mlp_grad_barrier: bool = False  # grads_behind_barrier on the MLP activation (XLA:CPU speed)
     context: int = 1  # context parallelism: the sequence in trainer/context.py's layout over this many shards
     moe: bool = False  # the MLP is a mixture of experts (trainer/moe.py); the layer then returns its MoE stats
+    moe_grouped_matmul: str = "ragged_dot"  # moe.MoE.grouped_matmul ("blocks" on XLA:CPU)
 
     @nn.compact
     def __call__(self, x_BSE, segment_ids_BS, positions_BS):
@@ -151,7 +152,7 @@ class Block(nn.Module):
         act = ACTIVATIONS[c.activation]
         barrier = grads_behind_barrier if self.mlp_grad_barrier else (lambda fn: fn)
         if self.moe:  # router + experts in place of the MLP (trainer/moe.py)
-            ff_BSE, moe_stats = moe_lib.MoE(c, name="moe")(h)
+            ff_BSE, moe_stats = moe_lib.MoE(c, self.moe_grouped_matmul, name="moe")(h)
             ff_BSE = checkpoint_name(ff_BSE, remat_lib.MLP2)
             if parallel:
                 ff_BSE = nn.with_logical_constraint(ff_BSE, ("batch", "length", "act_embed"))
@@ -262,6 +263,8 @@ class TransformerLM(nn.Module):
     # the model then takes and returns sequences in the load-balanced layout (step.make_loss_sums
     # puts the batch into it); plan.make_model sets it from the mesh
     context_shards: int = 1
+    # a MoE layer's grouped matmul (moe.MoE.grouped_matmul): "blocks" for XLA:CPU, set by plan.make_model
+    moe_grouped_matmul: str = "ragged_dot"
 
     @nn.compact
     def __call__(self, tokens_BS, positions_BS, segment_ids_BS, return_hidden: bool = False):
@@ -301,8 +304,8 @@ class TransformerLM(nn.Module):
                     scanned = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                                       in_axes=(nn.broadcast, nn.broadcast), length=count,
                                       metadata_params={nn.PARTITION_NAME: "layers"})
-                    x_BSE, stats = scanned(c, impl, self.mlp_grad_barrier, self.context_shards, moe, name=name)(
-                        x_BSE, segment_ids_BS, positions_BS)
+                    x_BSE, stats = scanned(c, impl, self.mlp_grad_barrier, self.context_shards, moe,
+                                           self.moe_grouped_matmul, name=name)(x_BSE, segment_ids_BS, positions_BS)
                     if moe:
                         moe_stats.append(stats)
             self._sow_moe(moe_stats)
@@ -316,7 +319,8 @@ class TransformerLM(nn.Module):
             moe_stats = []
             for i in range(c.n_layers):
                 moe = moe_lib.is_moe_layer(c, i)
-                layer = block(c, impl, self.mlp_grad_barrier, self.context_shards, moe, name=f"layer_{i}")
+                layer = block(c, impl, self.mlp_grad_barrier, self.context_shards, moe, self.moe_grouped_matmul,
+                              name=f"layer_{i}")
                 x_BSE, stats = layer(x_BSE, segment_ids_BS, positions_BS)
                 if moe:
                     moe_stats.append(jax.tree.map(lambda a: a[None], stats))

@@ -22,6 +22,12 @@ Expert compute (ModelConfig.expert_compute), on each device's tokens:
   (jax.lax.ragged_dot). Under expert parallelism (the mesh axis `expert`) the tokens and their
   routes are all-gathered over the expert axis, each device runs its own experts' groups, and the
   outputs come back summed by a reduce-scatter (psum_scatter): capacity-free and exact.
+  The grouped matmul (MoE.grouped_matmul, set per platform by plan.make_model): "ragged_dot" on TPU
+  and GPU, where it is one ragged-dot instruction; "blocks" on XLA:CPU, which has none (JAX lowers
+  ragged_dot there as a dense matmul of every row with every expert's weights, masked: n_experts /
+  experts_per_token x the work, 3 s a moe-tiny step against 1 s): each expert's rows padded to a
+  multiple of BLOCK rows, one batched matmul of the blocks with their expert's weights, at most
+  (local experts x BLOCK) padding rows of extra work. Both give the same values.
   jax.lax.ragged_all_to_all would send each device only its tokens, but XLA:CPU in jax 0.10.2
   cannot run it ("HLO opcode ragged-all-to-all is not supported by XLA:CPU"), so the tests here
   could not hold it to the same loss; it is not used.
@@ -50,6 +56,8 @@ from .errors import ConfigError
 COLLECTION = "moe_stats"  # what TransformerLM sows: the step's MoE metrics (step.py reads them)
 STATS = ("load_balance_loss", "dropped_fraction", "routing_bias_objective")
 BATCH_AXES = ("data", "fsdp", "expert")  # the mesh axes a MoE layer's tokens split over (with context)
+GROUPED_MATMULS = ("ragged_dot", "blocks")
+BLOCK = 32  # rows of a block of the "blocks" grouped matmul
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 _ACTIVATIONS = {"gelu": jax.nn.gelu, "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
                 "silu": jax.nn.silu, "relu": jax.nn.relu}
@@ -147,6 +155,7 @@ class MoE(nn.Module):
     B x S x E output and the layer's statistics (STATS)."""
 
     cfg: ModelConfig
+    grouped_matmul: str = "ragged_dot"  # "ragged_dot" | "blocks" (XLA:CPU: see the module doc)
 
     @nn.compact
     def __call__(self, h_BSE):
@@ -175,9 +184,9 @@ class MoE(nn.Module):
             sums = {"counts": jnp.zeros((n_e,), jnp.float32), "prob_sums": jnp.zeros((n_e,), jnp.float32),
                     "tokens": zero, "dropped": zero}
         elif mesh.empty:
-            y_BSE, sums = _local(c, h_BSE.astype(dt), *weights, axes={})
+            y_BSE, sums = _local(c, h_BSE.astype(dt), *weights, axes={"grouped_matmul": self.grouped_matmul})
         else:
-            y_BSE, sums = _sharded(c, mesh, h_BSE.astype(dt), *weights)
+            y_BSE, sums = _sharded(c, mesh, h_BSE.astype(dt), *weights, grouped_matmul=self.grouped_matmul)
         stats = _stats(c, sums, bias)
         if c.n_shared_experts:
             y_BSE = y_BSE + _shared(c, h_BSE, self).astype(y_BSE.dtype)
@@ -236,7 +245,7 @@ def _route(c: ModelConfig, x_TD, router, bias):
     return top_w, top_i, probs
 
 
-def _sharded(c: ModelConfig, mesh, h_BSE, router, bias, w_in, w_up, w_out):
+def _sharded(c: ModelConfig, mesh, h_BSE, router, bias, w_in, w_up, w_out, grouped_matmul: str = "ragged_dot"):
     """_local inside a shard_map over the whole mesh (see the module doc for the layout)."""
     names = set(mesh.axis_names)
     batch = tuple(a for a in BATCH_AXES if a in names)
@@ -246,7 +255,7 @@ def _sharded(c: ModelConfig, mesh, h_BSE, router, bias, w_in, w_up, w_out):
     x_spec = P(batch, length, None)
     w_spec, wo_spec = P(expert, None, tensor), P(expert, tensor, None)
     axes = {"batch": batch + ((length,) if length else ()), "tensor": tensor, "expert": expert,
-            "expert_size": dict(mesh.shape).get("expert", 1)}
+            "expert_size": dict(mesh.shape).get("expert", 1), "grouped_matmul": grouped_matmul}
     sums_spec = {"counts": P(), "prob_sums": P(), "tokens": P(), "dropped": P()}
 
     def body(h, router, bias, w_in, w_up, w_out):
@@ -302,12 +311,42 @@ def _dropless(c: ModelConfig, x_TD, top_w, top_i, w_in, w_up, w_out, axes: dict)
     group_sizes = jnp.bincount(key, length=n_local + 1)[:n_local].astype(jnp.int32)
     token = order // k
     xs = x_TD[token]
-    ys = _mlp(c, lambda lhs, rhs: jax.lax.ragged_dot(lhs, rhs, group_sizes), xs, w_in, w_up, w_out)
+    if axes.get("grouped_matmul") == "blocks":
+        ys = _mlp(c, _blocks_matmul(group_sizes, xs.shape[0]), xs, w_in, w_up, w_out)
+    else:
+        ys = _mlp(c, lambda lhs, rhs: jax.lax.ragged_dot(lhs, rhs, group_sizes), xs, w_in, w_up, w_out)
     weight = (top_w.reshape(-1) * mine)[order]  # 0 for the rows outside the groups
     y_TD = jax.ops.segment_sum(ys.astype(jnp.float32) * weight[:, None], token, num_segments=x_TD.shape[0])
     if expert and p > 1:  # each device's tokens back, summed over the devices' experts
         y_TD = jax.lax.psum_scatter(y_TD, expert, scatter_dimension=0, tiled=True)
     return y_TD
+
+
+def _blocks_matmul(group_sizes, rows: int):
+    """`grouped(lhs, rhs)`: lhs's first sum(group_sizes) rows in groups (sorted), rhs [groups, K, N];
+    the rows of group g times rhs[g], the rows after the groups 0, as jax.lax.ragged_dot, through
+    blocks of BLOCK rows that each hold one group's rows (the groups' starts padded to a block)."""
+    groups = group_sizes.shape[0]
+    block = min(BLOCK, rows)
+    n_blocks = -(-(rows + groups * (block - 1)) // block)  # the padded rows, however the rows fall
+    padded = -(-group_sizes // block) * block
+    padded_end = jnp.cumsum(padded)
+    padded_start, start = padded_end - padded, jnp.cumsum(group_sizes) - group_sizes
+    row = jnp.arange(rows)
+    group = jnp.searchsorted(jnp.cumsum(group_sizes), row, side="right")  # == groups past the last group
+    in_group = group < groups
+    g = jnp.minimum(group, groups - 1)
+    slot = jnp.where(in_group, padded_start[g] + row - start[g], n_blocks * block)  # out of range: dropped
+    # each block's group (blocks past the last group: group 0, on zero rows)
+    block_group = jnp.searchsorted(padded_end, jnp.arange(n_blocks) * block, side="right")
+    block_group = jnp.where(block_group < groups, block_group, 0)
+
+    def grouped(lhs, rhs):
+        blocks = jnp.zeros((n_blocks * block, lhs.shape[1]), lhs.dtype).at[slot].set(lhs, mode="drop")
+        out = jnp.einsum("nbk,nkf->nbf", blocks.reshape(n_blocks, block, -1), rhs[block_group])
+        return out.reshape(n_blocks * block, -1).at[slot].get(mode="fill", fill_value=0)
+
+    return grouped
 
 
 def _capacity(c: ModelConfig, x_TD, top_w, top_i, w_in, w_up, w_out, axes: dict):

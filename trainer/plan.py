@@ -103,7 +103,8 @@ def make_model(cfg: TrainConfig, platform: str, stages: int = 1, context: int = 
     `head_over_stage` what follows them split over the stage devices too), and with `context` > 1
     (the mesh's context axis) the sequence split over it (trainer/context.py)."""
     model = step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
-                                           mlp_grad_barrier=platform == "cpu", context_shards=context)
+                                           mlp_grad_barrier=platform == "cpu", context_shards=context,
+                                           moe_grouped_matmul="blocks" if platform == "cpu" else "ragged_dot")
     if stages > 1:
         model = model.clone(pipeline_stages=stages, pipeline_microbatches=cfg.pipeline.microbatches,
                             pipeline_repeats=cfg.pipeline.repeats,
