@@ -57,11 +57,11 @@ def step_results(inputs):
     params, batch = inputs
     cache = {}
 
-    def get(compute: str, expert: int, capacity_factor: float = NO_DROP):
-        key = (compute, expert, capacity_factor)
+    def get(compute: str, expert: int, capacity_factor: float = NO_DROP, tensor: int = 1):
+        key = (compute, expert, capacity_factor, tensor)
         if key not in cache:
             model_cfg = dataclasses.replace(MODEL, expert_compute=compute, capacity_factor=capacity_factor)
-            cfg = config(model_cfg, mesh_shape(fsdp=8 // expert, expert=expert))
+            cfg = config(model_cfg, mesh_shape(fsdp=8 // expert // tensor, expert=expert, tensor=tensor))
             _, platform, _, mesh, rules = plan_lib.setup(cfg)[:5]
             assert dict(mesh.shape)["expert"] == expert
             model = plan_lib.make_model(cfg, platform)
@@ -80,14 +80,15 @@ def _relative_gap(a, b) -> float:
                for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
-@pytest.mark.parametrize("compute,expert", [("dropless", 2), ("dropless", 4), ("dropless", 8),
-                                            ("capacity", 1), ("capacity", 2), ("capacity", 8)])
-def test_expert_parallelism_gives_the_same_loss_and_gradients(step_results, compute, expert):
+@pytest.mark.parametrize("compute,expert,tensor", [("dropless", 2, 1), ("dropless", 4, 1), ("dropless", 8, 1),
+                                                   ("capacity", 1, 1), ("capacity", 2, 1), ("capacity", 8, 1),
+                                                   ("dropless", 2, 2)])
+def test_expert_parallelism_gives_the_same_loss_and_gradients(step_results, compute, expert, tensor):
     """Against dropless without expert parallelism: the same loss, load-balancing loss and gradients
     (float32, rel 1e-5), dropless (all-gather + reduce-scatter) and capacity (all-to-all) with a
-    capacity factor that drops nothing."""
+    capacity factor that drops nothing; with a tensor axis too (the experts' hidden dim split, a psum)."""
     ref_loss, ref_stats, ref_grads = step_results("dropless", 1)
-    loss, stats, grads = step_results(compute, expert)
+    loss, stats, grads = step_results(compute, expert, tensor=tensor)
     assert loss == pytest.approx(ref_loss, rel=1e-5)
     assert stats["load_balance_loss"] == pytest.approx(ref_stats["load_balance_loss"], rel=1e-5)
     assert stats["dropped_fraction"] == 0.0
