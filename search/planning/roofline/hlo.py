@@ -48,14 +48,38 @@ def memory_space(shape: str) -> int:
     return _memory_space(m.group(3)) if m else 0
 
 
+_TILE_RE = re.compile(r"T\(([\d,]+)\)")
+
+
+def tiled_dims(dims: list[int], layout: str | None) -> list[int]:
+    """The dimensions an array occupies in memory under its TPU layout (`{minor_to_major:T(a,b)...}`):
+    its first tile pads the minor-most dimensions (in layout order) up to multiples of the tile's, the
+    last entry of the tile the minor-most one (T(8,128): a head dim of 64 takes 128 lanes, a dim of 12
+    heads in the second-minor place 16 sublanes). Without a tile (CPU, GPU layouts) the dimensions as
+    they are."""
+    if not layout or ":" not in layout or not dims:
+        return dims
+    tile = _TILE_RE.search(layout)
+    order = [int(x) for x in layout[1:-1].split(":", 1)[0].split(",") if x.strip()]
+    if tile is None or len(order) != len(dims):
+        return dims
+    out = list(dims)
+    for k, size in enumerate(reversed([int(x) for x in tile.group(1).split(",")])):
+        if k < len(order) and size > 1:
+            out[order[k]] = -(-out[order[k]] // size) * size
+    return out
+
+
 def hbm_shape_bytes(shape: str) -> float:
-    """Bytes of a shape that live in HBM: arrays whose layout puts them in another memory
-    space (`S(1)`: TPU VMEM, chosen by XLA's memory-space assignment) are left out."""
+    """Bytes a shape moves in HBM: each array as its layout lays it out (tiled_dims: TPU's tiles pad
+    the minor-most dimensions, so a [.., 64] array of bf16 takes the bytes of [.., 128]); arrays whose
+    layout puts them in another memory space (`S(1)`: TPU VMEM, chosen by XLA's memory-space
+    assignment; `S(5)`: host memory) are left out."""
     total = 0.0
     for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
         if dtype not in DTYPE_BYTES or _memory_space(layout) != 0:
             continue
-        total += DTYPE_BYTES[dtype] * prod(parse_dims(dims))
+        total += DTYPE_BYTES[dtype] * prod(tiled_dims(parse_dims(dims), layout))
     return total
 
 

@@ -148,7 +148,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
             excess += max(0.0, estimate - roof_s) * mult
         flops += f * mult
         bytes_ += b * mult
-        compute += f / flop_rate(comp, ins, hw) * mult
+        compute += f / flop_rate(comp, ins, hw, module) * mult
         memory += b / hw.sustained_hbm_bandwidth * mult
         roof += t * mult
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
