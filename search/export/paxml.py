@@ -94,6 +94,9 @@ def fields(cfg: TrainConfig, num_devices: int, notes: Notes) -> tuple[str, list[
         notes.drop(f"model.vocab_tiles={m.vocab_tiles}", "Paxml computes the logits whole")
     if m.attention in ("flash", "auto"):
         notes.drop(f"model.attention={m.attention!r}", "Paxml's TPU experiments use its dot-product attention")
+    if m.quantization != "none":
+        notes.drop(f"model.quantization={m.quantization!r}", "the exported Paxml experiment trains in the compute "
+                                                              "dtype (Paxml's int8 goes through its own AQT layers)")
     o = cfg.optimizer
     decay = o.decay_steps or cfg.steps
     out += [("LEARNING_RATE", repr(o.peak_lr)), ("WEIGHT_DECAY", repr(o.weight_decay)),

@@ -75,3 +75,9 @@ def test_refusals_and_visible_drops():
     assert "# approximated remat='offload'" in text and "# dropped offload_params" in text
     assert "# dropped grad_accum_steps=2" in text
     assert class_fields(text)[1]["CHECKPOINT_POLICY"].endswith("SAVE_DOT_EXCEPT_LOGITS_FFN1")
+
+
+def test_an_int8_config_says_its_quantization_is_dropped():
+    text = paxml.snippet(small(model=dataclasses.replace(small().model, quantization="int8")), "tpu", 16)
+    assert "# dropped model.quantization='int8'" in text
+    assert "quantization" not in paxml.snippet(small(), "tpu", 16)
