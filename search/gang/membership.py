@@ -115,7 +115,7 @@ def _tpu_membership(workers: list[str], index: int, env: Mapping[str, str], sour
 
 def from_gke(env: Mapping[str, str], tpu_machine: bool | None = None) -> Membership | None:
     """Only on a machine with TPUs (as jax's GkeTpuCluster): the same variables are set, with
-    one host, for compile-only TPU topologies on a CPU (trainer/topology.compile_only_env)."""
+    one host, for compile-only TPU topologies on a CPU (search/planning/topology.compile_only_env)."""
     hosts = env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES")
     if not hosts or "TPU_WORKER_ID" not in env or not (on_tpu_vm() if tpu_machine is None else tpu_machine):
         return None
