@@ -204,7 +204,7 @@ def _inject(fault: str | None, trial_dir: str | None = None) -> None:
 
 def late_collective(delay_s: float) -> None:
     """A psum over this process's devices whose device 0 first sleeps `delay_s` in a host callback
-    (the "xla_abort" fault; benchmarks/diag_collective_timeout.py runs it in a child process)."""
+    (the "xla_abort" fault; the retired benchmarks/diag_collective_timeout.py ran it in a child process)."""
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P

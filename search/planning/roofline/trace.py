@@ -24,7 +24,7 @@ Where the ops are in a trace:
     add up to more than the step.
 
 Buckets (BUCKETS), the roofline's own classification of each instruction (cost.py, host.py,
-hlo.py), the same split as benchmarks/diag_profile_buckets.py:
+hlo.py), the same split as the retired benchmarks/diag_profile_buckets.py (benchmarks/RESULTS.md):
   matmul           an op that multiplies matrices (cost.uses_mxu), not an attention kernel
   attention kernel a Pallas splash kernel or cuDNN flash attention (cost.is_attention_kernel)
   other on-chip    every other op with FLOPs or HBM bytes of its own (cost.op_work is not None):

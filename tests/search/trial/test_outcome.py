@@ -126,7 +126,7 @@ def test_worker_exits_are_classified(status, kind, words):
     assert got is kind and words in message
 
 
-# what XLA wrote before it aborted a worker (benchmarks/diag_collective_timeout.py), among other lines
+# what XLA wrote before it aborted a worker (benchmarks/RESULTS.md, "CI's timeout of stop 31"), among other lines
 XLA_ABORT_LOG = """== trial 1 on worker pid 13736 (2026-12-05 18:26:41)
 E1205 18:26:42.582 13749 rendezvous.cc:116] [id=1] This thread has been waiting for `all reduce` for 1 seconds
 F1205 18:26:43.591628   13747 rendezvous.cc:161] [id=0] Termination timeout for `all reduce RendezvousKey{...}` \
