@@ -1,6 +1,9 @@
 """Per-chip memory of one long-sequence step with and without context parallelism (issue 19,
 section 3), compiled for a TPU topology on this CPU machine (plan mode, needs libtpu).
 
+Question: how much per-chip memory does context parallelism save on one long-sequence step?
+Peer: the same step with the same chips splitting the heads (tensor) instead of the sequence.
+
     python benchmarks/bench_context_plan.py [v5e-8 [SEQ_LEN [NAME_SUBSTRING]]]
 
 A Llama-style model (d_model 1024, 4 layers, 8 heads of 128, SwiGLU 4096, vocabulary 32768),

@@ -1,5 +1,8 @@
 """Round trip through MaxText: a planned trial, exported, compiled by MaxText for the same TPU topology.
 
+Question: is an exported config the model that was planned (FLOPs and memory)?
+Peer: MaxText 0.2.5's `train_compile` of the exported script, for the same topology.
+
 For each case below (a small model on a small TPU slice, compile-only on this CPU):
 1. `paxsearch run` plans one trial of the case's config for the target (tpu:v5e-4 = v5e 2x2)
    and stores it (peak bytes per chip from XLA's memory_analysis, XLA FLOPs per chip and

@@ -1,6 +1,9 @@
 """Plan MaxText's published GPU rows (benchmarks/published.py GPU_ROWS) on their GPU node without a GPU
 and compare the predicted MFU with the published one, converted to our convention.
 
+Question: how close is a GPU node's plan, made without a GPU, to MaxText's published GPU MFU?
+Peer: the published MFU (benchmarks/published.py GPU_ROWS, converted to our convention).
+
     python benchmarks/bench_gpu_published.py                          # every row, on its own target
     python benchmarks/bench_gpu_published.py --target gpu:h200x8      # the same rows on another node
 

@@ -1,5 +1,8 @@
 """The shared trainer against MaxText 0.2.5 (issue 9 part 3): tokens/s side by side, alternated.
 
+Question: is the shared trainer at least as fast as MaxText on the same model and devices?
+Peer: MaxText 0.2.5's tokens/s, same jax, the two sides alternated.
+
 Both sides run in subprocesses of one Python with one jax (MaxText needs Python >= 3.12):
 
     ~/.pyenv/versions/3.12.1/bin/python -m venv /work/mt312

@@ -1,5 +1,8 @@
 """MaxText's own compiled step beside ours, for the published configs (compile-only, on this CPU).
 
+Question: when a published row misses, is it our trainer's program or the roofline?
+Peer: MaxText 0.2.5's own compiled step for the same row, read by the same planner.
+
 For each row of benchmarks/published.py this compiles MaxText's train step for the row's TPU
 slice with MaxText's `train_compile` (its AOT entry point, MaxText 0.2.5: the dims, mesh,
 per-chip batch, remat and attention of the row, the row's compiler flags), then reads that

@@ -1,5 +1,8 @@
 """MaxText's compiled step beside ours for a pipelined and a context-parallel config (issue 19, section 7).
 
+Question: do pipeline and context parallelism compile to MaxText's program (FLOPs, memory, step)?
+Peer: MaxText 0.2.5's `train_compile` of the same config, on the same slice.
+
 Each config is compiled ahead of time for a TPU slice on this CPU twice, in fresh processes of
 one interpreter (one jax, one libtpu): MaxText 0.2.5's `train_compile` with the config's
 pipeline or context-parallel settings, and our planner (search/planning/targets.py

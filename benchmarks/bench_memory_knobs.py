@@ -1,6 +1,9 @@
 """Per-chip memory of each memory knob (issue 19, section 4), compiled for a TPU topology on
 this CPU machine (plan mode, needs libtpu), against the same config without it.
 
+Question: how much per-chip memory does each memory knob save on a TPU topology?
+Peer: the same config without the knob.
+
     python benchmarks/bench_memory_knobs.py [v5e-4 [NAME_SUBSTRING]]    # e.g. v5e-4 16384: the larger rows
 
 Prints a Markdown table: argument, temp, host temp and peak bytes per chip (XLA's memory_analysis of

@@ -2,6 +2,9 @@
 compiler's per-chip memory, the bubble and the roofline's predicted MFU, beside the same
 model without a pipeline on the same chips.
 
+Question: what do pipeline stages do to a 70B's per-chip memory and predicted MFU on a v5p slice?
+Peer: the same model without a pipeline on the same chips.
+
     JAX_PLATFORMS=cpu python benchmarks/bench_pipeline_plan.py                  # v5p-128, stage 4
     JAX_PLATFORMS=cpu python benchmarks/bench_pipeline_plan.py --stages 0       # only the unpipelined row
 

@@ -1,6 +1,10 @@
 """A plan from the HLO passes against the full compile, on every published row and on
 spaces/llama_plan.py (issue 20, section 1: "plans in seconds").
 
+Question: does a plan from the HLO passes equal the full compile's, and how much sooner does it
+come?
+Peer: the full compile (`--plan-compile full`) of the same point, the two alternated.
+
 Each case is planned twice through the user's command, `paxsearch run SPACE --trials 1
 --plan-cache off --plan-compile passes|full` (a fresh process each, the modes alternating,
 --repeat times), and the stored plans are compared:

@@ -1,5 +1,8 @@
 """Where one TPU plan's seconds go, and what compiling once saves (issue 20, section 1).
 
+Question: where do one TPU plan's seconds go, and what does compiling once save?
+Peer: the method before (the text views, then a second compile with an XLA dump), alternated.
+
 One config (default: llama2-70b on v5p-256, fsdp 128, 1 sequence per chip, full remat; the case
 whose compiled.as_text() fails, so its optimized HLO comes from an XLA dump) is planned the way a
 plan-only trial plans it (search/planning/compilation.plan_point: build_program with

@@ -1,5 +1,8 @@
 """Predicted against measured step time on this machine's devices.
 
+Question: how close is the roofline's predicted step time to the measured one on this machine?
+Peer: the measured step times of the same compiled trials.
+
 Runs `paxsearch run SPACE` (measured trials: compiled, then trained briefly) in a fresh run
 folder; every completed trial carries both its measured step time and the roofline's
 prediction of the same compiled step (search/planning/roofline/ with this host's figures: the

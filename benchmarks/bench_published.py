@@ -1,6 +1,9 @@
 """Plan published MaxText configs on their TPU slices (compile-only, on this CPU) and compare
 the planner's predicted MFU with the published one, converted to our convention.
 
+Question: how close is the planner's predicted MFU to MaxText's published MFU on its TPU slices?
+Peer: the published MFU (benchmarks/published.py, converted to our convention).
+
 Each row of benchmarks/published.py becomes a one-point space file (written into the run
 folder, so it can be re-run by hand) with the row's preset, mesh, global batch (MaxText's
 per_device_batch_size x chips), remat and attention mapped to ours, planned through

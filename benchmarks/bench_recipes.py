@@ -2,6 +2,9 @@
 compile-only on this CPU, through `paxsearch run`, and compare the predicted MFU with the
 published one (converted to our convention).
 
+Question: how close is the planner's predicted MFU to MaxText's published 2025 recipes?
+Peer: the recipes' published throughput (benchmarks/published.py RECIPES, converted to our MFU).
+
 Each recipe's nearest expressible config (`published.recipe_config`: preset, mesh, global
 batch, custom remat with host offload, flash attention, compiler flag set) becomes a one-point
 space file written into the run folder (so it can be re-run by hand), planned by

@@ -1,6 +1,11 @@
 """Search benchmarks: time to the best-MFU config against a naive loop, with and without
 steering by predictions, and harness overhead.
 
+Question: does search reach the best-MFU config sooner than a naive loop, does steering by
+predictions help, and what does the harness cost a trial?
+Peer: a naive loop of one fresh process per config (time to best); unsteered TPE on the same orders
+(steering).
+
 1. Time to best. The naive loop launches one fresh process per config of the (reduced) mesh
    sweep, with no screening, no compilation cache and no tuner, and keeps the best MFU. Every
    config trains exactly as long as its search trial does: the sweep's token budget (8,192

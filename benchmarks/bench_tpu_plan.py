@@ -1,5 +1,8 @@
 """Wall time of planning a space for a TPU target: `paxsearch run` against a naive loop.
 
+Question: how much sooner does `paxsearch run` plan a TPU space than compiling every point?
+Peer: a naive loop compiling every point one by one; both must find the same feasible set.
+
 naive    one process compiles every point of the space one by one with trainer.plan.plan()
          defaults (count_flops=True: the step plus two unrolled FLOP probes); feasible =
          compiled and peak <= the chip's usable HBM.

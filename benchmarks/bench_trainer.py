@@ -1,6 +1,11 @@
 """Trainer benchmarks (issue 2). Each part runs in its own process so the device count is set
 before JAX starts; inside a part, the compared runs alternate in one process.
 
+Question: is the trainer as fast as a hand-written step, how long does it compile, what MFU does it
+reach?
+Peer: a hand-written `jax.jit` step of the same math (throughput); 2 layers (compile); the CPU's
+measured matmul peak (mfu).
+
   python benchmarks/bench_trainer.py throughput   # trainer tokens/s vs a hand-written jax.jit step
   python benchmarks/bench_trainer.py compile      # compile seconds, 24 layers vs 2 layers
   python benchmarks/bench_trainer.py mfu          # MFU on 1 CPU device vs the measured matmul peak

@@ -1,6 +1,9 @@
 """The chip's own figures, measured (issue 41, section 2): what trainer/hardware.py assumes for a
 chip, each measured on the chip by this one command.
 
+Question: what are a chip's figures (matmul and splash rates, HBM efficiency, ...), measured on it?
+Peer: the figures trainer/hardware.py assumes for that chip.
+
     python3 benchmarks/chip_figures.py --out $OUT/figures        # on the chip (~2.5 min, one process)
     python benchmarks/chip_figures.py --tiny --out /tmp/figures  # CPU: a reduced set, to test it
 

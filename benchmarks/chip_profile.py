@@ -1,6 +1,9 @@
 """Planned against measured, bucket by bucket, for real training steps on one chip (issue 41,
 section 2, "The chip's own figures").
 
+Question: which bucket of the roofline does a plan misprice, on real training steps of one chip?
+Peer: the chip's own jax.profiler trace of the same steps, bucket by bucket.
+
 Each config is built through the trainer (trainer/plan.py build_program, keep_hlo), priced by the
 roofline (search/planning/predict.py predict with hardware_for(devices): the v5e's figures on a v5e), run
 for --warm steps, timed for --steps steps (wall, dispatched back to back), then traced for --steps

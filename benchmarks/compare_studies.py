@@ -1,6 +1,8 @@
 """Compare two studies trial by trial, field by field: does a refactor leave the same seed giving
 the same trials, losses and plans?
 
+Peer: the same study, run on the tree before the change.
+
     python benchmarks/compare_studies.py RUN_A RUN_B [--study NAME]
 
 Trials are paired by number. For each pair every stored field is compared: the decisions, the

@@ -7,6 +7,10 @@ re-priced with one figure of the chip's roofline changed at a time. Prints, per 
     ratio the row then plans at (a check of the solve: the step is not exactly linear in a figure).
 A figure whose needed value is far outside what a chip could do is not what the row misses by.
 
+Question: which hardware figure decides each published row, and can any per-chip figure bring the
+rows within 3% / 8%?
+Peer: the published steps of the rows bench_published.py planned (its stored plans).
+
     python benchmarks/bench_published.py --out /tmp/bp          # first: the rows' stored plans
     python benchmarks/diag_figures.py --from /tmp/bp            # every row planned there
     python benchmarks/diag_figures.py --from /tmp/bp --only "v4-128 22B"

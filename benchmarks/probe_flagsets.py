@@ -3,6 +3,9 @@ the tiny model's train step (mesh data 2 x fsdp x tensor 2 on 8 chips, 1 x 2 x 2
 compile-only topology in a fresh process (libtpu reads
 LIBTPU_INIT_ARGS when it loads) and prints one row: accepted, or refused with XLA's line.
 
+Question: which compiler flag sets does this libtpu accept, per TPU generation?
+Peer: none: the compiler's own verdict (accepted, or refused with XLA's line) is the answer.
+
     PYTHONPATH=<dir holding a paxsearch link> python benchmarks/probe_flagsets.py [SET ...] [--slices v6e-8,...]
 
 One compile at a time. The result table is recorded in benchmarks/RESULTS.md."""

@@ -1,4 +1,7 @@
-"""`paxsearch run` of a space in a fresh run folder, for benchmarks that compare its results."""
+"""`paxsearch run` of a space in a fresh run folder, for benchmarks that compare its results.
+
+Not a benchmark: a helper of bench_prediction.py and bench_tpu_plan.py.
+"""
 from __future__ import annotations
 
 import json
