@@ -143,6 +143,24 @@ MOE_FIELDS = ("n_experts", "experts_per_token", "n_shared_experts", "expert_d_ff
               "moe_every", "router", "load_balance_weight", "expert_compute", "capacity_factor")
 
 
+def expert_width(m: ModelConfig) -> int:
+    """The hidden width of one expert of a mixture of experts (expert_d_ff, or d_ff when it is 0)."""
+    return m.expert_d_ff or m.d_ff
+
+
+def is_moe_layer(m: ModelConfig, layer: int) -> bool:
+    """Whether decoder layer `layer` (0-based) is a MoE layer (trainer/moe.py): none of a dense model;
+    after the first_dense_layers, every moe_every-th (layer first_dense_layers + moe_every - 1 the first)."""
+    if not m.n_experts or layer < m.first_dense_layers:
+        return False
+    return (layer - m.first_dense_layers + 1) % m.moe_every == 0
+
+
+def moe_layers(m: ModelConfig) -> int:
+    """How many of the decoder layers are MoE layers."""
+    return sum(is_moe_layer(m, i) for i in range(m.n_layers))
+
+
 @dataclass(frozen=True)
 class MeshConfig:
     """Device mesh: ICI shape (inside a slice) times DCN shape (across slices), over the axes

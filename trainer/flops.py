@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 
 from . import hardware
-from . import moe as moe_lib
-from .config import ModelConfig
+from .config import ModelConfig, expert_width, moe_layers
 
 MFU_CONVENTION = (
     "MFU = model FLOPs/s / (devices x peak FLOP/s per device); model FLOPs = 3 x forward; "
@@ -55,8 +54,8 @@ def forward_flops_per_token(m: ModelConfig) -> int:
     forward = m.n_layers * (q_and_out + kv + mlp + _causal_attention_per_token(m)) + 2 * m.d_model * m.vocab_size
     if m.n_experts:  # MoE layers: the router and the activated experts in place of the dense MLP
         active = m.experts_per_token + m.n_shared_experts
-        moe_mlp = 2 * m.d_model * m.n_experts + active * _mlp_matrices(m) * 2 * m.d_model * moe_lib.expert_width(m)
-        forward += moe_lib.moe_layers(m) * (moe_mlp - mlp)
+        moe_mlp = 2 * m.d_model * m.n_experts + active * _mlp_matrices(m) * 2 * m.d_model * expert_width(m)
+        forward += moe_layers(m) * (moe_mlp - mlp)
     return forward
 
 
@@ -87,9 +86,9 @@ def param_count(m: ModelConfig, active: bool = False) -> int:
     count = m.n_layers * per_layer + embed + positions + m.d_model  # + final norm
     if m.n_experts:
         routed = m.experts_per_token if active else m.n_experts
-        expert = _mlp_matrices(m) * m.d_model * moe_lib.expert_width(m)
+        expert = _mlp_matrices(m) * m.d_model * expert_width(m)
         router = m.d_model * m.n_experts + (m.n_experts if m.router == "sigmoid" else 0)  # + the routing bias
-        count += moe_lib.moe_layers(m) * (router + (routed + m.n_shared_experts) * expert - dense_mlp)
+        count += moe_layers(m) * (router + (routed + m.n_shared_experts) * expert - dense_mlp)
     return count
 
 

@@ -40,6 +40,10 @@ expert) and context, expert weights over expert (experts) and tensor (their hidd
 tensor sums the partial outputs); XLA all-gathers the weights' fsdp shards before the layer, as for
 any fsdp weight. Without a mesh (shape-only uses, e.g. a parameter count) the same code runs with
 no collectives.
+
+Not (yet) with MoE: int8 quantization of the experts (ModelConfig.quantization applies to the
+attention projections; the experts and shared experts stay in `dtype`), pipeline stages and
+gradient accumulation (check / check_train refuse both in one line).
 """
 from __future__ import annotations
 
@@ -50,9 +54,10 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from .config import EXPERT_COMPUTES, ROUTERS, ModelConfig
+from .config import EXPERT_COMPUTES, ROUTERS, ModelConfig, expert_width, is_moe_layer, moe_layers
 from .errors import ConfigError
 
+__all__ = ["MoE", "check", "check_train", "capacity", "expert_width", "is_moe_layer", "moe_layers"]
 COLLECTION = "moe_stats"  # what TransformerLM sows: the step's MoE metrics (step.py reads them)
 STATS = ("load_balance_loss", "dropped_fraction", "routing_bias_objective")
 BATCH_AXES = ("data", "fsdp", "expert")  # the mesh axes a MoE layer's tokens split over (with context)
@@ -61,24 +66,6 @@ BLOCK = 32  # rows of a block of the "blocks" grouped matmul
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 _ACTIVATIONS = {"gelu": jax.nn.gelu, "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
                 "silu": jax.nn.silu, "relu": jax.nn.relu}
-
-
-def expert_width(m: ModelConfig) -> int:
-    """The hidden width of one expert (expert_d_ff, or d_ff when it is 0)."""
-    return m.expert_d_ff or m.d_ff
-
-
-def is_moe_layer(m: ModelConfig, layer: int) -> bool:
-    """Whether decoder layer `layer` (0-based) is a MoE layer: none of a dense model; after the
-    first_dense_layers, every moe_every-th (layer first_dense_layers + moe_every - 1 the first)."""
-    if not m.n_experts or layer < m.first_dense_layers:
-        return False
-    return (layer - m.first_dense_layers + 1) % m.moe_every == 0
-
-
-def moe_layers(m: ModelConfig) -> int:
-    """How many of the decoder layers are MoE layers."""
-    return sum(is_moe_layer(m, i) for i in range(m.n_layers))
 
 
 def capacity(tokens: int, m: ModelConfig) -> int:
