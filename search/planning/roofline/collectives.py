@@ -253,12 +253,7 @@ class DeviceLayout:
         axes: set[int] = set()
         slices_cross = False
         phys: set[int] = set()
-        for g in groups:
-            if self.local is not None:
-                g = [self.local[d] for d in g if d < len(self.local)]
-            g = [d for d in g if d < n]
-            if len(g) < 2:
-                continue
+        for g in self._groups(groups, n):
             coords = np.array(np.unravel_index(g, self.shape)).T
             axes.update(int(i) for i in np.nonzero((coords != coords[0]).any(axis=0))[0])
             if len({self.slices[d] for d in g}) > 1:
@@ -271,6 +266,15 @@ class DeviceLayout:
             return (), "none", ()
         return names, ("dcn" if slices_cross else "ici"), tuple(sorted(phys)) if self.coords is not None else None
 
+    def _groups(self, groups: list[list[int]], n: int):
+        """The replica groups as device indices of this mesh (through `local` where set), those of 2+ devices."""
+        for g in groups:
+            if self.local is not None:
+                g = [self.local[d] for d in g if d < len(self.local)]
+            g = [d for d in g if d < n]
+            if len(g) >= 2:
+                yield g
+
     def ring_steps(self, groups: list[list[int]]) -> int | None:
         """Dependent steps of a ring collective over the groups on the torus, None when the
         devices' coordinates are unknown: a group laid out over the torus runs one ring per
@@ -280,12 +284,7 @@ class DeviceLayout:
             return None
         n = prod(self.shape)
         steps = 0
-        for g in groups:
-            if self.local is not None:
-                g = [self.local[d] for d in g if d < len(self.local)]
-            g = [d for d in g if d < n]
-            if len(g) < 2:
-                continue
+        for g in self._groups(groups, n):
             pc = np.array([self.coords[d] for d in g])
             along = sum(len(set(pc[:, k].tolist())) - 1 for k in range(pc.shape[1]))
             steps = max(steps, min(len(g) - 1, along))
