@@ -56,7 +56,7 @@ def test_a_v5p_program_that_cannot_print_gets_its_hlo_from_the_xla_dump():
     # as a plan compiles for compile-only devices: nothing written to the persistent cache (an
     # executable of such devices cannot be read back; a later read would only warn and compile)
     with tempfile.TemporaryDirectory() as folder, topology.no_persistent_cache_writes():
-        compiled = lowered.compile(compiler_options=plan_lib._dump_options(folder))
+        compiled = lowered.compile(compiler_options=plan_lib.dump_options(folder))
         # the bug is real for this program: printing it fails (a fixed jax fails here)
         with pytest.raises(jax.errors.JaxRuntimeError, match="async-update instruction should have 1 operands"):
             compiled.as_text()

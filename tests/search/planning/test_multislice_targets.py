@@ -99,9 +99,9 @@ def test_a_study_compiles_each_trial_for_its_own_slice_count(tmp_path):
         # compiled for this trial's own devices: 4 chips a slice
         assert plan["num_devices"] == a["env"]["num_devices"] == 4 * slices
         assert a["env"]["device_kind"] == "TPU v5 lite"
-        # shapes over the named axes (data, stage, fsdp, context, tensor), whatever form the config wrote
-        assert plan["mesh_axes"] == ["data", "stage", "fsdp", "context", "tensor"]
-        assert plan["dcn_mesh"] == [slices, 1, 1, 1, 1] and plan["ici_mesh"] == [1, 1, 4, 1, 1]
+        # shapes over the named axes (data, stage, fsdp, context, tensor, expert), whatever form the config wrote
+        assert plan["mesh_axes"] == ["data", "stage", "fsdp", "context", "tensor", "expert"]
+        assert plan["dcn_mesh"] == [slices, 1, 1, 1, 1, 1] and plan["ici_mesh"] == [1, 1, 4, 1, 1, 1]
         assert plan["mesh_shape"] == {"data": slices, "stage": 1, "fsdp": 4, "context": 1, "tensor": 1}
         assert plan["global_batch"] == 2 * 4 * slices  # per-chip batch fixed: the global batch grows
         assert 0 < plan["predicted_mfu"] <= 1 and plan["predicted_step_time"] > 0
