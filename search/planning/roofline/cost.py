@@ -361,13 +361,20 @@ def compiler_cycles(ins: Instr) -> int | None:
     return cycles if cycles > 0 else None
 
 
-def uses_mxu(module: HloModule, ins: Instr, _depth: int = 0) -> bool:
+def _holds(module: HloModule | None, comp: Computation | None, ins: Instr, test, _depth: int = 0) -> bool:
+    """Whether `test(comp, ins)` holds for an instruction or, in a fusion, for one it calls (at any depth)."""
+    if test(comp, ins):
+        return True
+    called = (module.computations.get((ins.attr("calls") or "").lstrip("%"))
+              if module is not None and ins.opcode == "fusion" else None)
+    return called is not None and _depth < 8 and any(_holds(module, called, i, test, _depth + 1)
+                                                        for i in called.instrs)
+
+
+def uses_mxu(module: HloModule, ins: Instr) -> bool:
     """Whether an instruction multiplies matrices: a dot or convolution, a fusion holding one
     (at any depth), or a splash-attention kernel."""
-    if ins.opcode in ("dot", "convolution") or is_attention_kernel(ins):
-        return True
-    called = module.computations.get((ins.attr("calls") or "").lstrip("%")) if ins.opcode == "fusion" else None
-    return called is not None and _depth < 8 and any(uses_mxu(module, i, _depth + 1) for i in called.instrs)
+    return _holds(module, None, ins, lambda _, i: i.opcode in ("dot", "convolution") or is_attention_kernel(i))
 
 
 def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | None:
@@ -384,16 +391,17 @@ def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | No
 INT8_TYPES = ("s8", "u8")
 
 
-def int8_matmul(module: HloModule | None, comp: Computation, ins: Instr, _depth: int = 0) -> bool:
+def _int8_dot(comp: Computation | None, ins: Instr) -> bool:
+    if ins.opcode not in ("dot", "convolution") or comp is None:
+        return False
+    kinds = [operand_shape(comp, o).split("[", 1)[0].strip() for o in ins.operands[:2]]
+    return len(kinds) == 2 and all(k in INT8_TYPES for k in kinds)
+
+
+def int8_matmul(module: HloModule | None, comp: Computation, ins: Instr) -> bool:
     """Whether an instruction is (or is a fusion holding) a dot or convolution of 8-bit integer operands
     (trainer/quant.py's int8 x int8 -> int32 matmuls)."""
-    if ins.opcode in ("dot", "convolution"):
-        kinds = [operand_shape(comp, o).split("[", 1)[0].strip() for o in ins.operands[:2]]
-        return len(kinds) == 2 and all(k in INT8_TYPES for k in kinds)
-    called = (module.computations.get((ins.attr("calls") or "").lstrip("%"))
-              if module is not None and ins.opcode == "fusion" else None)
-    return called is not None and _depth < 8 and any(int8_matmul(module, called, i, _depth + 1)
-                                                        for i in called.instrs)
+    return _holds(module, comp, ins, _int8_dot)
 
 
 def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | None = None) -> float:
