@@ -1,19 +1,24 @@
-"""onchip_v5e: 44 fixed points on one TPU v5e chip, planned here and trained there (issue 41).
+"""onchip_v5e: 65 fixed points on one TPU v5e chip, planned here and trained there (issue 41).
 
 The same space file gives the planner's side and the chip's side of benchmarks/bench_onchip.py:
 
     # here (CPU, libtpu from the `tpu` extra): every point planned for the chip, nothing run
     paxsearch run spaces/onchip_v5e.py --tuner grid --run-dir runs/onchip-plan
     # on a machine with one v5e chip: the same points compiled there and trained for 10 steps,
-    # in two halves that each fit one 10-minute command
+    # in halves that each fit one 10-minute command
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=a --run-dir runs/onchip-a
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=b --run-dir runs/onchip-b
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=c --run-dir runs/onchip-c
     python benchmarks/bench_onchip.py --plan runs/onchip-plan --chip runs/onchip-a --chip runs/onchip-b
 
 Decisions: `point`, a name from POINTS (each a whole trainer config: the model, sequence length,
 attention, remat, batch, accumulation, vocab tiling, offload and flag set), and `half`, "a" or
-"b", which the constraint ties to each point (points alternate between halves, so both halves
-hold every kind of point; "b" is the held-out half: no hardware figure is ever set from it).
+"b" or "c", which the constraint ties to each point. The first 44 points alternate between a and b
+(so both hold every kind of point); "b" was the held-out half of run 1, when one splash figure was fit
+to half a. Since then no hardware figure is set from any point: the v5e entry comes from the chip's
+own kernel and matmul measurements (benchmarks/chip_figures.py, chip_profile.py). Half c, 21 points
+added in the second session after that entry was set, were never seen by any figure: int8 beside its
+bfloat16 twin at four sizes, 1B with bfloat16 parameters, plain attention at head dim 64, two MoE points.
 
 Llama-style models (GQA, gated SiLU MLP, RoPE, vocabulary 32000, bfloat16 activations,
 float32 parameters and AdamW moments), sizes 0.11B-1.45B; sequences 1k-8k; dot-product and
@@ -35,6 +40,7 @@ MODELS = {
     "m500": (1536, 16, 12, 4, 4096),  # 0.50B
     "m900": (2048, 16, 16, 8, 5632),  # 0.89B
     "m1500": (2048, 28, 16, 8, 5632),  # 1.45B
+    "moe8": (1024, 8, 8, 4, 2816),  # 8 experts of width 1408, top-2: 0.48B total, 0.18B active
 }
 
 OFFLOAD_ALL = custom(decoder_input="offload", query_proj="offload", key_proj="offload", value_proj="offload")
@@ -43,7 +49,7 @@ OFFLOAD_INPUT = custom(decoder_input="offload")
 
 # name -> fields; defaults: seq 2048, flash, remat "none", batch 4, accum 1, tiles 1, no offload, flags default
 _BASE = dict(seq=2048, attention="flash", remat="none", batch=4, accum=1, tiles=1, offload_state=False,
-             offload_params=False, flags="default")
+             offload_params=False, flags="default", param_dtype="float32", quantization="none", moe="")
 _POINTS = [
     # m100: small matmuls, the per-step overhead shows
     ("m100-s1k-dp-b8", dict(model="m100", seq=1024, attention="dot_product", batch=8)),
@@ -97,8 +103,35 @@ _POINTS = [
                                            remat="full")),
     ("m1500-s2k-fl-b8-offstate", dict(model="m1500", batch=8, offload_state=True, remat="full")),
 ]
-POINTS = {name: {**_BASE, **fields} for name, fields in _POINTS}
-HALF = {name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}
+# Half c (second session): 21 new points, all held out, chosen to fit the chip so that each trains
+# (plan <= ~13.5 GiB here): int8 beside its bfloat16 twin at four sizes (issue 44's threshold), 1B with
+# bfloat16 parameters (issue 41's 60% MFU), plain attention at head dim 64, two MoE points (issue 43).
+_POINTS_C = [
+    ("m900-s2k-fl-b4-bf16p-full", dict(model="m900", remat="full", param_dtype="bfloat16")),
+    ("m900-s2k-fl-b4-bf16p-full-int8", dict(model="m900", remat="full", param_dtype="bfloat16",
+                                            quantization="int8")),
+    ("m100-s2k-fl-b16-full", dict(model="m100", batch=16, remat="full")),
+    ("m100-s2k-fl-b16-full-int8", dict(model="m100", batch=16, remat="full", quantization="int8")),
+    ("m350-s2k-fl-b16-full", dict(model="m350", batch=16, remat="full")),
+    ("m350-s2k-fl-b16-full-int8", dict(model="m350", batch=16, remat="full", quantization="int8")),
+    ("m500-s2k-fl-b12-full", dict(model="m500", batch=12, remat="full")),
+    ("m500-s2k-fl-b12-full-int8", dict(model="m500", batch=12, remat="full", quantization="int8")),
+    ("moe8-s2k-b8-cap", dict(model="moe8", batch=8, remat="full", moe="capacity")),
+    ("moe8-s2k-b8-dropless", dict(model="moe8", batch=8, remat="full", moe="dropless")),
+    ("m100-s2k-dp-b8-full", dict(model="m100", attention="dot_product", batch=8, remat="full")),
+    ("m900-s2k-fl-b8-bf16p-full", dict(model="m900", batch=8, remat="full", param_dtype="bfloat16")),
+    ("m900-s2k-fl-b2-bf16p-minimal", dict(model="m900", batch=2, remat="minimal", param_dtype="bfloat16")),
+    ("m350-s4k-fl-b4-full", dict(model="m350", seq=4096, remat="full")),
+    ("m350-s1k-dp-b16-full", dict(model="m350", seq=1024, attention="dot_product", batch=16, remat="full")),
+    ("m500-s2k-fl-b8-dots", dict(model="m500", batch=8, remat="dots")),
+    ("m500-s4k-fl-b4-full", dict(model="m500", seq=4096, remat="full")),
+    ("m500-s2k-fl-b8-full-int8fwd", dict(model="m500", batch=8, remat="full", quantization="int8_fwd")),
+    ("m900-s8k-fl-b1-bf16p-full", dict(model="m900", seq=8192, batch=1, remat="full", param_dtype="bfloat16")),
+    ("m100-s4k-fl-b8-full-tiles4", dict(model="m100", seq=4096, batch=8, remat="full", tiles=4)),
+    ("m1500-s2k-fl-b4-bf16p-full", dict(model="m1500", remat="full", param_dtype="bfloat16")),
+]
+POINTS = {name: {**_BASE, **fields} for name, fields in _POINTS + _POINTS_C}
+HALF = {**{name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}, **{name: "c" for name, _ in _POINTS_C}}
 
 STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=len(POINTS), target="tpu:v5e-1",
              count_flops=False, timeout=600)
@@ -112,14 +145,22 @@ def model_config(p: dict):
     d, layers, heads, kv, d_ff = MODELS[p["model"]]
     return fdl.Config(ModelConfig, vocab_size=32000, d_model=d, n_layers=layers, n_heads=heads,
                       head_dim=64 if p["model"] == "m100" else 128, n_kv_heads=kv, d_ff=d_ff,
-                      seq_len=p["seq"], dtype="bfloat16", param_dtype="float32", scan_layers=True,
+                      seq_len=p["seq"], dtype="bfloat16", scan_layers=True,
                       activation="silu", mlp="gated", position="rope", attention=p["attention"],
-                      vocab_tiles=p["tiles"])
+                      vocab_tiles=p["tiles"], param_dtype=p["param_dtype"], quantization=p["quantization"],
+                      **_moe_fields(p["moe"]))
+
+
+def _moe_fields(compute: str) -> dict:
+    """The MoE fields of a point: none for a dense one."""
+    if not compute:
+        return {}
+    return dict(n_experts=8, experts_per_token=2, expert_d_ff=1408, expert_compute=compute, capacity_factor=1.25)
 
 
 def space():
     p = POINTS[pg.oneof(list(POINTS), name="point")]
-    pg.oneof(["a", "b"], name="half")
+    pg.oneof(["a", "b", "c"], name="half")
     return fdl.Config(
         TrainConfig,
         model=model_config(p),
