@@ -50,9 +50,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
 TARGET = "tpu:v5e-1"
 FIT_GRID = tuple(round(0.300 + 0.005 * i, 3) for i in range(125))  # 0.300 .. 0.920
 
@@ -143,7 +140,7 @@ def child(config_path: str, out_path: str) -> None:
 
 def price(name: str, half: str, measured: float, before: float | None, text: str, hw) -> Priced:
     """One point's buckets and its step at `hw`, and what the fit varies."""
-    from paxsearch.search.planning import roofline as R
+    from paxsearch.search.planning import roofline
     from paxsearch.search.planning.roofline import cost, hlo, model
 
     module = hlo.parse_module(text)
@@ -160,7 +157,7 @@ def price(name: str, half: str, measured: float, before: float | None, text: str
             attention.append((f, b, cost.splash_head_dim(comp, ins) or 0, mult))
         else:
             buckets["matmul" if cost.uses_mxu(module, ins) else "other"] += seconds * mult
-    roof = R.analyze(text, hw, num_devices=1)
+    roof = roofline.analyze(text, hw, num_devices=1)
     buckets["exposed host"] = sum(c.exposed_s for c in roof.collectives if c.link == "host")
     buckets["exposed other"] = roof.exposed_comm_s - buckets["exposed host"]
     fixed = roof.step_time_s - buckets["splash"]
@@ -190,7 +187,7 @@ def _plan_all(points, plan_dir: str, cache: str) -> dict[str, str]:
 
 def measured_points(plan_dir: str, path: str) -> list:
     """The plan study's points that the record at `path` holds a measured step for, each with it."""
-    import bench_onchip
+    from paxsearch.benchmarks import bench_onchip
 
     with open(path) as f:
         record = json.load(f)["points"]
@@ -228,7 +225,7 @@ def main(argv=None) -> int:
         return 0
     if not args.plan or not (args.chip or args.measured):
         ap.error("--plan and one of --chip / --measured are required")
-    import bench_onchip
+    from paxsearch.benchmarks import bench_onchip
     from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import hardware
 

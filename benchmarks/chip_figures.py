@@ -139,7 +139,7 @@ def compile_cases(cases: list[Case], log, threads: int = 8) -> None:
     """Compile every case (and its argument maker) ahead of time, in threads."""
     import jax
 
-    from paxsearch.search.planning.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as trace_lib
 
     def one(c: Case) -> None:
         try:
@@ -147,7 +147,7 @@ def compile_cases(cases: list[Case], log, threads: int = 8) -> None:
             c.maker = jax.jit(_random_args(c.shapes, c.id)).lower().compile()
             try:
                 text = c.compiled.as_text()
-                c.module = T.module_name(text) if text else None
+                c.module = trace_lib.module_name(text) if text else None
                 c.extra["entry_ops"] = _entry_ops(text) if text else None
             except Exception:  # noqa: BLE001 - the name is only for the trace
                 c.module = None
@@ -198,12 +198,12 @@ class Tracer:
 
         import jax
 
-        from paxsearch.search.planning.roofline import trace as T
+        from paxsearch.search.planning.roofline import trace as trace_lib
 
         if self.on:
             try:
                 jax.profiler.stop_trace()
-                self.rows = T.read_xplane(T.newest_xplane(self.folder))
+                self.rows = trace_lib.read_xplane(trace_lib.newest_xplane(self.folder))
             except Exception as e:  # noqa: BLE001
                 self.log(f"  trace not read: {type(e).__name__}: {e}")
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -213,17 +213,17 @@ class Tracer:
 def device_seconds(rows: list, module: str | None, calls: int) -> dict:
     """The device time of one program's executions in a trace: the median (and min) of its XLA Modules
     events (TPU), else the sum of its ops' self times / `calls` (CPU)."""
-    from paxsearch.search.planning.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as trace_lib
 
     if not rows or module is None:
         return {"device_s": None}
-    runs = T.module_runs(rows, module)
+    runs = trace_lib.module_runs(rows, module)
     if runs:
         durs = [r.duration_ns * 1e-9 for r in runs]
         steady = durs[1:] if len(durs) > 2 else durs  # the first is the warm-up call
         return {"device_s": statistics.median(steady), "device_min_s": min(steady), "device_runs": len(durs),
                 "device_source": "XLA Modules"}
-    totals = T.op_totals(rows, module)
+    totals = trace_lib.op_totals(rows, module)
     if totals:
         return {"device_s": sum(t.self_ns for t in totals.values()) * 1e-9 / max(calls, 1), "device_runs": calls,
                 "device_source": "host op events / calls"}
@@ -281,9 +281,9 @@ def run_cases(cases: list[Case], log, deadline: float, target_s: float, min_reps
         row.update({k: v for k, v in c.extra.items() if k not in ("kernel_shape",)})
         results.append(row)
         log("  " + _line(row))
-    from paxsearch.search.planning.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as trace_lib
 
-    seen = sorted({T.base_module_name(r.name) for r in T.module_runs(tracer.rows)})
+    seen = sorted({trace_lib.base_module_name(r.name) for r in trace_lib.module_runs(tracer.rows)})
     return results, skipped, seen[:80]
 
 
@@ -292,10 +292,10 @@ def _kernels(row: dict, c: Case, rows: list, calls: int, peak: float) -> None:
     shape = c.extra.get("kernel_shape")
     if not shape or not rows or c.module is None:
         return
-    from paxsearch.search.planning.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as trace_lib
     from paxsearch.search.planning.roofline.cost import SPLASH_MATMULS
 
-    totals = T.op_totals(rows, c.module)
+    totals = trace_lib.op_totals(rows, c.module)
     kernels = {}
     for kernel, matmuls in SPLASH_MATMULS:
         ns = sum(t.self_ns for name, t in totals.items() if kernel in name)
@@ -581,9 +581,9 @@ def overhead_section(tiny: bool, log, deadline: float) -> dict:
 
 def _device_gaps(rows: list, module: str) -> dict:
     """A program's device time and the device's idle gap between its consecutive executions."""
-    from paxsearch.search.planning.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as trace_lib
 
-    runs = T.module_runs(rows, module)
+    runs = trace_lib.module_runs(rows, module)
     if not runs:
         return {"device_runs": 0}
     gaps = [b.start_ns - a.end_ns for a, b in zip(runs, runs[1:], strict=False)]
@@ -630,8 +630,7 @@ def main(argv=None) -> int:
     path = os.path.join(args.out, OUT_FILE)
     devices = jax.devices()[:1]
     peak, bandwidth, hw_name = figures_of(devices)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from chip_profile import environment
+    from paxsearch.benchmarks.chip_profile import environment
 
     doc: dict = {"what": "the chip's own figures (benchmarks/chip_figures.py)", "environment": environment(devices),
                  "hardware": hw_name, "peak_flops": peak, "hbm_bandwidth": bandwidth, "tiny": args.tiny,

@@ -2,7 +2,6 @@
 against the roofline's, and their JSON from a CPU run (--tiny; the full runs are for one TPU v5e)."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -10,13 +9,10 @@ import sys
 
 import pytest
 
+from paxsearch.benchmarks import chip_figures, chip_profile
 from paxsearch.search.planning.roofline import cost
 
 from ..search_util import REPO
-
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-F = importlib.import_module("chip_figures")
-PROFILE = importlib.import_module("chip_profile")
 
 
 def _run(script: str, out, *args: str, timeout: int = 600) -> dict:
@@ -25,49 +21,50 @@ def _run(script: str, out, *args: str, timeout: int = 600) -> dict:
     proc = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), "--tiny", "--out", str(out),
                            *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    name = F.OUT_FILE if script == "chip_figures.py" else PROFILE.OUT_FILE
+    name = chip_figures.OUT_FILE if script == "chip_figures.py" else chip_profile.OUT_FILE
     assert os.listdir(out) == [name]  # one JSON per script
     with open(os.path.join(out, name)) as f:
         return json.load(f)
 
 
 def test_matmul_and_attention_flops():
-    assert F.matmul_flops(8192, 8192, 8192) == 2 * 8192 ** 3
-    assert F.matmul_flops(2048, 128, 2048, batch=16) == 16 * 2 * 2048 * 128 * 2048
+    assert chip_figures.matmul_flops(8192, 8192, 8192) == 2 * 8192 ** 3
+    assert chip_figures.matmul_flops(2048, 128, 2048, batch=16) == 16 * 2 * 2048 * 128 * 2048
     # the model's count: QK^T and PV, causal at half, training 3 x forward
-    fwd = F.attention_model_flops(2, 8, 2048, 128, backward=False)
+    fwd = chip_figures.attention_model_flops(2, 8, 2048, 128, backward=False)
     assert fwd == 4 * 2 * 8 * 2048 ** 2 * 128 / 2
-    assert F.attention_model_flops(2, 8, 2048, 128, backward=True) == 3 * fwd
-    assert F.attention_model_flops(2, 8, 2048, 128, backward=False, causal=False) == 2 * fwd
-    assert F.efficiency(197e12, 1.0, 197e12) == 1.0 and F.efficiency(1.0, None, 1.0) is None
+    assert chip_figures.attention_model_flops(2, 8, 2048, 128, backward=True) == 3 * fwd
+    assert chip_figures.attention_model_flops(2, 8, 2048, 128, backward=False, causal=False) == 2 * fwd
+    assert chip_figures.efficiency(197e12, 1.0, 197e12) == 1.0 and chip_figures.efficiency(1.0, None, 1.0) is None
 
 
 def test_splash_kernel_flops_are_the_roofline_count():
     """The kernels' FLOPs as cost.splash_flops counts them: 2 (forward) and 4 + 3 (backward) S x S
     matmuls per head over the causal blocks, (n + 1) / 2n for n = S / block."""
     counts = dict(cost.SPLASH_MATMULS)
-    assert F.splash_kernel_matmuls(False) == counts["splash_mha_fwd"] == 2
-    assert F.splash_kernel_matmuls(True) == 2 + 4 + 3
+    assert chip_figures.splash_kernel_matmuls(False) == counts["splash_mha_fwd"] == 2
+    assert chip_figures.splash_kernel_matmuls(True) == 2 + 4 + 3
     b, h, s, d = 1, 8, 4096, 128
     n = s // 512
-    assert F.splash_kernel_flops(b, h, s, d, 512, backward=False) == pytest.approx(
+    assert chip_figures.splash_kernel_flops(b, h, s, d, 512, backward=False) == pytest.approx(
         2 * 2 * s * s * d * h * (n + 1) / (2 * n))
     # at block 128 more of the diagonal blocks are skipped: fewer FLOPs than at 512, more than half
-    small = F.splash_kernel_flops(b, h, s, d, 128, backward=True)
-    assert 9 * 2 * s * s * d * h / 2 < small < F.splash_kernel_flops(b, h, s, d, 512, backward=True)
-    assert F.splash_kernel_flops(b, h, s, d, 512, matmuls=3) == pytest.approx(
-        1.5 * F.splash_kernel_flops(b, h, s, d, 512, backward=False))
+    small = chip_figures.splash_kernel_flops(b, h, s, d, 128, backward=True)
+    assert 9 * 2 * s * s * d * h / 2 < small < chip_figures.splash_kernel_flops(b, h, s, d, 512, backward=True)
+    assert chip_figures.splash_kernel_flops(b, h, s, d, 512, matmuls=3) == pytest.approx(
+        1.5 * chip_figures.splash_kernel_flops(b, h, s, d, 512, backward=False))
 
 
 def test_the_chip_sets_cover_the_issues_shapes():
-    mm = F.matmul_cases(tiny=False)
+    mm = chip_figures.matmul_cases(tiny=False)
     ids = {c.id for c in mm}
     assert len(ids) == len(mm)
     assert {"mm_square_8192x8192x8192", "mm_up_16384x4096x16384", "mm_up_2048x1024x4096",
             "mm_vocab_8192x1024x32000"} <= ids
-    assert all(c.flops == F.matmul_flops(c.params["m"], c.params["k"], c.params["n"], c.params.get("batch", 1))
+    assert all(c.flops == chip_figures.matmul_flops(c.params["m"], c.params["k"], c.params["n"],
+                                                    c.params.get("batch", 1))
                for c in mm)
-    hbm = F.hbm_cases(tiny=False)
+    hbm = chip_figures.hbm_cases(tiny=False)
     kinds = {c.params["kind"] for c in hbm}
     assert {"add", "reduce_sum_to_f32", "transpose", "copy", "convert_bf16_to_f32", "convert_f32_to_bf16"} <= kinds
     for c in hbm:  # bytes = operands + result; `mib`: the bf16 input's MiB, each read at least once
