@@ -20,9 +20,8 @@ import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only GPU devices need no GPU backend
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import published as pub  # noqa: E402
+from paxsearch.benchmarks import published as pub  # noqa: E402
 from paxsearch.search.planning.compilation import plan_point  # noqa: E402
 from paxsearch.search.planning.targets import parse_target, planning_notice  # noqa: E402
 

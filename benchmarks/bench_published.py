@@ -36,10 +36,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 
-import published as P  # noqa: E402
 from paxsearch.analysis.tables import link_totals  # noqa: E402
+from paxsearch.benchmarks import published as P  # noqa: E402
 from paxsearch.trainer import hardware  # noqa: E402
 
 GiB = 2 ** 30
