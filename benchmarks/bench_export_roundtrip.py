@@ -85,14 +85,14 @@ def worker(out_path: str, argv: list[str]) -> None:
     assert argv[0] == "-m", argv
     module, args = argv[1], argv[2:]
     topology = next(a.split("=", 1)[1] for a in args if a.startswith("compile_topology="))
-    from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning import targets
 
-    target = T.parse_target(f"tpu:{topology}")
-    os.environ.update(T.target_env(target))
+    target = targets.parse_target(f"tpu:{topology}")
+    os.environ.update(targets.target_env(target))
     import jax
     from maxtext.trainers.pre_train import train_compile as tc
 
-    from paxsearch.search.planning import roofline as R
+    from paxsearch.search.planning import roofline
     from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer.plan import memory_estimate, optimized_hlo
 
@@ -125,7 +125,7 @@ def worker(out_path: str, argv: list[str]) -> None:
         res["hlo_source"], res["hlo_error"] = source, why
         if text:
             mesh = captured["mesh"]
-            roof = R.analyze(text, hardware_for(list(mesh.devices.flat), target.chip), mesh=mesh)
+            roof = roofline.analyze(text, hardware_for(list(mesh.devices.flat), target.chip), mesh=mesh)
             res["xla_flops_per_step"] = float(roof.flops_per_step)
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1, default=str)

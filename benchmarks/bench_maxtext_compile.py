@@ -37,27 +37,24 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-import bench_published as B  # noqa: E402
-import published as P  # noqa: E402
+from paxsearch.benchmarks import bench_published, published
 
 GiB = 2 ** 30
 
 
-def model_of(row: P.Published, layers: int | None = None):
+def model_of(row: published.Published, layers: int | None = None):
     """The row's ModelConfig (its preset), with `layers` decoder layers when given."""
     from paxsearch.trainer import presets
 
     return presets.replace(row.preset, n_layers=layers) if layers else presets.get(row.preset)
 
 
-def maxtext_argv(row: P.Published, base_yml: str, layers: int | None = None) -> list[str]:
+def maxtext_argv(row: published.Published, base_yml: str, layers: int | None = None) -> list[str]:
     """MaxText 0.2.5 config overrides that build the row's model, mesh, batch and remat."""
     d, f, t = row.ici
     dcn = [f"dcn_data_parallelism={row.slices}"] if row.slices > 1 else []  # the rows' data parallelism over DCN
     return maxtext_common_argv(base_yml, row.target, model_of(row, layers), row.maxtext_per_device_batch,
-                               row.remat, P.ATTENTION[row.attention]) + [
+                               row.remat, published.ATTENTION[row.attention]) + [
         f"ici_data_parallelism={d}", f"ici_fsdp_parallelism={f}", f"ici_tensor_parallelism={t}", *dcn]
 
 
@@ -88,7 +85,7 @@ def maxtext_common_argv(base_yml: str, target: str, m, per_device_batch: int, re
     ]
 
 
-def compile_maxtext(row: P.Published, out_path: str, layers: int | None = None) -> None:
+def compile_maxtext(row: published.Published, out_path: str, layers: int | None = None) -> None:
     """In this (fresh) process: compile MaxText's step for the row; write the figures to out_path."""
     compile_maxtext_step(row.name, row.target, row.flags, lambda base_yml: maxtext_argv(row, base_yml, layers),
                          model_of(row, layers), row.global_batch, out_path)
@@ -100,18 +97,17 @@ def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, mode
     argv) for target `target_name` with our flag set `flags`; read it as the planner reads ours
     (memory_analysis, the optimized HLO through the roofline, MFU with our model FLOPs of
     `model` at `global_batch`); write the figures to out_path."""
-    from paxsearch.search.planning import targets as T
-    from paxsearch.search.planning import topology
+    from paxsearch.search.planning import targets, topology
     from paxsearch.trainer import flagsets
 
-    target = T.parse_target(target_name)
-    os.environ.update(T.target_env(target))
+    target = targets.parse_target(target_name)
+    os.environ.update(targets.target_env(target))
     os.environ.update(flagsets.env_for(flags, "tpu"))
     import jax
     import maxtext
     from maxtext.trainers.pre_train import train_compile as tc
 
-    from paxsearch.search.planning import roofline as R
+    from paxsearch.search.planning import roofline
     from paxsearch.search.planning.predict import hardware_for
     from paxsearch.trainer import flops as flops_lib
     from paxsearch.trainer.plan import memory_estimate, optimized_hlo
@@ -158,7 +154,7 @@ def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, mode
                 f.write(text)
             mesh = captured["mesh"]
             hw = hardware_for(list(mesh.devices.flat), target.chip)
-            roof = R.analyze(text, hw, mesh=mesh)
+            roof = roofline.analyze(text, hw, mesh=mesh)
             model_flops = flops_lib.model_flops_per_step(model, global_batch)
             res.update(roofline=roof.to_dict(), model_flops_per_step=model_flops,
                        predicted_step_time=roof.step_time_s,
@@ -167,11 +163,11 @@ def compile_maxtext_step(name: str, target_name: str, flags: str, argv_for, mode
         json.dump(res, f, indent=1, default=str)
 
 
-def run_maxtext(row: P.Published, out: str, timeout: int, layers: int | None = None) -> dict:
+def run_maxtext(row: published.Published, out: str, timeout: int, layers: int | None = None) -> dict:
     cmd = [sys.executable, __file__, "--maxtext-row", row.name, "--out", out]
     cmd += ["--layers", str(layers)] if layers else []
-    return run_compile_child(row.name, "MaxText", cmd, os.path.join(out, B.slug(row.name) + ".maxtext.json"), out,
-                             timeout)
+    path = os.path.join(out, bench_published.slug(row.name) + ".maxtext.json")
+    return run_compile_child(row.name, "MaxText", cmd, path, out, timeout)
 
 
 def run_compile_child(name: str, label: str, cmd: list[str], path: str, out: str, timeout: int) -> dict:
@@ -204,7 +200,7 @@ def report(rows, ours: dict, theirs: dict) -> str:
              "step s | predicted MFU | / published | compute s | memory s | comm s | exposed comm s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        pub = P.converted_mfu(r)
+        pub = published.converted_mfu(r)
         o = ours.get(r.name) or {}
         plan = Plan.from_stored(o.get("plan")) or Plan()  # the result file holds the stored plan
         m = theirs.get(r.name) or {}
@@ -229,19 +225,19 @@ def report(rows, ours: dict, theirs: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    B.add_row_args(ap, os.path.join(ROOT, "runs", "bench_maxtext_compile"))
+    bench_published.add_row_args(ap, os.path.join(ROOT, "runs", "bench_maxtext_compile"))
     ap.add_argument("--side", choices=("both", "maxtext", "paxsearch"), default="both")
     ap.add_argument("--layers", type=int, help="decoder layers on both sides (a diagnostic: per-layer "
                     "and fixed memory from two depths); results go to --out/layers<N>/ by default")
     ap.add_argument("--maxtext-row", help=argparse.SUPPRESS)  # the worker: one MaxText compile in this process
     args = ap.parse_args(argv)
     if args.maxtext_row:
-        compile_maxtext(P.BY_NAME[args.maxtext_row], os.path.join(args.out, B.slug(args.maxtext_row) + ".maxtext.json"),
-                        args.layers)
+        compile_maxtext(published.BY_NAME[args.maxtext_row],
+                        os.path.join(args.out, bench_published.slug(args.maxtext_row) + ".maxtext.json"), args.layers)
         return 0
     if args.layers and args.out == ap.get_default("out"):
         args.out = os.path.join(args.out, f"layers{args.layers}")
-    rows = B.selected_rows(args.only)
+    rows = bench_published.selected_rows(args.only)
     try:
         import maxtext  # noqa: F401
     except ImportError:
@@ -251,15 +247,16 @@ def main(argv=None) -> int:
     os.makedirs(ours_dir, exist_ok=True)
     ours, theirs = {}, {}
     for r in rows:
-        path = os.path.join(args.out, B.slug(r.name) + ".maxtext.json")
+        path = os.path.join(args.out, bench_published.slug(r.name) + ".maxtext.json")
         if os.path.exists(path) and not args.fresh:
             with open(path) as f:
                 theirs[r.name] = json.load(f)
         elif not args.report and args.side in ("both", "maxtext"):
             theirs[r.name] = run_maxtext(r, args.out, args.timeout, args.layers)
-        res = None if args.fresh else B.load_result(r, ours_dir)
+        res = None if args.fresh else bench_published.load_result(r, ours_dir)
         if res is None and not args.report and args.side in ("both", "paxsearch"):
-            res = B.plan_row(r, ours_dir, args.timeout, {"n_layers": args.layers} if args.layers else None)
+            res = bench_published.plan_row(r, ours_dir, args.timeout,
+                                           {"n_layers": args.layers} if args.layers else None)
         if res is not None:
             ours[r.name] = res
         print(report(rows, ours, theirs), "", sep="\n", flush=True)

@@ -34,9 +34,7 @@ from dataclasses import dataclass, field, replace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-import bench_maxtext_compile as MC  # noqa: E402
+from paxsearch.benchmarks import bench_maxtext_compile
 
 GiB = 2 ** 30
 
@@ -88,19 +86,19 @@ MAXTEXT_AXIS = {"stage": "pipeline"}  # our mesh axis -> MaxText's ici_<name>_pa
 
 def maxtext_argv(peer: Peer, base_yml: str) -> list[str]:
     mesh = [f"ici_{MAXTEXT_AXIS.get(axis, axis)}_parallelism={size}" for axis, size in peer.axes.items()]
-    return MC.maxtext_common_argv(base_yml, peer.target, model_of(peer), peer.per_device_batch, peer.remat,
-                                  peer.attention) + mesh + list(peer.maxtext)
+    return bench_maxtext_compile.maxtext_common_argv(base_yml, peer.target, model_of(peer), peer.per_device_batch,
+                                                     peer.remat, peer.attention) + mesh + list(peer.maxtext)
 
 
 def compile_ours(peer: Peer, out_path: str) -> None:
     """In this (fresh) process: plan the config as a plan-only trial does; write its figures."""
-    from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning import targets
     from paxsearch.search.planning.compilation import plan_point
     from paxsearch.search.planning.method import PLAN_COMPILE_ENV
     from paxsearch.trainer import flagsets
 
-    target = T.parse_target(peer.target)
-    os.environ.update(T.target_env(target))  # before JAX starts, as a plan-only worker's are
+    target = targets.parse_target(peer.target)
+    os.environ.update(targets.target_env(target))  # before JAX starts, as a plan-only worker's are
     os.environ.update(flagsets.env_for(peer.flags, "tpu"))
     # compiled to the end, as MaxText's side is: the generated code measured, not bounded (hlo_passes)
     os.environ[PLAN_COMPILE_ENV] = "full"
@@ -124,8 +122,8 @@ def compile_ours(peer: Peer, out_path: str) -> None:
 
 def run_side(peer: Peer, side: str, out: str, timeout: int) -> dict:
     cmd = [sys.executable, __file__, f"--{side}-config", peer.name, "--out", out]
-    return MC.run_compile_child(peer.name, side, cmd, os.path.join(out, f"{slug(peer.name)}.{side}.json"), out,
-                                timeout)
+    return bench_maxtext_compile.run_compile_child(peer.name, side, cmd,
+                                                   os.path.join(out, f"{slug(peer.name)}.{side}.json"), out, timeout)
 
 
 def figures(res: dict, side: str) -> dict:
@@ -190,9 +188,10 @@ def main(argv=None) -> int:
         return 0
     if args.maxtext_config:
         peer = BY_NAME[args.maxtext_config]
-        MC.compile_maxtext_step(peer.name, peer.target, peer.flags, lambda yml: maxtext_argv(peer, yml),
-                                model_of(peer), peer.global_batch,
-                                os.path.join(out, f"{slug(peer.name)}.maxtext.json"))
+        bench_maxtext_compile.compile_maxtext_step(peer.name, peer.target, peer.flags,
+                                                   lambda yml: maxtext_argv(peer, yml), model_of(peer),
+                                                   peer.global_batch,
+                                                   os.path.join(out, f"{slug(peer.name)}.maxtext.json"))
         return 0
     unknown = [n for n in args.only if n not in BY_NAME]
     if unknown:

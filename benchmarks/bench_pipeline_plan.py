@@ -31,12 +31,12 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true", help="also plan the unpipelined config (fsdp only)")
     args = ap.parse_args()
 
-    from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning import targets
     from paxsearch.search.planning.compilation import plan_point
     from paxsearch.trainer import presets
     from paxsearch.trainer.config import MeshConfig, PipelineConfig, TrainConfig, mesh_shape
 
-    target = T.parse_target(args.target)
+    target = targets.parse_target(args.target)
     chips = target.num_devices
     model = presets.replace("llama2-70b", seq_len=args.seq_len, attention="flash", dtype="bfloat16")
     rows = []

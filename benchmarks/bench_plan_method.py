@@ -31,11 +31,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paxsearch.benchmarks import bench_published
 
-import bench_published as B  # noqa: E402
-
-ROOT = B.ROOT
+ROOT = bench_published.ROOT
 MODES = ("passes", "full")
 # spaces/llama_plan.py points: (mesh, attention, rules, per_device_batch, remat)
 POINTS = (
@@ -69,8 +67,8 @@ def _plan(case, out: str, mode: str, timeout: int) -> dict:
             text = f.read()
         for s in case.sets:
             extra += ["--set", s]
-        return B.plan_row(case, os.path.join(out, mode), timeout, text=text, extra_args=extra)
-    return B.plan_row(case, os.path.join(out, mode), timeout, extra_args=extra)
+        return bench_published.plan_row(case, os.path.join(out, mode), timeout, text=text, extra_args=extra)
+    return bench_published.plan_row(case, os.path.join(out, mode), timeout, extra_args=extra)
 
 
 def _figures(result: dict) -> dict:
@@ -132,7 +130,7 @@ def report(results: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    B.add_row_args(ap, os.path.join(ROOT, "runs", "bench_plan_method"))
+    bench_published.add_row_args(ap, os.path.join(ROOT, "runs", "bench_plan_method"))
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--no-llama", action="store_true", help="published rows only")
     ap.add_argument("--no-rows", action="store_true", help="llama_plan points only")
@@ -143,7 +141,7 @@ def main(argv=None) -> int:
         with open(store) as f:
             results = json.load(f)
     if not args.report:
-        cases = ([] if args.no_rows else B.selected_rows(args.only)) + ([] if args.no_llama else
+        cases = ([] if args.no_rows else bench_published.selected_rows(args.only)) + ([] if args.no_llama else
                                                                          [_Point(p) for p in POINTS])
         for case in cases:
             runs = results[case.name] = {m: [] for m in MODES}

@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child(args) -> None:
-    from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning import targets
     from paxsearch.search.planning.compilation import plan_point
     from paxsearch.search.planning.method import PLAN_COMPILE_ENV
     from paxsearch.trainer import plan as plan_lib
@@ -44,11 +44,11 @@ def child(args) -> None:
     os.environ[PLAN_COMPILE_ENV] = "full"  # both modes are full compiles (the HLO passes: bench_plan_method.py)
     if args.child == "twice":
         plan_lib._compile_only = lambda devices: False  # the dump only from a second compile
-    target = T.parse_target(args.target)
+    target = targets.parse_target(args.target)
     ici = tuple(int(x) for x in args.ici.split("x"))
     cfg = TrainConfig(model=presets.source(args.preset).model, mesh=MeshConfig(ici=ici),
                       per_device_batch=args.per_device_batch, remat=args.remat)
-    devices = T.target_devices(target)
+    devices = targets.target_devices(target)
     phases: dict = {}
     t0 = time.perf_counter()
     _, plan = plan_point(cfg, target, devices, phases)

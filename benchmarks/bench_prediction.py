@@ -28,9 +28,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--set", action="append", default=[], help="decision or config override (repeatable)")
     args = ap.parse_args(argv)
+    from paxsearch.benchmarks.study_run import run_space
     from paxsearch.store.outcome import plan_of
     from paxsearch.store.plan import Plan
-    from study_run import run_space
 
     _, trials = run_space(args.space, ["--trials", str(args.trials), *[x for s in args.set for x in ("--set", s)]])
     rows = []

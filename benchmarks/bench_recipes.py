@@ -30,49 +30,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-import bench_published as B  # noqa: E402
-import published as P  # noqa: E402
+from paxsearch.benchmarks import bench_published, published
 
 GiB = 2 ** 30
 
 
-def space_text(r: P.Recipe, timeout: int) -> str:
+def space_text(r: published.Recipe, timeout: int) -> str:
     """The recipe's one-point space: bench_published's template with the preset's own fields."""
-    return B.SPACE.format(script="bench_recipes.py", name=r.name, published_in=r.published_in, config=r.config,
-                          target=r.target, timeout=timeout, preset=r.preset, attention=r.attention, model_fields="",
-                          ici=r.ici, dcn=(1, 1, 1), rules="default", global_batch=r.global_batch, remat=r.remat,
-                          flags=r.flags)
+    return bench_published.SPACE.format(script="bench_recipes.py", name=r.name, published_in=r.published_in,
+                                        config=r.config, target=r.target, timeout=timeout, preset=r.preset,
+                                        attention=r.attention, model_fields="", ici=r.ici, dcn=(1, 1, 1),
+                                        rules="default", global_batch=r.global_batch, remat=r.remat, flags=r.flags)
 
 
 class _Named:
     """A recipe under another name (a variant's run folder), as bench_published.plan_row takes it."""
 
-    def __init__(self, recipe: P.Recipe, tag: str):
+    def __init__(self, recipe: published.Recipe, tag: str):
         self.name = recipe.name + (f" {tag}" if tag else "")
         self.target = recipe.target
 
 
-def state_bytes_per_chip(r: P.Recipe) -> float:
+def state_bytes_per_chip(r: published.Recipe) -> float:
     """Parameters, gradients and both AdamW moments, fully sharded over the slice (what MaxText's
     fsdp over every chip holds at the update), per chip: trainer/state_memory.py's one formula."""
     from paxsearch.trainer import flops
     from paxsearch.trainer.state_memory import dtype_bytes, train_state_bytes
-    m = P.recipe_model(r)
+    m = published.recipe_model(r)
     return float(train_state_bytes(flops.param_count(m), dtype_bytes(m.param_dtype), r.chips))
 
 
-def figures(r: P.Recipe, result: dict | None) -> dict:
+def figures(r: published.Recipe, result: dict | None) -> dict:
     from paxsearch.store.plan import Plan
 
     plan = Plan.from_stored((result or {}).get("plan")) or Plan()  # the stored plan holds the compiled breakdown
     pred = plan.predicted_mfu
-    pub = P.recipe_converted_mfu(r)
+    pub = published.recipe_converted_mfu(r)
     oom = (result or {}).get("failure_kind") == "predicted_oom"
     return {
         "fits": False if oom else (plan.fits if plan.peak_bytes else None),
@@ -93,7 +89,7 @@ def _f(x, fmt):
     return "-" if x is None else format(x, fmt)
 
 
-def report(rows: list[tuple[P.Recipe, str]], results: dict) -> str:
+def report(rows: list[tuple[published.Recipe, str]], results: dict) -> str:
     lines = ["| recipe | remat (ours) | fits | peak / HBM GiB | args / temp / out / alias GiB | state GiB "
              "(analytic) | predicted MFU | published MFU (ours) | predicted / published | plan s | outcome |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -116,16 +112,16 @@ def report(rows: list[tuple[P.Recipe, str]], results: dict) -> str:
     return "\n".join(lines)
 
 
-def plan_recipe(r: P.Recipe, out: str, timeout: int, sets: list[str], tag: str,
+def plan_recipe(r: published.Recipe, out: str, timeout: int, sets: list[str], tag: str,
                 plan_compile: str | None = None) -> dict:
     text = space_text(r, timeout)
     named = _Named(r, tag)
     if sets:  # pass the overrides to `paxsearch run --set` through the generated space's own command
         text = text.replace("STUDY = dict(", f"# variant: --set {' --set '.join(sets)}\nSTUDY = dict(", 1)
     extra = [a for s in sets for a in ("--set", s)] + (["--plan-compile", plan_compile] if plan_compile else [])
-    result = B.plan_row(named, out, timeout, text=text, extra_args=extra)
+    result = bench_published.plan_row(named, out, timeout, text=text, extra_args=extra)
     result["remat"] = next((s.split("=", 1)[1] for s in sets if s.startswith("remat=")), r.remat)
-    with open(os.path.join(out, B.slug(named.name) + ".json"), "w") as f:
+    with open(os.path.join(out, bench_published.slug(named.name) + ".json"), "w") as f:
         json.dump(result, f, indent=1, default=str)
     return result
 
@@ -150,17 +146,17 @@ def main(argv=None) -> int:
         args.tag = args.tag or f"+{args.compose}"
     if args.set and not args.tag:
         raise SystemExit("--set makes a variant: name it with --tag (its results are kept apart from the recipe's)")
-    unknown = [n for n in args.only if n not in P.RECIPES_BY_NAME]
+    unknown = [n for n in args.only if n not in published.RECIPES_BY_NAME]
     if unknown:
-        raise SystemExit(f"unknown recipe(s) {unknown}; recipes: {', '.join(P.RECIPES_BY_NAME)}")
-    recipes = [P.RECIPES_BY_NAME[n] for n in args.only] if args.only else list(P.RECIPES)
-    print(P.recipes_table(), "", sep="\n")
+        raise SystemExit(f"unknown recipe(s) {unknown}; recipes: {', '.join(published.RECIPES_BY_NAME)}")
+    recipes = [published.RECIPES_BY_NAME[n] for n in args.only] if args.only else list(published.RECIPES)
+    print(published.recipes_table(), "", sep="\n")
     os.makedirs(args.out, exist_ok=True)
     rows = [(r, args.tag) for r in recipes]
     results = {}
     for r, tag in rows:
         name = _Named(r, tag).name
-        res = None if args.fresh else B.load_result(_Named(r, tag), args.out)
+        res = None if args.fresh else bench_published.load_result(_Named(r, tag), args.out)
         if res is None and not args.report:
             sets = args.set + ([f"flags={r.flags}+{args.compose}" if r.flags != "default" else f"flags={args.compose}"]
                                if args.compose else [])

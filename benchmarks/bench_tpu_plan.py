@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child_naive(args) -> None:
-    from paxsearch.search.planning import targets as T
+    from paxsearch.search.planning import targets
     from paxsearch.search.planning import topology as topo
     from paxsearch.search.planning.predict import hlo_cost
     from paxsearch.search.study import configio
@@ -42,10 +42,10 @@ def child_naive(args) -> None:
 
     space = load_space(args.space)
     space.apply_sets(args.set)
-    target = T.parse_target(args.target or space.settings.target)
-    T.apply_env(target)
+    target = targets.parse_target(args.target or space.settings.target)
+    targets.apply_env(target)
     t0 = time.perf_counter()
-    devices = T.target_devices(target)
+    devices = targets.target_devices(target)
     rows = {}
     for point in space.points():
         t = time.perf_counter()
@@ -63,10 +63,10 @@ def child_naive(args) -> None:
 
 
 def run_planned(args, env) -> dict:
+    from paxsearch.benchmarks.study_run import run_space
     from paxsearch.search.study.space import decisions_key
     from paxsearch.store.outcome import plan_of
     from paxsearch.store.plan import Plan
-    from study_run import run_space
 
     extra = ["--trials", "100000", *[x for s in args.set for x in ("--set", s)]]
     extra += ["--target", args.target] if args.target else []

@@ -27,11 +27,7 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import bench_published as B  # noqa: E402
-import published as P  # noqa: E402
+from paxsearch.benchmarks import bench_published, published
 
 # (Hardware field, how the step depends on it: "inverse" for a rate or share, "linear" for a latency)
 FIGURES = (("matmul_efficiency", "inverse"), ("attention_efficiency", "inverse"), ("hbm_efficiency", "inverse"),
@@ -60,9 +56,9 @@ def matmul_floor(rows: list[tuple[str, float, float, float, float, float]]) -> s
     two points, its error as bench_published.py's ratio with the published programs' work."""
     def errors(mine: list, rate: float) -> list[float]:
         out = []
-        for _, now, step, leverage, published, extra in mine:
+        for _, now, step, leverage, published_step, extra in mine:
             b = 9 * step * leverage * now
-            out.append(abs(published / (step - b / now + b / rate + extra) - 1))
+            out.append(abs(published_step / (step - b / now + b / rate + extra) - 1))
         return out
 
     lines = []
@@ -85,8 +81,7 @@ def child(config_path: str, target_text: str, target_step: float) -> dict:
     cfg = configio.build(configio.load(config_path))
     os.environ.update(flagsets.env_for(cfg.flags, "tpu"))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from paxsearch.search.planning import hlo_passes
-    from paxsearch.search.planning import roofline as R
+    from paxsearch.search.planning import hlo_passes, roofline
     from paxsearch.search.planning import topology as topo
     from paxsearch.search.planning.predict import hardware_for
 
@@ -97,7 +92,7 @@ def child(config_path: str, target_text: str, target_step: float) -> dict:
     text, n = program.plan.hlo_text, program.plan.num_devices
 
     def step(h) -> float:
-        return R.analyze(text, h, mesh=program.mesh, num_devices=n).step_time_s
+        return roofline.analyze(text, h, mesh=program.mesh, num_devices=n).step_time_s
 
     base = step(hw)
     out = {"step_s": base, "chip": hw.name, "figures": {}}
@@ -138,13 +133,13 @@ def main(argv=None) -> int:
     print("| row | plan / published | " + " | ".join(n for n, _ in FIGURES) + " |")
     print("|---|---|" + "---|" * len(FIGURES))
     floor = []
-    for row in B.selected_rows(args.only):
-        config = os.path.join(args.src, B.slug(row.name), "run", "trials", "0", "config.json")
+    for row in bench_published.selected_rows(args.only):
+        config = os.path.join(args.src, bench_published.slug(row.name), "run", "trials", "0", "config.json")
         if not os.path.exists(config):
             print(f"| {row.name} | no stored trial in {args.src} |" + " |" * len(FIGURES))
             continue
-        published, extra = P.published_step_time(row), P.noncausal_extra_seconds(row)
-        target_step = published - extra  # the plan's step that gives the published MFU with that work added
+        published_step, extra = published.published_step_time(row), published.noncausal_extra_seconds(row)
+        target_step = published_step - extra  # the plan's step that gives the published MFU with that work added
         proc = subprocess.run([sys.executable, __file__, "--from", args.src, "--child", config, row.target,
                                repr(target_step)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -153,11 +148,11 @@ def main(argv=None) -> int:
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         cells = " | ".join(_fmt(r["figures"][n]) for n, _ in FIGURES)
-        ratio = published / (r["step_s"] + extra)  # as bench_published
+        ratio = published_step / (r["step_s"] + extra)  # as bench_published
         print(f"| {row.name} | {ratio:.2f} | {cells} |", flush=True)
         m = r["figures"]["matmul_efficiency"]
         group = r["chip"] + (", one slice" if row.slices == 1 else ", several slices")
-        floor.append((group, m["value"], r["step_s"], m["leverage"], published, extra))
+        floor.append((group, m["value"], r["step_s"], m["leverage"], published_step, extra))
     print("\nEach cell: the step's change with the figure 10% lower; the figure now -> the value that plans "
           "the published step (the ratio it then plans at). '-': it moves the step by under 0.01%.")
     whole_chip = [(c.split(",")[0] + ", all rows", *rest) for c, *rest in floor]

@@ -2,21 +2,14 @@
 and the summary over the trained points and the held-out half."""
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
 import pytest
 
-from ..search_util import REPO
-
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-B = importlib.import_module("bench_onchip")
+from paxsearch.benchmarks import bench_onchip
 
 
 def _point(name, half, plan, chip, predicted=None, measured=None, chip_predicted=None, chip_bytes=None,
            measured_bytes=None):
-    return B.Point(name=name, half=half, plan_outcome=plan, chip_outcome=chip, predicted_step=predicted,
+    return bench_onchip.Point(name=name, half=half, plan_outcome=plan, chip_outcome=chip, predicted_step=predicted,
                    chip_predicted_step=chip_predicted, measured_step=measured, plan_bytes=None, chip_bytes=chip_bytes,
                    measured_bytes=measured_bytes, plan_libtpu="0.0.52", chip_libtpu="0.0.42.1")
 
@@ -44,19 +37,19 @@ def test_each_points_error_and_verdicts():
 
 
 def test_the_summary_over_trained_points_and_the_held_out_half():
-    s = B.summarize(POINTS, held_out_half="b")
+    s = bench_onchip.summarize(POINTS, held_out_half="b")
     assert s.trained == 3 and s.mean_abs_error == pytest.approx((0.1 + 0.1 + 0.2) / 3)
     assert s.max_abs_error == pytest.approx(0.2)
     assert s.held_out == 2 and s.held_out_mean_abs_error == pytest.approx(0.15)
     assert (s.predicted_faster, s.predicted_slower) == (2, 1)
     assert (s.verdicts_compared, s.verdicts_agree) == (5, 4)  # p1 p2 p3 p5 agree, p4 does not
     assert s.memory_compared == 1
-    text = B.summary_text(s, POINTS)
+    text = bench_onchip.summary_text(s, POINTS)
     assert "2 predicted faster, 1 slower (67% on one side)" in text and "4 of 5 agree" in text
     assert "plan libtpu 0.0.52" in text and "chip libtpu 0.0.42.1" in text
 
 
 def test_the_table_has_a_row_per_point():
-    table = B.table(POINTS).splitlines()
+    table = bench_onchip.table(POINTS).splitlines()
     assert len(table) == 2 + len(POINTS) and table[1].count("---") == table[0].count("|") - 1
-    assert "| p4 | b | ok | predicted_oom |" in B.table(POINTS)
+    assert "| p4 | b | ok | predicted_oom |" in bench_onchip.table(POINTS)

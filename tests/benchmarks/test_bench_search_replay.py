@@ -3,16 +3,9 @@ order, the steering rules only skip, and scoring on independent runs (truth) pic
 config by them, not by the replayed measurement."""
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
 import pytest
 
-from ..search_util import REPO
-
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-B = importlib.import_module("bench_search")
+from paxsearch.benchmarks import bench_search
 
 
 def _rows(mfus, predicted):
@@ -23,7 +16,7 @@ def _rows(mfus, predicted):
 
 def test_no_steering_trains_every_config_and_finds_the_best_at_its_position():
     rows = _rows([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
-    out = B.replay({"rows": rows}, orders=20)
+    out = bench_search.replay({"rows": rows}, orders=20)
     none = out["none"]
     assert none["best_skipped"] == 0 and none["trained_mean"] == 6
     assert out["best"] == {"c": 5} and out["scored_on"] == "the steered measurements"
@@ -38,7 +31,7 @@ def test_no_steering_trains_every_config_and_finds_the_best_at_its_position():
 def test_a_perfect_prediction_skips_what_cannot_win_and_never_the_best():
     mfus = [0.05 * (i + 1) for i in range(12)]
     rows = _rows(mfus, mfus)  # measured / predicted = 1 everywhere: the bound is 1
-    out = B.replay({"rows": rows}, orders=30)
+    out = bench_search.replay({"rows": rows}, orders=30)
     assert out["global"]["best_skipped"] == 0
     assert out["global"]["trained_mean"] < out["none"]["trained_mean"]  # it skipped the dominated
     assert out["global"]["trained_to_best_mean"] <= out["none"]["trained_to_best_mean"]
@@ -48,9 +41,10 @@ def test_a_perfect_prediction_skips_what_cannot_win_and_never_the_best():
 def test_truth_from_independent_runs_chooses_the_best():
     rows = _rows([0.1, 0.9, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4])  # config 1 measured lucky here
     other = _rows([0.1, 0.2, 0.3, 0.5], [0.1, 0.2, 0.3, 0.4])
-    assert B.truth_of([rows, other])[B._key({"c": 1})] == pytest.approx(0.55)  # the mean of both runs
-    assert B.replay({"rows": rows}, orders=5)["best"] == {"c": 1}
-    truth = B.truth_of([other])
-    out = B.replay({"rows": rows}, orders=5, truth=truth)
+    truth = bench_search.truth_of([rows, other])
+    assert truth[bench_search._key({"c": 1})] == pytest.approx(0.55)  # the mean of both runs
+    assert bench_search.replay({"rows": rows}, orders=5)["best"] == {"c": 1}
+    truth = bench_search.truth_of([other])
+    out = bench_search.replay({"rows": rows}, orders=5, truth=truth)
     assert out["best"] == {"c": 3} and out["best_mfu"] == 0.5
     assert out["scored_on"] == "independent runs (truth)"

@@ -2,16 +2,9 @@
 target step, and the per-chip matmul rate that brings a chip's rows nearest their published steps."""
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
 import pytest
 
-from ..search_util import REPO
-
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-D = importlib.import_module("diag_figures")
+from paxsearch.benchmarks import diag_figures
 
 
 def _step(a: float, b: float, rate: float) -> float:
@@ -21,16 +14,16 @@ def _step(a: float, b: float, rate: float) -> float:
 def test_the_needed_rate_gives_the_target_step():
     a, b, now = 2.0, 7.0, 0.9
     target = _step(a, b, 0.75)
-    needed = D._solve("inverse", now, _step(a, b, now), _step(a, b, 0.9 * now), target)
+    needed = diag_figures._solve("inverse", now, _step(a, b, now), _step(a, b, 0.9 * now), target)
     assert needed == pytest.approx(0.75, rel=1e-9)
     # a latency: step = a + b x latency
-    needed = D._solve("linear", 1e-6, 3.0 + 1e5 * 1e-6, 3.0 + 1e5 * 0.9e-6, 3.0 + 1e5 * 5e-6)
+    needed = diag_figures._solve("linear", 1e-6, 3.0 + 1e5 * 1e-6, 3.0 + 1e5 * 0.9e-6, 3.0 + 1e5 * 5e-6)
     assert needed == pytest.approx(5e-6, rel=1e-9)
 
 
 def test_no_rate_gives_a_step_below_what_the_figure_cannot_move():
     a, b, now = 2.0, 7.0, 0.9
-    assert D._solve("inverse", now, _step(a, b, now), _step(a, b, 0.9 * now), 1.5) is None
+    assert diag_figures._solve("inverse", now, _step(a, b, now), _step(a, b, 0.9 * now), 1.5) is None
 
 
 def test_the_floor_finds_the_one_rate_two_rows_share():
@@ -38,8 +31,8 @@ def test_the_floor_finds_the_one_rate_two_rows_share():
     for a, b in ((2.0, 7.0), (1.0, 9.0)):  # two rows whose published steps both need a rate of 0.8
         step, lower = _step(a, b, 0.9), _step(a, b, 0.81)
         rows.append(("v5e, one slice", 0.9, step, lower / step - 1, _step(a, b, 0.8), 0.0))
-    line = D.matmul_floor(rows)
+    line = diag_figures.matmul_floor(rows)
     assert "the best single rate 0.800, mean 0.0% (max 0.0%)" in line
     rows.append(("v5e, one slice", 0.9, _step(2.0, 7.0, 0.9), _step(2.0, 7.0, 0.81) / _step(2.0, 7.0, 0.9) - 1,
                  _step(2.0, 7.0, 0.95), 0.0))  # a third row needing 0.95: no rate fits all three
-    assert "mean 0.0%" not in D.matmul_floor(rows).split("best single rate")[1]
+    assert "mean 0.0%" not in diag_figures.matmul_floor(rows).split("best single rate")[1]

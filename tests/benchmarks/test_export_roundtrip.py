@@ -25,8 +25,8 @@ def _maxtext_env_problem() -> str | None:
     MT312's interpreter, so an environment installed from another checkout would test that one."""
     if not os.path.exists(f"{MT312}/bin/python"):
         return f"{MT312} is absent: no MaxText 0.2.5 environment (see benchmarks/bench_export_roundtrip.py)"
-    probe = subprocess.run([f"{MT312}/bin/python", "-c", "import os, paxsearch.trainer as t, maxtext; "
-                            "print(os.path.dirname(os.path.dirname(os.path.realpath(t.__file__))))"],
+    probe = subprocess.run([f"{MT312}/bin/python", "-c", "import os, paxsearch.trainer as trainer, maxtext; "
+                            "print(os.path.dirname(os.path.dirname(os.path.realpath(trainer.__file__))))"],
                            capture_output=True, text=True, timeout=120, cwd="/")
     if probe.returncode != 0:
         return f"{MT312} cannot import paxsearch and maxtext: {probe.stderr.strip().splitlines()[-1:]}"

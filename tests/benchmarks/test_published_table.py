@@ -3,33 +3,25 @@ benchmarks/bench_published.py that need no compile: the FLOP conversion checked 
 generated space of every row, the report's ratio and ranking."""
 from __future__ import annotations
 
-import importlib
-import os
 import re
-import sys
 
 import jax
 import pytest
 
+from paxsearch.benchmarks import bench_published, published
 from paxsearch.search.planning.targets import parse_target
 from paxsearch.search.study import configio
 from paxsearch.search.study.space import load_space
 from paxsearch.trainer import flops, presets, remat
 
-from ..search_util import REPO
-
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-P = importlib.import_module("published")
-B = importlib.import_module("bench_published")
-
 HASH = re.compile(r"@[0-9a-f]{40}\b")
 
 
-@pytest.mark.parametrize("row", P.ROWS, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", published.ROWS, ids=lambda r: r.name)
 def test_every_row_is_traced_to_a_commit_and_a_config(row):
     assert row.published_in.startswith("google/maxtext ") and HASH.search(row.published_in), row.published_in
     assert row.config.startswith("google/maxtext ") and HASH.search(row.config), row.config
-    assert row.formula in P.FORMULAS and row.remat in P.REMAT and row.attention in P.ATTENTION
+    assert row.formula in published.FORMULAS and row.remat in published.REMAT and row.attention in published.ATTENTION
     target = parse_target(row.target)
     assert target.num_devices == row.chips * row.slices and row.chips == row.ici[0] * row.ici[1] * row.ici[2]
     assert target.num_slices == row.slices and (row.slices == 1 or row.held_out)
@@ -39,78 +31,78 @@ def test_every_row_is_traced_to_a_commit_and_a_config(row):
     assert p.model.tie_embeddings and p.model.position == "rope" and p.model.n_kv_heads is None
     assert p.model.head_dim == 256
     # the published MFU is the published TFLOP/s over the chip's peak (integer TFLOP/s: 0.5%)
-    assert P.PEAK_TFLOPS[row.chip] * 1e12 == flops.PEAK_BF16_FLOPS[f"tpu {row.chip}"]
-    assert row.tflops / P.PEAK_TFLOPS[row.chip] == pytest.approx(row.mfu, rel=5e-3)
+    assert published.PEAK_TFLOPS[row.chip] * 1e12 == flops.PEAK_BF16_FLOPS[f"tpu {row.chip}"]
+    assert row.tflops / published.PEAK_TFLOPS[row.chip] == pytest.approx(row.mfu, rel=5e-3)
 
 
 def test_the_four_configs_of_the_issue_are_the_calibration_rows():
-    calibration = {r.name for r in P.ROWS if not r.held_out}
+    calibration = {r.name for r in published.ROWS if not r.held_out}
     assert calibration == {"v5e-256 16B", "v5e-256 32B", "v4-128 22B", "v5p-128 32B"}
-    assert any(r.held_out for r in P.ROWS)
-    v5p = P.BY_NAME["v5p-128 32B"]
-    assert v5p.ici == (1, 16, 4) and v5p.global_batch == 512 and P.REMAT[v5p.remat] == "dots_no_batch"
+    assert any(r.held_out for r in published.ROWS)
+    v5p = published.BY_NAME["v5p-128 32B"]
+    assert v5p.ici == (1, 16, 4) and v5p.global_batch == 512 and published.REMAT[v5p.remat] == "dots_no_batch"
 
 
 def test_maxtext_minimal_is_our_dots_no_batch():
     """MaxText 2023 'minimal' = jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims."""
-    assert remat.policy(P.REMAT["minimal"]) is jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims
-    assert remat.policy(P.REMAT["full"]) is jax.checkpoint_policies.nothing_saveable
+    assert remat.policy(published.REMAT["minimal"]) is jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims
+    assert remat.policy(published.REMAT["full"]) is jax.checkpoint_policies.nothing_saveable
 
 
 def test_conversion_by_hand_v4_22b_six_n_only():
     """2023-04 formula: 6 N S per row, N all parameters (tied embedding once, one norm per layer)."""
-    row = P.BY_NAME["v4-128 22B"]
+    row = published.BY_NAME["v4-128 22B"]
     d, L, H, Dh, ff, V, S = 6144, 48, 24, 256, 24576, 32768, 1024
     matmul = L * (4 * d * H * Dh + 2 * d * ff) + V * d
     assert matmul == 21_944_598_528
     n_maxtext = matmul + L * d + d
-    assert P.maxtext_params(row) == n_maxtext
-    assert P.maxtext_flops_per_row(row) == 6 * n_maxtext * S
+    assert published.maxtext_params(row) == n_maxtext
+    assert published.maxtext_flops_per_row(row) == 6 * n_maxtext * S
     ours = 6 * matmul * S + 6 * S * S * H * Dh * L  # causal attention at half, x3 for training
-    assert P.our_flops_per_row(row) == ours
-    assert P.conversion(row) == pytest.approx(1.013748, abs=2e-6)
-    assert P.converted_mfu(row) == pytest.approx(0.567 * 1.013748, abs=1e-6)
+    assert published.our_flops_per_row(row) == ours
+    assert published.conversion(row) == pytest.approx(1.013748, abs=2e-6)
+    assert published.converted_mfu(row) == pytest.approx(0.567 * 1.013748, abs=1e-6)
 
 
 def test_conversion_by_hand_v5e_16b_full_attention():
     """2023-06..11 formula: attention counted in full (twice ours)."""
-    row = P.BY_NAME["v5e-256 16B"]
+    row = published.BY_NAME["v5e-256 16B"]
     matmul, attn = 16_273_899_520, 2048 * 32 * 256 * 32  # per-token weights; S H Dh L
     n_maxtext = matmul + 32 * 5120 + 5120
-    assert P.conversion(row) == pytest.approx((matmul + attn) / (n_maxtext + 2 * attn), rel=1e-12)
-    assert P.conversion(row) == pytest.approx(0.969043, abs=2e-6)
-    assert P.converted_mfu(row) == pytest.approx(0.5921, abs=1e-4)
+    assert published.conversion(row) == pytest.approx((matmul + attn) / (n_maxtext + 2 * attn), rel=1e-12)
+    assert published.conversion(row) == pytest.approx(0.969043, abs=2e-6)
+    assert published.converted_mfu(row) == pytest.approx(0.5921, abs=1e-4)
 
 
 def test_causal_formula_is_ours_up_to_norm_scales():
-    for row in P.ROWS:
+    for row in published.ROWS:
         if row.formula == "6N+causal":
-            assert P.conversion(row) == pytest.approx(1.0, abs=2e-5)
+            assert published.conversion(row) == pytest.approx(1.0, abs=2e-5)
         if row.formula == "6N+attn":  # ours counts less: attention at half
-            assert P.conversion(row) < 1.0
+            assert published.conversion(row) < 1.0
         if row.formula == "6N":
-            assert P.conversion(row) > 1.0
+            assert published.conversion(row) > 1.0
 
 
 def test_implied_step_time_is_the_published_throughput():
-    for row in P.ROWS:
-        t = P.maxtext_flops_per_row(row) * row.maxtext_per_device_batch / (row.tflops * 1e12)
-        assert P.published_step_time(row) == pytest.approx(t, rel=5e-3), row.name
+    for row in published.ROWS:
+        t = published.maxtext_flops_per_row(row) * row.maxtext_per_device_batch / (row.tflops * 1e12)
+        assert published.published_step_time(row) == pytest.approx(t, rel=5e-3), row.name
 
 
-@pytest.mark.parametrize("row", P.ROWS, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", published.ROWS, ids=lambda r: r.name)
 def test_generated_space_is_the_published_config(row, tmp_path):
     path = tmp_path / "space.py"
-    path.write_text(B.space_text(row, 600))
+    path.write_text(bench_published.space_text(row, 600))
     space = load_space(str(path))
     assert space.size() == 1 and space.settings.target == row.target
     (point,) = list(space.points())
     cfg = configio.build(space.config(point))
-    assert cfg.model.attention == P.ATTENTION[row.attention]
+    assert cfg.model.attention == published.ATTENTION[row.attention]
     assert {**cfg.model.__dict__, "attention": "auto"} == presets.get(row.preset).__dict__
     assert cfg.mesh.ici == row.ici and cfg.global_batch == row.global_batch and cfg.per_device_batch is None
     assert cfg.mesh.dcn == (row.slices, 1, 1)  # MaxText's dcn_data_parallelism -1: data parallel across slices
-    assert cfg.remat == P.REMAT[row.remat]
+    assert cfg.remat == published.REMAT[row.remat]
     assert cfg.flags == row.flags == {"v5e": "collective_fusion", "v5p": "v5p_collectives"}.get(row.chip, "default")
     assert cfg.mesh.rules == ("sequence_parallel" if row.ici[2] > 1 else "default")  # MaxText: embed over tensor
 
@@ -122,26 +114,28 @@ def _result(mfu, fits=True, peak=10 * 2 ** 30):
 
 
 def test_report_ratio_fit_and_ranking():
-    a, b = P.BY_NAME["v5e-256 16B"], P.BY_NAME["v5e-256 32B"]
+    a, b = published.BY_NAME["v5e-256 16B"], published.BY_NAME["v5e-256 32B"]
     rows = [a, b]
-    same = B.report(rows, {a.name: _result(P.converted_mfu(a) * 1.05), b.name: _result(P.converted_mfu(b))})
+    same = bench_published.report(rows, {a.name: _result(published.converted_mfu(a) * 1.05),
+                                         b.name: _result(published.converted_mfu(b))})
     assert "| 1.05 |" in same and "| 1.00 |" in same and "(same order over 2 planned rows)" in same
     assert "0.9-1.1 for 2 of 2 planned rows; predicted to fit: 2 of 2" in same
     # 16B predicted above 32B: published has 32B first, so the order differs
-    swapped = B.report(rows, {a.name: _result(0.9), b.name: _result(0.5, fits=False)})
+    swapped = bench_published.report(rows, {a.name: _result(0.9), b.name: _result(0.5, fits=False)})
     assert "DIFFERENT order" in swapped and "**no**" in swapped and "predicted to fit: 1 of 2" in swapped
     # the two published MFUs are 9% apart: a pair beyond the figures' repeatability, ordered or not
     assert "Pairs (calibration) ordered as published: 1 of 1; of the pairs more than 5% apart published: 1 of 1" \
         in same
     assert "Pairs (calibration) ordered as published: 0 of 1; of the pairs more than 5% apart published: 0 of 1" \
         in swapped
-    close = B._pairs_line("x", [(0.60, 0.50), (0.62, 0.40), (0.70, 0.80)])  # 0.60 / 0.62: 3% apart
+    close = bench_published._pairs_line("x", [(0.60, 0.50), (0.62, 0.40), (0.70, 0.80)])  # 0.60 / 0.62: 3% apart
     assert close == "Pairs (x) ordered as published: 2 of 3; of the pairs more than 5% apart published: 2 of 2"
     oom = {"plan": {"peak_bytes": 97 * 2 ** 30, "hbm_bytes": 95 * 2 ** 30}, "failure_kind": "predicted_oom",
            "failure_message": "predicted OOM"}
-    over = B.report(rows, {a.name: oom, b.name: _result(0.6)})
+    over = bench_published.report(rows, {a.name: oom, b.name: _result(0.6)})
     assert "**no** (97.0 / 95.0)" in over and "predicted to fit: 1 of 2" in over
-    missing = B.report(rows, {a.name: {"plan": None, "failure_kind": "compile_error", "failure_message": "boom"}})
+    missing = bench_published.report(
+        rows, {a.name: {"plan": None, "failure_kind": "compile_error", "failure_message": "boom"}})
     assert "compile_error: boom" in missing and "not run" in missing
 
 
@@ -149,18 +143,18 @@ def test_report_prices_the_published_cost_of_a_second_slice_in_dcn_bandwidth():
     """A multi-slice row does the same work per chip as its one-slice row, so the published step's
     extra seconds are what the slices cost; the report sets them against the bytes each chip sends
     over DCN in the plan (ICI transfers not counted) and the hardware table's DCN share."""
-    one, two = P.BY_NAME["v5p-128 32B"], P.BY_NAME["2x v5p-128 32B"]
+    one, two = published.BY_NAME["v5p-128 32B"], published.BY_NAME["2x v5p-128 32B"]
     dcn = _result(0.7)
     dcn["plan"]["roofline"]["collectives"] = [
         {"link": "dcn", "bytes": 0.75e9, "seconds": 0.12, "exposed_seconds": 0.01},
         {"link": "dcn", "bytes": 0.25e9, "seconds": 0.04, "exposed_seconds": 0.0},
         {"link": "ici", "bytes": 9e9, "seconds": 1.0, "exposed_seconds": 0.5}]
-    text = B.report([one, two], {one.name: _result(0.7), two.name: dcn})
-    extra = P.published_step_time(two) - P.published_step_time(one)
+    text = bench_published.report([one, two], {one.name: _result(0.7), two.name: dcn})
+    extra = published.published_step_time(two) - published.published_step_time(one)
     assert extra > 0  # published: 71.47% on one slice, 69.43% on two
     assert (f"| 2x v5p-128 32B | +{extra:.2f} | 1.000 | {1.0 / extra:.2f} | 6.25 | 0.160 / 0.010 |") in text
     # no DCN transfer in the plan: the bandwidth is not made up
-    assert "| 2x v5p-128 32B | " + f"+{extra:.2f} | - | - | 6.25 | - / - |" in B.report(
+    assert "| 2x v5p-128 32B | " + f"+{extra:.2f} | - | - | 6.25 | - / - |" in bench_published.report(
         [one, two], {one.name: _result(0.7), two.name: _result(0.7)})
 
 
@@ -172,25 +166,27 @@ def test_the_published_programs_attention_work():
 
     from paxsearch.trainer import hardware
 
-    v5e = [r for r in P.ROWS if not r.causal_attention]
+    v5e = [r for r in published.ROWS if not r.causal_attention]
     one_slice = {"v5e-256 16B", "v5e-256 32B", "v5e-256 64B", "v5e-256 128B"}
     assert {r.name for r in v5e} == one_slice | {f"{n}x {name}" for n in (2, 4, 8, 16) for name in one_slice}
-    assert all(r.note == P.V5E_2023_ATTENTION for r in v5e)
+    assert all(r.note == published.V5E_2023_ATTENTION for r in v5e)
     # 16B by hand: 32 layers x 32 heads x 6 rows per chip x 11 S x S matmuls x 2 S^2 x 256, 6 of 16 blocks
-    r16 = P.BY_NAME["v5e-256 16B"]
-    assert P.noncausal_extra_flops_per_chip(r16) == pytest.approx(32 * 32 * 6 * 11 * 2 * 2048 ** 2 * 256 * 6 / 16)
+    r16 = published.BY_NAME["v5e-256 16B"]
+    assert published.noncausal_extra_flops_per_chip(r16) == pytest.approx(
+        32 * 32 * 6 * 11 * 2 * 2048 ** 2 * 256 * 6 / 16)
     # 128B: fsdp 16 x tensor 16, so 16 rows and 4 heads a chip, 64 layers: the same work per chip as 32B's
-    assert P.noncausal_extra_flops_per_chip(P.BY_NAME["v5e-256 128B"]) == pytest.approx(
-        P.noncausal_extra_flops_per_chip(P.BY_NAME["v5e-256 32B"]))
-    assert P.noncausal_extra_flops_per_chip(P.BY_NAME["4x v5e-256 16B"]) == P.noncausal_extra_flops_per_chip(r16)
+    assert published.noncausal_extra_flops_per_chip(published.BY_NAME["v5e-256 128B"]) == pytest.approx(
+        published.noncausal_extra_flops_per_chip(published.BY_NAME["v5e-256 32B"]))
+    assert (published.noncausal_extra_flops_per_chip(published.BY_NAME["4x v5e-256 16B"])
+            == published.noncausal_extra_flops_per_chip(r16))
     spec = hardware.spec("v5e")
-    assert P.noncausal_extra_seconds(r16) == pytest.approx(
-        P.noncausal_extra_flops_per_chip(r16) / (197e12 * spec.attention_efficiency.value))
-    assert P.noncausal_extra_flops_per_chip(P.BY_NAME["v4-128 22B"]) == 0.0
+    assert published.noncausal_extra_seconds(r16) == pytest.approx(
+        published.noncausal_extra_flops_per_chip(r16) / (197e12 * spec.attention_efficiency.value))
+    assert published.noncausal_extra_flops_per_chip(published.BY_NAME["v4-128 22B"]) == 0.0
     with pytest.raises(ValueError, match="remat 'full' only"):
-        P.noncausal_extra_flops_per_chip(dataclasses.replace(r16, remat="minimal"))
-    text = B.report([r16], {r16.name: _result(P.converted_mfu(r16) * 1.14)})
-    extra = P.noncausal_extra_seconds(r16)
+        published.noncausal_extra_flops_per_chip(dataclasses.replace(r16, remat="minimal"))
+    text = bench_published.report([r16], {r16.name: _result(published.converted_mfu(r16) * 1.14)})
+    extra = published.noncausal_extra_seconds(r16)
     assert f"| 1.14 | +{extra:.2f}, {1.14 * 9.0 / (9.0 + extra):.2f} |" in text
     assert "Mean |predicted / published - 1| (calibration, 1 rows): 14.0% (max 14.0%); with the published " \
            f"programs' work {abs(1.14 * 9.0 / (9.0 + extra) - 1):.1%}" in text
@@ -200,22 +196,23 @@ def test_the_published_programs_attention_work():
 
 
 def test_the_four_recipes_of_the_issue_and_one_held_out():
-    assert set(P.RECIPES_BY_NAME) == {"v6e-256 Llama3.1-8B", "v6e-256 Llama3.1-70B", "v6e-256 Llama2-70B",
+    assert set(published.RECIPES_BY_NAME) == {"v6e-256 Llama3.1-8B", "v6e-256 Llama3.1-70B", "v6e-256 Llama2-70B",
                                       "v5p-1024 Llama2-70B", "v6e-8 Llama3.1-8B"}
-    assert {r.name: r.mfu for r in P.RECIPES} == {"v6e-256 Llama3.1-8B": 0.4546, "v6e-256 Llama3.1-70B": 0.5033,
+    assert {r.name: r.mfu for r in published.RECIPES} == {"v6e-256 Llama3.1-8B": 0.4546, "v6e-256 Llama3.1-70B": 0.5033,
                                                   "v6e-256 Llama2-70B": 0.438, "v5p-1024 Llama2-70B": 0.654,
                                                   "v6e-8 Llama3.1-8B": 0.4504}  # the last: held out (its note)
 
 
 def test_v6e_peak_is_the_hardware_tables():
-    assert P.PEAK_TFLOPS["v6e"] * 1e12 == flops.PEAK_BF16_FLOPS["tpu v6e"]
+    assert published.PEAK_TFLOPS["v6e"] * 1e12 == flops.PEAK_BF16_FLOPS["tpu v6e"]
 
 
-@pytest.mark.parametrize("r", P.RECIPES, ids=lambda r: r.name)
+@pytest.mark.parametrize("r", published.RECIPES, ids=lambda r: r.name)
 def test_every_recipe_is_traced_and_every_knob_mapped_or_a_named_gap(r):
-    assert r.published_in.startswith((P.MX, P.TPU_RECIPES)) and HASH.search(r.published_in), r.published_in
-    assert r.config.startswith(P.MX) and HASH.search(r.config), r.config
-    assert r.formula in P.RECIPE_FORMULAS and HASH.search(P.RECIPE_FORMULAS[r.formula])
+    assert r.published_in.startswith((published.MX, published.TPU_RECIPES)) and HASH.search(r.published_in), \
+        r.published_in
+    assert r.config.startswith(published.MX) and HASH.search(r.config), r.config
+    assert r.formula in published.RECIPE_FORMULAS and HASH.search(published.RECIPE_FORMULAS[r.formula])
     target = parse_target(r.target)
     assert target.num_devices == r.chips == r.ici[0] * r.ici[1] * r.ici[2] and target.chip == r.chip
     knobs = {k: (v, ours) for k, v, ours in r.knobs}
@@ -230,48 +227,48 @@ def test_every_recipe_is_traced_and_every_knob_mapped_or_a_named_gap(r):
         assert chosen and all(t in str(r.knobs) for t in chosen), chosen
 
 
-@pytest.mark.parametrize("r", P.RECIPES, ids=lambda r: r.name)
+@pytest.mark.parametrize("r", published.RECIPES, ids=lambda r: r.name)
 def test_published_mfu_and_tokens_per_s_agree_under_the_recipes_formula(r):
     """MFU x peak / (tokens/s) is MaxText's FLOPs per token under the stated formula: to 0.05% where a
     log line is quoted, to 1.5% for tiering.md's approximate tokens/s; and the log's TFLOP/s is the MFU."""
-    ratio = P.recipe_implied_flops_per_token(r) / P.recipe_maxtext_flops_per_token(r)
+    ratio = published.recipe_implied_flops_per_token(r) / published.recipe_maxtext_flops_per_token(r)
     assert ratio == pytest.approx(1.0, abs=5e-4 if r.tflops else 1.5e-2), ratio
     if r.tflops:
-        assert r.tflops / P.PEAK_TFLOPS[r.chip] == pytest.approx(r.mfu, abs=5e-4)  # MFU rounded to 0.1 point
-        assert r.tflops * 1e12 / r.tokens_per_s == pytest.approx(P.recipe_maxtext_flops_per_token(r), rel=1e-5)
+        assert r.tflops / published.PEAK_TFLOPS[r.chip] == pytest.approx(r.mfu, abs=5e-4)  # MFU rounded to 0.1 point
+        assert r.tflops * 1e12 / r.tokens_per_s == pytest.approx(published.recipe_maxtext_flops_per_token(r), rel=1e-5)
     other = "matmul+causal" if r.formula == "matmul+attn" else "matmul+attn"
-    wrong = P.recipe_implied_flops_per_token(r) / P.recipe_maxtext_flops_per_token(
-        P.Recipe(**{**r.__dict__, "formula": other}))
+    wrong = published.recipe_implied_flops_per_token(r) / published.recipe_maxtext_flops_per_token(
+        published.Recipe(**{**r.__dict__, "formula": other}))
     assert abs(wrong - 1) > abs(ratio - 1)  # the stated formula fits better than the other
 
 
 def test_recipe_conversion_by_hand_llama31_8b():
     """Full attention in MaxText's figure: ours / theirs = (6 W + 6 H Dh L S) / (6 W + 12 H Dh L S)."""
-    r = P.RECIPES_BY_NAME["v6e-256 Llama3.1-8B"]
+    r = published.RECIPES_BY_NAME["v6e-256 Llama3.1-8B"]
     d, L, H, K, Dh, F, V, S = 4096, 32, 32, 8, 128, 14336, 128256, 8192
     w = L * (d * (2 * H + 2 * K) * Dh + 3 * d * F) + V * d  # matmul weights, the unembedding included
-    assert P.recipe_maxtext_flops_per_token(r) == 6 * w + 12 * H * Dh * L * S
-    assert P.recipe_our_flops_per_token(r) == pytest.approx(6 * w + 6 * H * Dh * L * S, rel=1e-12)
-    assert P.recipe_conversion(r) == pytest.approx((6 * w + 6 * H * Dh * L * S) / (6 * w + 12 * H * Dh * L * S))
-    assert P.recipe_converted_mfu(r) == pytest.approx(0.4546 * 0.8888, abs=1e-4)
-    causal = P.RECIPES_BY_NAME["v5p-1024 Llama2-70B"]  # after the causal halving: our convention exactly
-    assert P.recipe_conversion(causal) == pytest.approx(1.0, rel=1e-12)
+    assert published.recipe_maxtext_flops_per_token(r) == 6 * w + 12 * H * Dh * L * S
+    assert published.recipe_our_flops_per_token(r) == pytest.approx(6 * w + 6 * H * Dh * L * S, rel=1e-12)
+    assert published.recipe_conversion(r) == pytest.approx((6 * w + 6 * H * Dh * L * S) / (6 * w + 12 * H * Dh * L * S))
+    assert published.recipe_converted_mfu(r) == pytest.approx(0.4546 * 0.8888, abs=1e-4)
+    causal = published.RECIPES_BY_NAME["v5p-1024 Llama2-70B"]  # after the causal halving: our convention exactly
+    assert published.recipe_conversion(causal) == pytest.approx(1.0, rel=1e-12)
 
 
-@pytest.mark.parametrize("r", P.RECIPES, ids=lambda r: r.name)
+@pytest.mark.parametrize("r", published.RECIPES, ids=lambda r: r.name)
 def test_nearest_config_of_each_recipe_passes_the_static_checks_on_its_slice(r):
     from paxsearch.trainer import validate
 
-    cfg = P.recipe_config(r)
+    cfg = published.recipe_config(r)
     validate.check(cfg, r.chips, "tpu", chip=r.chip)  # mesh = chips, batch divides, remat, flag set on the chip
     assert cfg.model == presets.get(r.preset).__class__(**{**presets.get(r.preset).__dict__, "attention": "flash"})
     assert cfg.global_batch == r.global_batch and cfg.mesh.ici == r.ici and cfg.remat == r.remat
     assert remat.offloads(cfg.remat) == any("offload" in value for _, value, _ in r.knobs)
-    table = P.recipes_table()
-    assert f"| {r.name} |" in table and f"{P.recipe_converted_mfu(r):.2%}" in table
+    table = published.recipes_table()
+    assert f"| {r.name} |" in table and f"{published.recipe_converted_mfu(r):.2%}" in table
 
 
-@pytest.mark.parametrize("row", P.GPU_ROWS, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", published.GPU_ROWS, ids=lambda r: r.name)
 def test_gpu_row_is_traced_and_converted(row):
     assert row.published_in.startswith("AI-Hypercomputer/maxtext ") and HASH.search(row.published_in)
     assert row.config.startswith("AI-Hypercomputer/maxtext ") and HASH.search(row.config)
@@ -281,8 +278,8 @@ def test_gpu_row_is_traced_and_converted(row):
     m = presets.get(row.preset)
     # MaxText's 6 N S counts both Llama2 embedding tables; ours counts the unembedding matmul only
     n, s = flops.param_count(m), m.seq_len
-    assert P.gpu_maxtext_flops_per_row(row) == 6 * n * s + 6 * m.n_heads * m.n_layers * m.head_dim * s * s
-    assert 0.97 < P.gpu_conversion(row) < 1.0
+    assert published.gpu_maxtext_flops_per_row(row) == 6 * n * s + 6 * m.n_heads * m.n_layers * m.head_dim * s * s
+    assert 0.97 < published.gpu_conversion(row) < 1.0
     # 492 TFLOP/s of 989: 49.7% in MaxText's count, 48.8% in ours; 1.45 s a step
-    assert P.gpu_converted_mfu(row) == pytest.approx(row.tflops / 989 * P.gpu_conversion(row))
-    assert P.gpu_step_time(row) == pytest.approx(P.gpu_maxtext_flops_per_row(row) * 4 / 492e12)
+    assert published.gpu_converted_mfu(row) == pytest.approx(row.tflops / 989 * published.gpu_conversion(row))
+    assert published.gpu_step_time(row) == pytest.approx(published.gpu_maxtext_flops_per_row(row) * 4 / 492e12)
