@@ -56,8 +56,38 @@ def _window(ins: Instr) -> list[dict]:
                  window_dilation=rhs_d[i]) for i in range(n)]
 
 
+def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str) -> int:
+    """The groups of a ragged dot as the TPU compiler writes it (jax.lax.ragged_dot, trainer/moe.py's
+    dropless experts): a convolution whose one spatial dim is the G groups (lhs, kernel and output all G
+    long) with window G, stride G - 1 and lhs dilation G, so output group g meets kernel group g only; its
+    operands are every row broadcast to each group and masked to the group's rows (the fusion is handed the
+    group offsets). 1 for any other convolution."""
+    win = _window(ins)
+    labels = ins.attr("dim_labels") or ""
+    if len(win) != 1 or "->" not in labels:
+        return 1
+    g, w = win[0]["size"], win[0]
+    lhs_l, rest = labels.split("_", 1)
+    rhs_l, out_l = rest.split("->")
+    dims = [shape_dims(lhs_shape), shape_dims(rhs_shape), shape_dims(ins.shape)]
+    spatial = [d[lab.index("0")] if "0" in lab and len(d) == len(lab) else None
+               for d, lab in zip(dims, (lhs_l, rhs_l, out_l), strict=True)]
+    if g > 1 and spatial == [g, g, g] and w["stride"] == g - 1 and w["base_dilation"] == g and w["pad_low"] == 0:
+        return g
+    return 1
+
+
 def conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str) -> float:
-    """FLOPs of a convolution, counted as XLA's HloCostAnalysis counts them."""
+    """FLOPs of a convolution, counted as XLA's HloCostAnalysis counts them; a ragged dot's
+    (ragged_dot_groups G > 1) as the work of its groups: 1 / G of that count, every row once. XLA counts
+    every row against every group's weights (G x the routed work), which is the dense expansion; the TPU's
+    ragged dot computes each group's rows only (MaxText documents jax.lax.ragged_dot on TPU as computing
+    "only on active tokens": docs/reference/core_concepts/moe_configuration.md, sparse_matmul)."""
+    groups = ragged_dot_groups(ins, lhs_shape, rhs_shape)
+    return _conv_flops(ins, lhs_shape, rhs_shape) / groups
+
+
+def _conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str) -> float:
     labels = ins.attr("dim_labels")
     lhs, rhs, out = shape_dims(lhs_shape), shape_dims(rhs_shape), shape_dims(ins.shape)
     if not labels or "->" not in labels:
