@@ -16,6 +16,8 @@ gives fits, peak bytes, predicted step time and MFU, and the roofline breakdown.
     python benchmarks/bench_published.py --only "v5e-256 16B"   # one row (repeatable)
     python benchmarks/bench_published.py --report               # re-print from the stored results, no compile
     python benchmarks/bench_published.py --table                # the published table and its conversion only
+    python benchmarks/bench_published.py --moe                  # the mixture-of-experts rows (MOE_ROWS), one at a
+                                                                # time; DeepSeek V3's is listed, not planned
 
 Results (one JSON per row) go to --out (default runs/bench_published/); rows already there
 are re-used unless --fresh. Prints, per row: predicted and published MFU (our convention),
@@ -87,6 +89,19 @@ def space_text(row: P.Published, timeout: int, model_fields: dict | None = None)
                         flags=row.flags, model_fields=fields)
 
 
+def moe_space_text(row: P.MoePublished, timeout: int) -> str:
+    """A MoE row's one-point space (benchmarks/published.py MOE_ROWS): its preset with the run's expert
+    compute, capacity and fields, its mesh by axis name."""
+    from paxsearch.trainer.config import mesh_shape
+
+    fields = {"expert_compute": row.expert_compute, "capacity_factor": row.capacity_factor, **dict(row.model_fields)}
+    return SPACE.format(script="bench_published.py --moe", name=row.name, published_in=row.published_in,
+                        config=row.config, target=row.target, timeout=timeout, preset=row.preset,
+                        attention="flash", ici=mesh_shape(**dict(row.mesh)), dcn=(1, 1, 1),
+                        global_batch=row.global_batch, remat=row.remat, rules="default", flags=row.flags,
+                        model_fields="".join(f", {k}={v!r}" for k, v in fields.items()))
+
+
 def roofline_commit() -> str:
     """The last commit of the roofline code in this checkout (it changes while rows compile)."""
     paths = ["search/planning/roofline", "trainer/roofline", "trainer/roofline.py"]  # where it lived before
@@ -133,7 +148,7 @@ def plan_row(row, out: str, timeout: int, model_fields: dict | None = None, text
     return result
 
 
-def load_result(row: P.Published, out: str) -> dict | None:
+def load_result(row, out: str) -> dict | None:
     path = os.path.join(out, slug(row.name) + ".json")
     if not os.path.exists(path):
         return None
@@ -278,6 +293,47 @@ def report(rows, results: dict) -> str:
     return "\n".join(lines)
 
 
+def moe_report(rows, results: dict) -> str:
+    """The MoE rows (P.MOE_ROWS): predicted against published MFU (our convention), fit, the roofline's buckets."""
+    from paxsearch.store.plan import Plan
+
+    lines = ["| run | published MFU (ours) | predicted MFU | predicted / published | fits (peak / HBM GiB) "
+             "| step s: predicted / published | compute s | memory s | comm s | exposed comm s | XLA / model FLOPs "
+             "| outcome |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = []
+    for r in rows:
+        if not r.planned:
+            lines.append(f"| {r.name} | - | - | - | - | - / {P.moe_step_time(r):.2f} | - | - | - | - | - "
+                         f"| not planned: {r.note.split(':')[1].split('(')[0].strip()} |")
+            continue
+        res = results.get(r.name) or {}
+        plan = Plan.from_stored(res.get("plan")) or Plan()
+        roof = plan.roofline or {}
+        pub, pred = P.moe_converted_mfu(r), plan.predicted_mfu
+        ratio = pred / pub if pred else None
+        if ratio:
+            ratios.append(ratio)
+        fits = ("**no**" if res.get("failure_kind") == "predicted_oom" else
+                "-" if not plan.peak_bytes else "fits" if plan.fits else "**no**")
+        hfu = (plan.xla_flops_per_step * plan.num_devices / plan.model_flops_per_step
+               if plan.xla_flops_per_step and plan.model_flops_per_step and plan.num_devices else None)
+        lines.append(
+            f"| {r.name} | {pub:.2%} | {_f(pred, '.2%')} | {_f(ratio, '.2f')} "
+            f"| {fits} ({_f(plan.peak_bytes / GiB if plan.peak_bytes else None, '.1f')} / "
+            f"{_f(plan.hbm_bytes / GiB if plan.hbm_bytes else None, '.1f')}) "
+            f"| {_f(plan.predicted_step_time, '.2f')} / {P.moe_step_time(r):.2f} | {_f(roof.get('compute_s'), '.2f')} "
+            f"| {_f(roof.get('memory_s'), '.2f')} | {_f(roof.get('comm_s'), '.2f')} "
+            f"| {_f(roof.get('exposed_comm_s'), '.2f')} | {_f(hfu, '.2f')} "
+            f"| {res.get('failure_kind') or ('planned' if res else 'not run')} |")
+    within = sum(1 for x in ratios if 0.9 <= x <= 1.1)
+    lines.append(f"\nGoal: predicted / published in 0.9-1.1 for {within} of {len(ratios)} planned MoE rows.")
+    for r in rows:
+        msg = (results.get(r.name) or {}).get("failure_message")
+        if msg:
+            lines.append(f"- {r.name}: {str(msg)[:400]}")
+    return "\n".join(lines)
+
+
 def _dcn_line(row: P.Published, g: dict, one: dict) -> str:
     """One multi-slice row: the published step's extra seconds over its one-slice row, and the DCN
     bandwidth per chip that would take if all of it were the DCN transfers the plan counts."""
@@ -312,7 +368,11 @@ def main(argv=None) -> int:
     ap.add_argument("--table", action="store_true", help="print the published table and conversion only")
     ap.add_argument("--plan-compile", choices=("passes", "full"), default=None,
                     help="the plans' method (paxsearch run --plan-compile); default: paxsearch's")
+    ap.add_argument("--moe", action="store_true",
+                    help="the mixture-of-experts rows (published.py MOE_ROWS) instead of the dense ones")
     args = ap.parse_args(argv)
+    if args.moe:
+        return moe_main(args)
     print(P.table())
     print()
     if args.table:
@@ -333,6 +393,28 @@ def main(argv=None) -> int:
     env = next((x.get("environment") for x in results.values() if x.get("environment")), None)
     if env:
         print("environment:", json.dumps(env, default=str)[:600])
+    return 0
+
+
+def moe_main(args) -> int:
+    """--moe: plan the MoE rows that are expressible (one at a time), print their table."""
+    print(P.moe_table(), "", sep="\n")
+    if args.table:
+        return 0
+    unknown = [n for n in args.only if n not in P.MOE_BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown MoE row(s) {unknown}; rows: {', '.join(P.MOE_BY_NAME)}")
+    rows = [P.MOE_BY_NAME[n] for n in args.only] if args.only else list(P.MOE_ROWS)
+    os.makedirs(args.out, exist_ok=True)
+    results = {}
+    for r in rows:
+        res = None if args.fresh else load_result(r, args.out)
+        if res is None and not args.report and r.planned:
+            extra = ["--plan-compile", args.plan_compile] if args.plan_compile else None
+            res = plan_row(r, args.out, args.timeout, text=moe_space_text(r, args.timeout), extra_args=extra)
+        if res is not None:
+            results[r.name] = res
+    print(moe_report(list(P.MOE_ROWS) if not args.only else rows, results), flush=True)
     return 0
 
 

@@ -754,3 +754,254 @@ def gpu_config(r: GpuPublished):
     model = dataclasses.replace(_preset(r.preset), attention=r.attention)
     return TrainConfig(model=model, mesh=MeshConfig(ici=r.ici, rules="default"), per_device_batch=None,
                        global_batch=r.global_batch, remat=r.remat, steps=1000, eval=EvalConfig(enabled=False))
+
+
+# ----------------------------------------------------------------------------------------------------
+# MaxText's published mixture-of-experts runs (issue 43): Mixtral 8x7B / 8x22B on v5p and v6e, DeepSeek V3 on
+# v5p. Each figure is a TFLOP/s per chip from a README (a table entry or a quoted log line); each config is traced
+# knob by knob, as the recipes above. MaxText counted them with calculate_tflops_training_per_device (read at
+# each row's commit; MOE_FORMULA). The published MFU is TFLOP/s over the chip's bf16 peak (PEAK_TFLOPS), and the
+# conversion keeps MaxText's step time and changes only the FLOPs, as for the dense rows.
+
+C_MOE_V5P = "7534e5e21351665bd33d85eb6301e5d9c8f0972e"  # 2024-07-08 (authored 07-04) "Add moe perf number"
+C_MOE_TP = "d37288ab4"  # 2024-07-17 "Add tp support for MoE": tensor parallelism of the MoE block came after
+C_RECIPES_8X7B = "45418113bbe62f2a41191dfe91b2ee7bb0a214cc"  # tpu-recipes, 2025-04-16 (MaxText tag v0.1.2)
+C_RECIPES_8X22B = "c78c38e16b0e1eae214a873a3b5fba953ad80a7a"  # tpu-recipes, 2025-02-12
+C_MX_8X22B = "449b4fe52a781e8f9adfa43550bed36d2e9dbd99"  # MaxText 2025-02-11 "Add 8x22b config to benchmark"
+C_RECIPES_V5P_MIXTRAL = "0dfb6a6e8467315d306babaac4cf6aef52d448a1"  # tpu-recipes 2024-10-28 "first commit"
+C_RECIPES_DSV3 = "7e88b6d146a00901446f8a11244d49a471d8242b"  # tpu-recipes 2025-10-08
+C_MX_DSV3 = "3eb77db3c94580f56f1b738f8d254b03bd205e35"  # MaxText 2025-10-07 "benchmarks: v5p-1024 model configurations"
+
+MOE_FORMULA = (f"{MX} MaxText/maxtext_utils.py calculate_tflops_training_per_device (read @{C_MOE_V5P}, "
+               f"@{C_MX_8X22B} and @{C_TAG_V012}): per token 3 x 2 x (q/k/v and out projections + the router "
+               "d x n_experts + experts_per_token x the expert MLP's 3 matrices, per layer; the unembedding) + "
+               "12 H L Dh S (attention in full: 'megatron tflops calculation does not account for causality'); "
+               "only the activated experts, as ours, which halves the attention")
+_MOE_XLA = "MOE_VMEM_LIMIT_FLAG (scoped VMEM 81920 KiB) + CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP"
+_MOE_FLAGS_GAP = ("gap: no flag set of ours is these groups; planned with flags=default (the compiler's own "
+                  "collective scheduling, the default scoped VMEM); collective_fusion holds CF_FOR_ALL_GATHER + "
+                  "DATA_PARALLEL_OVERLAP but its all-gather continuation fusion is refused on v5p and v6e")
+_MOE_OFFLOAD = ("decoder_layer_input, out_proj, query_proj, key_proj, value_proj", "offload",
+                "custom decoder_input/out_proj/query_proj/key_proj/value_proj=offload, the rest recomputed "
+                "(MaxText's remat_policy custom: the named tensors offloaded, the rest recomputed)")
+_MOE_COMMON = (
+    ("attention, sa_block_q / _dkv / _dq", "flash, 2048",
+     "gap: model.attention=flash (the Pallas splash kernel); its blocks are fixed (trainer/attention.py SPLASH_BLOCK "
+     "512, the largest of 512/256/128 dividing seq_len), not 2048"),
+    ("max_target_length", "4096", "model.seq_len=4096 (the preset)"),
+    ("dataset_type / reuse_example_batch / enable_checkpointing / profiler", "synthetic / 1 / False / xplane",
+     "no effect on the compiled step"),
+)
+
+
+@dataclass(frozen=True)
+class MoePublished(_OnASlice):
+    """One published MaxText mixture-of-experts run and the nearest config paxsearch expresses."""
+
+    name: str
+    preset: str | None  # trainer/presets.py name; None: the model is not expressible (DeepSeek V3's MLA)
+    target: str  # paxsearch target: one slice, named as Google Cloud names it
+    chips: int
+    maxtext_per_device_batch: int  # rows per chip over all chips (global = this x chips)
+    tflops: float  # published TFLOP/s per chip (MaxText's formula)
+    published_in: str  # repository, file and commit of the figure
+    config: str  # repository, file, commit and entry of the config
+    knobs: tuple[tuple[str, str, str], ...]  # (MaxText knob, its value, our field = value, or "gap: ...")
+    mesh: tuple[tuple[str, int], ...] = ()  # ours: axis sizes by name (trainer/config.py mesh_shape)
+    remat: str = "full"  # ours: a trainer/remat.py policy
+    expert_compute: str = "dropless"  # ours: "dropless" | "capacity"
+    capacity_factor: float = 1.25
+    model_fields: tuple[tuple[str, object], ...] = ()  # preset fields set to the run's (vocab, weight dtype)
+    flags: str = "default"
+    step_s: float | None = None  # published seconds per step, where a log line gives them
+    mfu: float | None = None  # published MFU, where the figure states one
+    seq_len: int = 4096
+    planned: bool = True
+    note: str = ""
+
+    @property
+    def gaps(self) -> list[str]:
+        return [f"{k}={v}: {ours[len('gap: '):]}" for k, v, ours in self.knobs if ours.startswith("gap: ")]
+
+
+MOE_ROWS = (
+    MoePublished(
+        name="v5p-128 Mixtral-8x7B", preset="mixtral-8x7b", target="tpu:v5p-128", chips=64,
+        maxtext_per_device_batch=36, tflops=251.94, mfu=0.5489,
+        published_in=f"{MX} end_to_end/tpu/mixtral/Run_Mixtral.md@{C_MOE_V5P} ('Mixtral 8X7B | v5p-128 | 251.94 | "
+                     "54.89%'; now tests/end_to_end/tpu/mixtral/Run_Mixtral.md)",
+        config=f"not published with the figure: Run_Mixtral.md@{C_MOE_V5P} names no config. Nearest: "
+               f"{TPU_RECIPES} training/v5p/Mixtral-8X7B-Maxtext/scripts/run_mixtral-8x7b.sh@{C_RECIPES_V5P_MIXTRAL} "
+               "(v5p-128, per_device_batch_size=36, max_target_length=4096, dtype/weight_dtype bfloat16, "
+               "attention=flash; base.yml: megablox True, remat_policy full, ici_fsdp_parallelism -1), "
+               "4 months later and without a figure",
+        knobs=(
+            ("per_device_batch_size", "36 (the later script's)",
+             "gap: the figure's batch is not recorded; global_batch=2304 (36 x 64 chips) from the v5p recipe script"),
+            ("ici_fsdp_parallelism (base.yml)", "-1", "mesh fsdp=64 (MoE tensor parallelism came after the figure: "
+                                                      f"{C_MOE_TP}; no expert axis in base.yml@{C_MOE_V5P})"),
+            ("megablox (base.yml)", "True", "gap: expert_compute=dropless through jax.lax.ragged_dot, not the Pallas "
+                                            "megablox kernel (no capacity_factor existed in base.yml then)"),
+            ("remat_policy (base.yml)", "full", "remat=full"),
+            ("dtype / weight_dtype", "bfloat16 / bfloat16", "model.param_dtype=bfloat16"),
+            *_MOE_COMMON[:2],
+            ("LIBTPU_INIT_ARGS", "v5p_collectives' 9 flags + ..._fuse_all_gather + scoped VMEM 81920 KiB",
+             "gap: flags=v5p_collectives (the v5p compiler refuses the all-gather continuation fusion; default "
+             "scoped VMEM)"),
+        ),
+        mesh=(("fsdp", 64),), remat="full", expert_compute="dropless", model_fields=(("param_dtype", "bfloat16"),),
+        flags="v5p_collectives",
+        note="The figure's config is not published; planned with the one v5p Mixtral recipe of MaxText's team "
+             "(its batch, weights and flags). The figure's formula is MaxText's at the commit that published it."),
+    MoePublished(
+        name="v6e-256 Mixtral-8x7B dropped", preset="mixtral-8x7b", target="tpu:v6e-256", chips=256,
+        maxtext_per_device_batch=12, tflops=302.311, step_s=13.484,
+        published_in=f"{TPU_RECIPES} training/trillium/Mixtral-8x7B-MaxText/README.md@{C_RECIPES_8X7B} (log line "
+                     "'completed step: 11, seconds: 13.484, TFLOP/s/device: 302.311, Tokens/s/device: 3645.203, "
+                     "total_weights: 12582912'; MaxText tag tpu-recipes-v0.1.2, JAX 0.5.2)",
+        config=f"{MX} {TRILLIUM}@{C_TAG_V012} mixtral_8x7b_dropped (model mixtral-8x7b), quoted in the README",
+        knobs=(
+            ("per_device_batch_size", "12", "global_batch=3072 (12 x 256 chips)"),
+            ("ici_fsdp_parallelism", "-1", "mesh fsdp=256"),
+            ("megablox / sparse_matmul / capacity_factor", "False / False / 1.25",
+             "expert_compute=capacity, capacity_factor=1.25 (tokens over capacity dropped)"),
+            ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"), _MOE_OFFLOAD,
+            ("dtype / weight_dtype (base.yml)", "bfloat16 / float32",
+             "the preset's dtype=bfloat16, param_dtype=float32"),
+            *_MOE_COMMON,
+            ("xla_flags", _MOE_XLA, _MOE_FLAGS_GAP),
+        ),
+        mesh=(("fsdp", 256),), remat=_offload_custom(*_LLAMA31_8B_OFFLOADED), expert_compute="capacity"),
+    MoePublished(
+        name="v6e-256 Mixtral-8x22B dropped", preset="mixtral-8x22b", target="tpu:v6e-256", chips=256,
+        maxtext_per_device_batch=8, tflops=332.463, step_s=24.706,
+        published_in=f"{TPU_RECIPES} training/trillium/Mixtral-8x22B-MaxText/README.md@{C_RECIPES_8X22B} (log line "
+                     "'completed step: 9, seconds: 24.706, TFLOP/s/device: 332.463, Tokens/s/device: 1326.307, "
+                     "total_weights: 8388608'; jaxlib 0.4.35, libtpu-nightly 20241119)",
+        config=f"{MX} {TRILLIUM}@{C_MX_8X22B} mixtral_8x22b_dropped (model mixtral-8x22b). The README names "
+               "maxtext@261a8be0fc5e909ef9da0521df62549e650ebb79 (2024-11-21), which has no 8x22b entry; the entry "
+               "was added by this commit the day before the README and is unchanged at tag tpu-recipes-v0.1.2",
+        knobs=(
+            ("per_device_batch_size", "8", "global_batch=2048 (8 x 256 chips)"),
+            ("ici_fsdp_parallelism, ici_expert_parallelism", "64, 4", "mesh fsdp=64, expert=4 (expert innermost)"),
+            ("custom_mesh, allow_split_physical_axes", "hybrid_ring_64x4, True",
+             "gap: our mesh is jax's create_device_mesh over the 16x16 torus (split axes allowed), not MaxText's "
+             "hand-made ring of 4 along one dimension"),
+            ("megablox / sparse_matmul / capacity_factor", "False / False / 1.25",
+             "expert_compute=capacity, capacity_factor=1.25 (all-to-all over the expert axis)"),
+            ("remat_policy", "custom", "remat='custom:...' (trainer/remat.py)"), _MOE_OFFLOAD,
+            ("dtype / weight_dtype", "bfloat16 / bfloat16", "model.param_dtype=bfloat16"),
+            ("tokenizer_path / model vocab_size", "tokenizer.mistral-v3 / 32768",
+             "model.vocab_size=32768 (MaxText's configs/models/mixtral-8x22b.yml; the preset has the base "
+             "checkpoint's 32000)"),
+            *_MOE_COMMON,
+            ("xla_flags", _MOE_XLA, _MOE_FLAGS_GAP),
+        ),
+        mesh=(("fsdp", 64), ("expert", 4)), remat=_offload_custom(*_LLAMA31_8B_OFFLOADED), expert_compute="capacity",
+        model_fields=(("vocab_size", 32768), ("param_dtype", "bfloat16"))),
+    MoePublished(
+        name="v5p-1024 DeepSeek-V3-671B", preset=None, target="tpu:v5p-1024", chips=512,
+        maxtext_per_device_batch=6, tflops=152.415, step_s=90.668, seq_len=8192,
+        published_in=f"{TPU_RECIPES} training/v5p/DeepSeek3-671B-MaxText/README.md@{C_RECIPES_DSV3} (log line "
+                     "'completed step: 11, seconds: 90.668, TFLOP/s/device: 152.415, Tokens/s/device: 542.108, "
+                     "total_weights: 25165824'; JAX 0.7.0)",
+        config=f"{MX} benchmarks/maxtext_v5p_model_configs.py@{C_MX_DSV3} deepseek3_671b_v5p_1024 (model "
+               "deepseek3-671b: src/MaxText/configs/models/deepseek3-671b.yml there)",
+        knobs=(
+            ("model", "deepseek3-671b: attention_type mla (q_lora_rank 1536, kv_lora_rank 512, qk_rope_head_dim 64)",
+             "gap: no preset: multi-head latent attention is not expressible (trainer/presets.py _NO_DEEPSEEK)"),
+            ("per_device_batch_size, max_target_length", "6, 8192", "would be global_batch=3072 (6 x 512), seq 8192"),
+            ("ici_fsdp_parallelism, ici_tensor_parallelism", "-1, 1", "would be mesh fsdp=512"),
+            ("megablox / sparse_matmul / use_custom_sort_vjp", "True / True / True",
+             "would be expert_compute=dropless (ragged_dot for the Pallas megablox kernel)"),
+            ("remat_policy: decoder_layer_input, out_proj", "custom: offload",
+             "would be custom decoder_input/out_proj=offload"),
+            ("dtype / weight_dtype", "bfloat16 / float32", "the presets' dtype / param_dtype"),
+            ("tile_batch_seq / tile_embed_dim / tile_mlp_dim, sa_block_*", "512 / 1024 / 1024, 2048",
+             "gap: megablox tiles and splash blocks are not knobs of ours"),
+            ("xla_flags", "ENABLE_SPARSECORE_OFFLOADING_FOR_RS_AG_AR + HOST_OFFLOAD_FLAGS + "
+                          "LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + MOE_VMEM_LIMIT_FLAG + "
+                          "DISABLE_MEGACORE_FUSION_ALLOW_AGS + ENABLE_ASYNC_COLLECTIVE_PERMUTE",
+             "gap: no such flag set"),
+        ),
+        planned=False,
+        note="Not planned: DeepSeek V3's multi-head latent attention (low-rank compressed K/V with a decoupled "
+             "RoPE part) is not expressible by this model's attention, so there is no deepseek-v3 preset and no "
+             "conversion to our FLOP convention (MaxText's formula at that commit counts MLA's own projections); "
+             "its router (sigmoid with a routing bias), shared expert and 3 leading dense layers would be."),
+)
+MOE_BY_NAME = {r.name: r for r in MOE_ROWS}
+
+
+def moe_model(r: MoePublished):
+    """The row's model: its preset with the run's fields (vocabulary, weight dtype) and expert compute."""
+    if r.preset is None:
+        raise ValueError(f"{r.name}: no preset ({r.note.split(':')[0]})")
+    from paxsearch.trainer import presets
+    return dataclasses.replace(presets.get(r.preset), expert_compute=r.expert_compute,
+                               capacity_factor=r.capacity_factor, **dict(r.model_fields))
+
+
+def moe_maxtext_flops_per_token(r: MoePublished) -> float:
+    """Training FLOPs per token as MaxText counted the row's figure (MOE_FORMULA), on the run's dims."""
+    m = moe_model(r)
+    width = m.expert_d_ff or m.d_ff
+    per_layer = (2 * m.d_model * (m.n_heads + 2 * m.kv_heads) * m.head_dim + 2 * m.d_model * m.n_heads * m.head_dim
+                 + 2 * m.d_model * m.n_experts + m.experts_per_token * 3 * 2 * m.d_model * width)
+    weights = 3 * (m.n_layers * per_layer + 2 * m.d_model * m.vocab_size)
+    return weights + 12 * m.n_heads * m.head_dim * m.n_layers * m.seq_len
+
+
+def moe_our_flops_per_token(r: MoePublished) -> float:
+    """Training FLOPs per token in paxsearch's convention (trainer/flops.py: activated experts, causal half)."""
+    from paxsearch.trainer import flops
+    m = moe_model(r)
+    return float(flops.model_flops_per_step(m, 1)) / m.seq_len
+
+
+def moe_conversion(r: MoePublished) -> float:
+    """ours / MaxText's FLOPs for the same step: multiply a published figure by it."""
+    return moe_our_flops_per_token(r) / moe_maxtext_flops_per_token(r)
+
+
+def moe_published_mfu(r: MoePublished) -> float:
+    """The published MFU in MaxText's convention: the stated one, else TFLOP/s over the chip's bf16 peak."""
+    return r.mfu if r.mfu is not None else r.tflops / PEAK_TFLOPS[r.chip]
+
+
+def moe_converted_mfu(r: MoePublished) -> float:
+    return moe_published_mfu(r) * moe_conversion(r)
+
+
+def moe_step_time(r: MoePublished) -> float:
+    """Seconds per step: the log line's, else MaxText's FLOPs per chip over the published TFLOP/s."""
+    if r.step_s is not None:
+        return r.step_s
+    return moe_maxtext_flops_per_token(r) * r.maxtext_per_device_batch * r.seq_len / (r.tflops * 1e12)
+
+
+def moe_config(r: MoePublished):
+    """The nearest TrainConfig paxsearch expresses for the row (plan it with target r.target)."""
+    from paxsearch.trainer.config import EvalConfig, MeshConfig, TrainConfig, mesh_shape
+
+    return TrainConfig(model=dataclasses.replace(moe_model(r), attention="flash"),
+                       mesh=MeshConfig(ici=mesh_shape(**dict(r.mesh))), per_device_batch=None,
+                       global_batch=r.global_batch, remat=r.remat, flags=r.flags, steps=1000,
+                       eval=EvalConfig(enabled=False))
+
+
+def moe_table() -> str:
+    """The MoE rows, their published and converted MFU, as Markdown."""
+    lines = ["| run | preset | mesh | global batch | experts | published TFLOP/s/chip, MFU | ours / MaxText FLOPs "
+             "| MFU, our convention | step s | planned |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in MOE_ROWS:
+        mesh = " x ".join(f"{k} {v}" for k, v in r.mesh) or "-"
+        experts = r.expert_compute + (f" {r.capacity_factor:g}" if r.expert_compute == "capacity" else "")
+        if r.preset is None:
+            lines.append(f"| {r.name} | - | - | {r.global_batch} | - | {r.tflops:g}, {moe_published_mfu(r):.2%} "
+                         f"| - | - | {moe_step_time(r):.2f} | no: {r.note.split(':')[1].split('(')[0].strip()} |")
+            continue
+        lines.append(f"| {r.name} | {r.preset} | {mesh} | {r.global_batch} | {experts} | {r.tflops:g}, "
+                     f"{moe_published_mfu(r):.2%} | {moe_conversion(r):.4f} | {moe_converted_mfu(r):.2%} "
+                     f"| {moe_step_time(r):.2f} | yes |")
+    return "\n".join(lines)
