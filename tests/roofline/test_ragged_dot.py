@@ -87,3 +87,20 @@ ENTRY %main (a: bf16[8,64,128], b: bf16[3,128,256]) -> bf16[8,64,256] {
     assert cost.ragged_dot_groups(conv, lhs, rhs) == 1
     # 8 outputs x (3 taps, less the 2 that fall on the padding) x 64 x 128 x 256 multiply-adds
     assert cost.conv_flops(conv, lhs, rhs) == 2.0 * 64 * 128 * 256 * (8 * 3 - 2)
+
+
+@needs_libtpu
+def test_a_batched_matmul_over_the_experts_is_the_same_convolution_and_keeps_its_full_count():
+    """The capacity experts' einsum ('ecd,edf->ecf', trainer/moe.py) compiles to the same convolution over the
+    groups, each group with rows of its own: all of it is work (told apart by jax's op_name)."""
+    groups, rows = 8, ROWS // 8
+    sharding = jax.sharding.SingleDeviceSharding(topology.topology_devices("v5e-4")[0])
+    args = (jax.ShapeDtypeStruct((groups, rows, K), jnp.bfloat16, sharding=sharding),
+            jax.ShapeDtypeStruct((groups, K, N), jnp.bfloat16, sharding=sharding))
+    text = jax.jit(lambda x, w: jnp.einsum("ecd,edf->ecf", x, w)).lower(*args).compile().as_text()
+    convolutions = [line for line in text.splitlines() if " convolution(" in line]
+    assert convolutions and all(f"window={{size={groups} stride={groups - 1} lhs_dilate={groups}}}" in line
+                                for line in convolutions)
+    assert _ragged_convolutions(text) == [1]
+    roof = R.analyze(text, hardware_for([], "v5e"), num_devices=1)
+    assert roof.flops_per_step == pytest.approx(2.0 * groups * rows * K * N, rel=0.01)

@@ -56,12 +56,19 @@ def _window(ins: Instr) -> list[dict]:
                  window_dilation=rhs_d[i]) for i in range(n)]
 
 
+_RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general"')  # jax's primitive of jax.lax.ragged_dot
+
+
 def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str) -> int:
     """The groups of a ragged dot as the TPU compiler writes it (jax.lax.ragged_dot, trainer/moe.py's
     dropless experts): a convolution whose one spatial dim is the G groups (lhs, kernel and output all G
     long) with window G, stride G - 1 and lhs dilation G, so output group g meets kernel group g only; its
     operands are every row broadcast to each group and masked to the group's rows (the fusion is handed the
-    group offsets). 1 for any other convolution."""
+    group offsets). A batched matmul over the groups (the capacity experts' einsum 'ecd,edf->ecf') is
+    written as the same convolution, each group with rows of its own: the two are told apart by the
+    op_name jax gives the instruction (ragged_dot_general). 1 for any other convolution."""
+    if not _RAGGED_DOT.search(ins.attrs):
+        return 1
     win = _window(ins)
     labels = ins.attr("dim_labels") or ""
     if len(win) != 1 or "->" not in labels:
