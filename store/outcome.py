@@ -77,9 +77,17 @@ class Measured:
     step_time: float | None = None
     peak_bytes: int | None = None  # device peak (memory_stats), or the worker's peak RSS on CPU
     steps: int = 0
+    # a mixture of experts' last logged interval (trainer StepMetrics): the share of routes dropped
+    # over capacity and the load-balancing loss; None (and not stored) for a dense model
+    dropped_fraction: float | None = None
+    load_balance_loss: float | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        for key in MOE_KEYS:  # a dense trial stores what it stored before MoE existed
+            if d[key] is None:
+                del d[key]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict | None) -> Measured | None:
@@ -95,6 +103,7 @@ class Measured:
 
 
 MEASURED_KEYS = tuple(f.name for f in dataclasses.fields(Measured))
+MOE_KEYS = ("dropped_fraction", "load_balance_loss")
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,9 @@ def measured_of(result) -> Measured:
     return Measured(loss=finite_or_none(f.loss), eval_loss=finite_or_none(result.eval_loss),
                     mfu=finite_or_none(f.mfu), hfu=finite_or_none(f.hfu),
                     tokens_per_sec=finite_or_none(f.tokens_per_sec), step_time=finite_or_none(f.step_time),
-                    peak_bytes=int(f.measured_peak_bytes) or None, steps=int(result.steps_run))
+                    peak_bytes=int(f.measured_peak_bytes) or None, steps=int(result.steps_run),
+                    dropped_fraction=finite_or_none(f.dropped_fraction),  # None for a dense model
+                    load_balance_loss=finite_or_none(f.load_balance_loss))
 
 
 def environment() -> dict:

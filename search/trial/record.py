@@ -134,8 +134,9 @@ def trial_line(number: int, state: TrialState, decisions: dict, outcome: TrialOu
                      + _full_run(outcome) + _round_trips(plan))
     elif m is not None and m.loss is not None:  # the loss the objective scores: held-out eval loss when there is one
         loss = f"eval loss {m.eval_loss:.3f}" if m.eval_loss is not None else f"loss {m.loss:.3f}"
-        parts.append(f"{loss}  mfu {100 * (m.mfu or 0):.2f}%  mem {mem}  step {1e3 * (m.step_time or 0):.0f} ms"
-                     + _full_run(outcome))
+        dropped = "" if m.dropped_fraction is None else f"  dropped {m.dropped_fraction:.1%}"  # a MoE's, beside MFU
+        parts.append(f"{loss}  mfu {100 * (m.mfu or 0):.2f}%{dropped}  mem {mem}  "
+                     f"step {1e3 * (m.step_time or 0):.0f} ms" + _full_run(outcome))
     elif kind.failed:
         parts.append(outcome.message[:100])
     start_s = float(outcome.timings.get("worker_start_s", 0.0))
