@@ -8,10 +8,10 @@ import pandas as pd
 
 from ..store import compiler
 from ..store.outcome import plan_of
-from . import fmt, pareto
+from . import fmt, pareto, quality
 from .load import Source, decision_columns, objective_names, open_study, trials_frame
 
-SCORES = ("loss", "mfu", "memory_bytes", "time_to_train", "eval_loss", "tokens_per_sec")
+SCORES = ("loss", "mfu", quality.DROPPED, "memory_bytes", "time_to_train", "eval_loss", "tokens_per_sec")
 
 CHOICES = ("mfu", "loss", "memory", "time_to_train", "knee")
 
@@ -40,6 +40,9 @@ class Chosen:
     decisions: dict[str, Any]
     scores: dict[str, str]  # score title -> value as the report prints it
     compiler: str | None = None  # "planned with jax ..., libtpu ..." (the study's when it mixes compilers)
+    # what its speed knobs cost in quality (analysis/quality.py): "drops 13.9% of tokens ...", an int8
+    # pick's loss cost against bf16 (over the tolerance said so)
+    notes: tuple[str, ...] = ()
 
 
 def choose(source: Source, objective: str = "knee", study_name: str | None = None, rtol: float = 0.0) -> Chosen:
@@ -52,7 +55,8 @@ def choose(source: Source, objective: str = "knee", study_name: str | None = Non
         objectives = study_objectives(objective_names(study), frame)
         number = pareto.knee(frame, objectives, rtol) if objectives else None
     else:
-        number = pareto.best_per_objective(frame, [objective])[objective]
+        objectives = [objective]
+        number = pareto.best_per_objective(frame, objectives)[objective]
     if number is None:
         scores = "scores" if objective == "knee" else f"{objective} score"
         raise LookupError(f"study {study.study_name!r} has no completed trial with finite "
@@ -64,7 +68,9 @@ def choose(source: Source, objective: str = "knee", study_name: str | None = Non
     row = frame[frame["number"] == number].iloc[0]
     decisions = {c[2:]: row[c] for c in decision_columns(frame) if pd.notna(row[c])}
     scores = {fmt.title(c): fmt.value(c, row[c]) for c in SCORES if c in row and pd.notna(row[c])}
-    return Chosen(int(number), config, decisions, scores, compiler_line(trial, study.get_trials(deepcopy=False)))
+    notes = quality.notes(row, frame, frame[pareto.feasible_mask(frame, objectives)])
+    return Chosen(int(number), config, decisions, scores, compiler_line(trial, study.get_trials(deepcopy=False)),
+                  notes)
 
 
 def compiler_line(trial, trials) -> str | None:

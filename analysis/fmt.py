@@ -15,6 +15,8 @@ _TITLES = {
     "loss": "loss",
     "eval_loss": "eval loss",
     "mfu": "MFU",
+    "dropped_fraction": "dropped tokens",
+    "load_balance_loss": "load-balance loss",
     "hfu": "HFU",
     "memory_bytes": "memory/device",
     "time_to_train": "time to train",
@@ -88,7 +90,7 @@ def value(column: str, raw: Any) -> str:
         if column.endswith("bytes"):
             return format_bytes(number)
         if column in ("mfu", "hfu", "plan.predicted_mfu", "corrected_mfu", "corrected_mfu_low", "corrected_mfu_high",
-                      "plan.pipeline_bubble"):
+                      "plan.pipeline_bubble", "dropped_fraction"):
             return f"{100 * number:.2f}%"
         if column.endswith(("_time", "_s", "seconds")):
             return f"{number:.4g} s"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import fmt, pareto
+from . import fmt, pareto, quality
 from .load import decision_columns
 
 
@@ -92,8 +92,11 @@ def recommend(frame: pd.DataFrame, objectives: list[str], knee: int | None, run_
     chosen = frame[frame["number"] == number].iloc[0]
     feasible = frame[pareto.feasible_mask(frame, objectives)]
     decisions = {c[2:]: chosen[c] for c in decision_columns(frame) if pd.notna(chosen[c])}
-    scores = {fmt.title(pareto.column(o), predicted): fmt.value(pareto.column(o), chosen[pareto.column(o)])
-              for o in objectives}
+    scores = {}
+    for o in objectives:
+        scores[fmt.title(pareto.column(o), predicted)] = fmt.value(pareto.column(o), chosen[pareto.column(o)])
+        if o == "mfu" and pd.notna(chosen.get(quality.DROPPED)):  # beside MFU, which dropping raises
+            scores[fmt.title(quality.DROPPED)] = fmt.value(quality.DROPPED, chosen[quality.DROPPED])
     reasons = [r for r in (_time_reason(chosen, feasible) if "time_to_train" in objectives else None,
                            _mfu_reason(frame, chosen, feasible) if "mfu" in objectives else None,
                            _memory_reason(chosen, predicted)) if r]
@@ -101,6 +104,7 @@ def recommend(frame: pd.DataFrame, objectives: list[str], knee: int | None, run_
         losses = pd.to_numeric(feasible["loss"], errors="coerce")
         rank = int((losses < _number(chosen, "loss")).sum()) + 1
         reasons.append(f"loss {fmt.value('loss', chosen['loss'])}, rank {rank} of {len(feasible)} scored trials")
+    reasons += quality.notes(chosen, frame, feasible)  # what dropping tokens and int8 cost in quality
     commands = (f"paxsearch train {run_ref} --trial {number} --steps N",
                 f"paxsearch best {run_ref} --objective {'knee' if len(objectives) > 1 else objectives[0]} "
                 f"--export trial{number}.json")

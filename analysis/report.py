@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 
 from . import corrected as corrected_lib
-from . import pareto, plots, recommend, report_html, report_md, tables
+from . import pareto, plots, quality, recommend, report_html, report_md, tables
 from .best import study_objectives
 from .fmt import header_items
 from .load import Source, decision_columns, loss_curves, objective_names, open_study, study_info, trials_frame
@@ -109,11 +109,13 @@ def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
     failures = tables.failures_by_kind(frame)
     roles = tables.decision_roles(frame)
     rec = recommend.recommend(frame, objectives, knee, ref, predicted)
+    headline = quality.quantization_headline(frame)  # int8 against bf16: speed gain beside loss cost
+    quant = (headline, quality.quantization_table(frame)) if headline else None
 
     paths["html"] = out / "report.html"
     paths["html"].write_text(report_html.render(
         header, predicted, pareto_png, effect_pngs, best_rows, front_rows, comparison,
-        tables.trial_table(frame, on_front), failures, loss_line, rec, roles, curves, corrected, steps),
+        tables.trial_table(frame, on_front), failures, loss_line, rec, roles, curves, corrected, steps, quant),
         encoding="utf-8")
     relative = {name: os.path.relpath(paths[f"effect_png:{name}"], out)
                 for name in effect_pngs}
@@ -121,7 +123,7 @@ def _write(opened, out: Path, rtol: float, ref: str) -> dict[str, Path]:
     paths["markdown"].write_text(report_md.render(
         header, predicted, os.path.relpath(paths["pareto_png"], out), relative, best_rows,
         front_rows, comparison, failures, loss_line, rec, roles,
-        (os.path.relpath(paths["curves_png"], out), curves[1]) if curves else None, corrected, steps),
+        (os.path.relpath(paths["curves_png"], out), curves[1]) if curves else None, corrected, steps, quant),
         encoding="utf-8")
 
     exported = frame.assign(on_front=on_front, is_knee=frame["number"] == knee)

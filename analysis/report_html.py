@@ -97,8 +97,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
            rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
            curves: tuple[bytes, pd.DataFrame] | None = None,
            corrected: tuple[pd.DataFrame, str | None] | None = None,
-           steps: pd.DataFrame | None = None) -> str:
-    """The page. loss_line: what the objectives loss and time to train are, one line each;
+           steps: pd.DataFrame | None = None, quant: tuple[str, pd.DataFrame] | None = None) -> str:
+    """The page. quant: int8 against bf16 (analysis/quality.py: the rule and the fastest quantized
+    trial, then the table). loss_line: what the objectives loss and time to train are, one line each;
     curves: the loss curves per math group (PNG) and their legend table; steps: where each front
     trial's predicted step goes (tables.step_breakdown)."""
     title = dict(header)["study"]
@@ -122,6 +123,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: bytes,
               _image(pareto_png, f"MFU against memory per device ({kind})", "pareto-plot"),
               f"<h3>Best per objective and knee ({kind})</h3>", table(best, predicted),
               f"<h3>Non-dominated trials ({kind})</h3>", table(front, predicted)]
+    if quant is not None:
+        parts += ['<h2 id="quantization">Quantization: speed gain against loss cost (measured)</h2>',
+                  *[f"<p>{html.escape(line)}</p>" for line in quant[0].splitlines()], table(quant[1], False)]
     if steps is not None and not steps.empty:
         parts += ['<h3 id="step-parts">Where the predicted step goes</h3>', f"<p>{html.escape(STEP_NOTE)}</p>",
                   table(steps, False)]

@@ -41,8 +41,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
            rec: Recommendation | None = None, roles: pd.DataFrame | None = None,
            curves: tuple[str, pd.DataFrame] | None = None,
            corrected: tuple[pd.DataFrame, str | None] | None = None,
-           steps: pd.DataFrame | None = None) -> str:
-    """Markdown text; figure arguments are paths relative to the Markdown file. loss_line:
+           steps: pd.DataFrame | None = None, quant: tuple[str, pd.DataFrame] | None = None) -> str:
+    """Markdown text; quant: int8 against bf16 (analysis/quality.py: the rule and the fastest
+    quantized trial, then the table); figure arguments are paths relative to the Markdown file. loss_line:
     what the objectives loss and time to train are, one line each (the study's "loss_objective",
     e.g. its token budget; the full run's tokens)."""
     kind = "predicted" if predicted else "measured"
@@ -56,6 +57,9 @@ def render(header: list[tuple[str, str]], predicted: bool, pareto_png: str,
     parts += [f"## Pareto front ({kind})\n", f"![Pareto front ({kind})]({pareto_png})\n",
               table(front, predicted),
               f"## Best per objective and knee ({kind})\n", table(best, predicted)]
+    if quant is not None:
+        parts += ["## Quantization: speed gain against loss cost (measured)\n",
+                  *[f"{_cell(line)}\n" for line in quant[0].splitlines()], table(quant[1], False)]
     if steps is not None and not steps.empty:
         parts += ["## Where the predicted step goes\n", f"{_cell(STEP_NOTE)}\n", table(steps, False)]
     if not comparison.empty:

@@ -8,7 +8,10 @@ import pandas as pd
 
 from .load import decision_columns
 
-SCORES = ["loss", "time_to_train", "mfu", "memory_bytes", "hfu", "tokens_per_sec", "step_time", "eval_loss"]
+# dropped_fraction beside MFU: a mixture of experts' dropped routes raise MFU and cost quality
+# (analysis/quality.py); a dense study has no such column, so its tables are as before
+SCORES = ["loss", "time_to_train", "mfu", "dropped_fraction", "memory_bytes", "hfu", "tokens_per_sec", "step_time",
+          "eval_loss"]
 
 
 def _present(frame: pd.DataFrame, columns: list[str]) -> list[str]:
@@ -23,7 +26,7 @@ def trial_table(frame: pd.DataFrame, on_front: pd.Series) -> pd.DataFrame:
     if table["predicted"].any() and not table["predicted"].all():
         table["figures"] = np.where(table["predicted"], "predicted", "measured")
     columns = (["number", "outcome", *decision_columns(frame)]
-               + _present(table, [*SCORES, "plan.peak_bytes"]) + _pipelined(table)
+               + _present(table, [*SCORES, "load_balance_loss", "plan.peak_bytes"]) + _pipelined(table)
                + ["on_front"] + (["figures"] if "figures" in table else []) + _compilers(table))
     return table[columns]
 

@@ -89,6 +89,8 @@ def best_main(args) -> int:
     print("  scores:    " + ("  ".join(f"{k} {v}" for k, v in chosen.scores.items()) or "none"))
     if chosen.compiler:
         print(f"  compiler:  {chosen.compiler}")
+    for note in chosen.notes:  # what dropping tokens or int8 cost in quality (analysis/quality.py)
+        print(f"  note:      {note}")
     source = args.run
     if _is_url(args.run):  # the URL as given, its password masked (never printed)
         source = mask_url(args.run) + (f" --study {args.study}" if args.study else "")
