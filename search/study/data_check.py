@@ -9,7 +9,7 @@ import json
 
 from ...trainer.config import DataConfig
 
-_DEFAULT_TASK = DataConfig().task  # paxsearch's synthetic task, registered by the trainer on first use
+_DEFAULT_TASK = DataConfig().task  # paxsearch's synthetic corpus (trainer/synthetic_data.py: no seqio)
 _seen: dict[str, str | None] = {}
 
 

@@ -4,11 +4,14 @@ import os
 os.environ["JAX_PLATFORMS"] = "cpu"  # before anything heavy: no accelerator is needed
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from paxsearch.trainer import data
+from paxsearch.trainer import data, synthetic_data
 from paxsearch.trainer.config import DataConfig
 from paxsearch.trainer.errors import DataError
 
@@ -24,6 +27,7 @@ def assert_batches_equal(a, b):
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        assert a[k].dtype == b[k].dtype, k
 
 
 def concat_rows(*batches):
@@ -38,7 +42,8 @@ def packed():
 
 @pytest.fixture(scope="module")
 def unpacked():
-    return take(data.train_batches(DataConfig(pack=False), SEQ, BATCH, 0, 1), 3)
+    """First 20 batches of the unpacked stream (a row's fill varies: 20 batches average it)."""
+    return take(data.train_batches(DataConfig(pack=False), SEQ, BATCH, 0, 1), 20)
 
 
 def check_decoder_batch(b, rows):
@@ -200,15 +205,55 @@ def test_missing_empty_and_unknown_sources_raise(tmp_path):
         data.eval_batches(DataConfig(eval_split="test"), SEQ, BATCH, 0, 1)
 
 
-def test_synthetic_registration_is_idempotent():
-    data._task(DataConfig())
-    data._task(DataConfig())
-    assert "paxsearch_synthetic" in data.seqio.TaskRegistry.names()
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory):
+    """The synthetic corpus's splits as text files, one document a line (seqio reads them)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    paths = {}
+    for split in synthetic_data.SPLITS:
+        paths[split] = str(folder / f"{split}.txt")
+        Path(paths[split]).write_text("\n".join(synthetic_data.documents(split)) + "\n")
+    return paths
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_synthetic_pipeline_equals_seqios_over_the_same_documents(corpus_files, pack):
+    """The synthetic corpus is tokenized, packed and batched in NumPy (trainer/synthetic_data.py);
+    unshuffled, its rows equal seqio's (ByteVocabulary, EOS, LMFeatureConverter's packing) over
+    the same documents read from text files, on every shard, through the train stream's epoch
+    boundary packing windows and the whole eval split."""
+    for process_index in (0, 1):
+        ours = data.train_batches(DataConfig(shuffle=False, pack=pack, num_shards=2), SEQ, BATCH, process_index, 2)
+        seqios = data.train_batches(DataConfig(shuffle=False, pack=pack, num_shards=2,
+                                               text_files=(corpus_files["train"],)), SEQ, BATCH, process_index, 2)
+        for a, b in zip(take(ours, 12), take(seqios, 12), strict=True):
+            assert_batches_equal(a, b)
+        ours_eval = data.eval_batches(DataConfig(pack=pack, eval_examples=0), SEQ, BATCH, process_index, 2)
+        seqio_eval = data.eval_batches(DataConfig(pack=pack, eval_examples=0, text_files=(corpus_files["validation"],)),
+                                       SEQ, BATCH, process_index, 2)
+        assert len(ours_eval) == len(seqio_eval) > 10
+        for a, b in zip(ours_eval, seqio_eval, strict=True):
+            assert_batches_equal(a, b)
+
+
+def test_the_synthetic_corpus_needs_neither_seqio_nor_tensorflow():
+    """A training process on the default data (batches, eval batches, vocabulary, TensorBoard
+    scalars) imports neither seqio nor TensorFlow (~7 CPU-s a process). That a seqio source
+    does import them: tests/search/trial/test_worker_imports.py."""
+    code = ("import sys, tempfile; from paxsearch.trainer import data, tb; "
+            "from paxsearch.trainer.config import DataConfig; "
+            "next(data.train_batches(DataConfig(), 128, 8, 0, 1)); data.eval_batches(DataConfig(), 128, 8, 0, 1); "
+            "data.data_vocab_size(DataConfig()); "
+            "w = tb.ScalarWriter(tempfile.mkdtemp()); w.scalars(1, {'a': 1.0}); w.close(); "
+            "print(sorted(m for m in ('seqio', 'tensorflow') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_synthetic_corpus_is_deterministic_and_learnable():
-    docs = data._synthetic_documents("train")
-    assert docs[:50] == list(data._synthetic_documents_cached.__wrapped__(20_000, 1234)[:50])
+    docs = synthetic_data.documents("train")
+    assert docs[:50] == list(synthetic_data._documents_cached.__wrapped__(20_000, 1234)[:50])
     lengths = np.array([len(d) for d in docs])
     assert lengths.min() >= 10 and lengths.max() <= 400 and lengths.std() > 50
     bytes_ = np.frombuffer(" ".join(docs[:2000]).encode(), np.uint8)
