@@ -168,6 +168,8 @@ PARTS = {"throughput": throughput, "compile": compile_time, "mfu": mfu,
 
 if __name__ == "__main__":
     which = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if which not in ("all", *PARTS):
+        sys.exit(f"usage: bench_trainer.py [all | {' | '.join(PARTS)}] (got {which!r})")
     if which == "all":
         for part in PARTS:
             subprocess.run([sys.executable, __file__, part], check=True)
