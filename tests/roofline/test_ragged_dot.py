@@ -104,3 +104,27 @@ def test_a_batched_matmul_over_the_experts_is_the_same_convolution_and_keeps_its
     assert _ragged_convolutions(text) == [1]
     roof = R.analyze(text, hardware_for([], "v5e"), num_devices=1)
     assert roof.flops_per_step == pytest.approx(2.0 * groups * rows * K * N, rel=0.01)
+
+
+@needs_libtpu
+def test_on_v5p_the_ragged_dot_is_a_kernel_priced_at_its_groups_work_at_the_matmul_rate():
+    """On v5p the compiler writes jax.lax.ragged_dot as its ragged-dot kernel (a tpu_custom_call, named
+    ragged-dot-...): the forward, the lhs and the rhs gradients each 2 x rows x K x N, at the matmul rate."""
+    groups = 8
+    sharding = jax.sharding.SingleDeviceSharding(topology.topology_devices("v5p-8")[0])
+    args = (jax.ShapeDtypeStruct((ROWS, K), jnp.bfloat16, sharding=sharding),
+            jax.ShapeDtypeStruct((groups, K, N), jnp.bfloat16, sharding=sharding),
+            jax.ShapeDtypeStruct((groups,), jnp.int32, sharding=sharding))
+    for fn, matmuls in ((jax.lax.ragged_dot, 1),
+                        (jax.grad(lambda x, w, g: jnp.sum(jax.lax.ragged_dot(x, w, g).astype(jnp.float32)),
+                                  argnums=(0, 1)), 2)):
+        text = jax.jit(fn).lower(*args).compile().as_text()
+        module = R.parse_module(text)
+        kernels = [i for c in module.computations.values() for i in c.instrs if cost.is_ragged_dot_kernel(i)]
+        assert len(kernels) == matmuls and " convolution(" not in text
+        hw = hardware_for([], "v5p")
+        roof = R.analyze(text, hw, num_devices=1)
+        routed = matmuls * 2.0 * ROWS * K * N
+        assert routed <= roof.flops_per_step <= routed * 1.01
+        assert roof.compute_s >= routed / hw.sustained_flops * 0.999
+        assert all(cost.uses_mxu(module, k) for k in kernels)

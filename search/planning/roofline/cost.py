@@ -56,7 +56,7 @@ def _window(ins: Instr) -> list[dict]:
                  window_dilation=rhs_d[i]) for i in range(n)]
 
 
-_RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general"')  # jax's primitive of jax.lax.ragged_dot
+_RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general\b')  # jax's primitive of jax.lax.ragged_dot
 
 
 def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str) -> int:
@@ -232,11 +232,36 @@ def cudnn_fmha_flops(comp: Computation, ins: Instr) -> float:
     return 2.0 * b * h * scores * per_score
 
 
+def is_ragged_dot_kernel(ins: Instr) -> bool:
+    """Whether an instruction is the TPU's ragged-dot kernel: on v5p the compiler writes jax.lax.ragged_dot
+    as a tpu_custom_call (named ragged-dot-..., its op_name ragged_dot_general) over the group metadata
+    and the two matrices (its last two operands); not its group-metadata call (one s32 operand)."""
+    return (ins.opcode == "custom-call" and len(ins.operands) >= 3 and bool(_RAGGED_DOT.search(ins.attrs))
+            and not ins.shape.startswith(("(", "s32")))
+
+
+def ragged_dot_kernel_flops(comp: Computation, ins: Instr) -> float:
+    """FLOPs of one ragged-dot kernel, every row once (0 for any other instruction): 2 x rows x K x N. The
+    forward and the lhs gradient write [rows, N] from lhs [rows, K] and the groups' [G, K, N]; the rhs
+    gradient writes [G, K, N] from [rows, K] and [rows, N]. Rows are all the rows handed to the kernel:
+    under expert parallelism (trainer/moe.py all-gathers every device's routes) those of other devices'
+    experts lie outside every group, so this is then an upper bound."""
+    if not is_ragged_dot_kernel(ins):
+        return 0.0
+    lhs = shape_dims(operand_shape(comp, ins.operands[-2]))
+    out = shape_dims(ins.shape)
+    if len(lhs) != 2 or len(out) not in (2, 3):
+        return 0.0
+    rows = lhs[0]
+    k_times_n = lhs[1] * out[1] if len(out) == 2 else out[1] * out[2]
+    return 2.0 * rows * k_times_n
+
+
 def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0) -> float:
     """FLOPs of one instruction; a fusion's are those of its fused computation."""
     op = ins.opcode
     if op == "custom-call":
-        return splash_flops(comp, ins) or cudnn_fmha_flops(comp, ins)
+        return splash_flops(comp, ins) or cudnn_fmha_flops(comp, ins) or ragged_dot_kernel_flops(comp, ins)
     if op == "dot":
         lhs = shape_dims(operand_shape(comp, ins.operands[0])) if ins.operands else []
         cdims = ins.attr("lhs_contracting_dims")
@@ -410,8 +435,9 @@ def _holds(module: HloModule | None, comp: Computation | None, ins: Instr, test,
 
 def uses_mxu(module: HloModule, ins: Instr) -> bool:
     """Whether an instruction multiplies matrices: a dot or convolution, a fusion holding one
-    (at any depth), or a splash-attention kernel."""
-    return _holds(module, None, ins, lambda _, i: i.opcode in ("dot", "convolution") or is_attention_kernel(i))
+    (at any depth), a splash-attention kernel or the TPU's ragged-dot kernel."""
+    return _holds(module, None, ins, lambda _, i: i.opcode in ("dot", "convolution") or is_attention_kernel(i)
+                  or is_ragged_dot_kernel(i))
 
 
 def compiler_estimate(module: HloModule, ins: Instr, hw: Hardware) -> float | None:
