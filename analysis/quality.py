@@ -73,13 +73,12 @@ def dropping_reason(chosen: pd.Series, feasible: pd.DataFrame) -> str | None:
         return None
     share = drops(chosen)
     if share is not None:
-        text = (f"drops {share:.1%} of tokens (routes over expert capacity: counted in MFU, not computed; "
-                "they cost quality)")
+        text = f"drops {share:.1%} of tokens (routes over expert capacity: counted in MFU, not computed)"
         clean = feasible[pd.to_numeric(feasible[DROPPED], errors="coerce") == 0]
         losses = pd.to_numeric(clean["loss"], errors="coerce").dropna() if "loss" in clean else pd.Series()
         if not losses.empty:
             best = clean.loc[losses.idxmin()]
-            text += (f"; the best loss without dropping is trial {int(best['number'])}'s "
+            text += (f"; the best loss without dropping: trial {int(best['number'])}'s "
                      f"{fmt.value('loss', best['loss'])} against {fmt.value('loss', chosen.get('loss'))} here")
         return text
     mfu = pd.to_numeric(feasible.get("mfu"), errors="coerce").dropna() if "mfu" in feasible else pd.Series()

@@ -51,7 +51,7 @@ def test_the_recommendation_says_when_the_best_mfu_trial_drops_tokens(moe_run):
     assert rec.number == 1 and rec.scores == {"MFU": "40.00%", "dropped tokens": "13.90%"}
     drop = next(r for r in rec.reasons if r.startswith("drops"))
     assert drop.startswith("drops 13.9% of tokens")
-    assert "trial 0's 2.0000 against 2.1000 here" in drop  # the best loss without dropping
+    assert "the best loss without dropping: trial 0's 2.0000 against 2.1000 here" in drop
     # a pick that does not drop names the best-MFU trial that does
     low = recommend(frame, ["loss"], None, "runs/x", predicted=False)
     assert low.number == 0
