@@ -112,8 +112,10 @@ def _mean_max(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def summarize(points: list[Point], held_out_half: str = "b") -> Summary:
+    """held_out_half: the held-out half, or several comma-separated ("b,c")."""
+    halves = {h.strip() for h in held_out_half.split(",")}
     errors = [p.error for p in points if p.error is not None]
-    held = [p.error for p in points if p.error is not None and p.half == held_out_half]
+    held = [p.error for p in points if p.error is not None and p.half in halves]
     chip = [p.chip_error for p in points if p.chip_error is not None]
     mem = [p.memory_error for p in points if p.memory_error is not None]
     verdicts = [(p.plan_fits, p.chip_fits) for p in points if p.plan_fits is not None and p.chip_fits is not None]
@@ -142,9 +144,47 @@ def _rows(source: str) -> dict[str, dict]:
     return rows
 
 
-def collect(plan_source: str, chip_sources: list[str]) -> list[Point]:
+# A chip record (--measured, --export): per point what the chip's study stored, in the keys of the
+# rows above, so that a run's measurements outlive its study file (benchmarks/data/onchip_v5e_run*.json).
+_RECORD_KEYS = {"chip_outcome": "outcome", "measured_step_s": "step_time",
+                "chip_predicted_step_s": "plan.predicted_step_time", "chip_peak_bytes": "plan.peak_bytes",
+                "measured_peak_bytes": "measured_peak_bytes", "chip_libtpu": "env.libtpu"}
+
+
+def read_record(path: str) -> dict[str, dict]:
+    """{point: row} from a chip record; a record may hold only half, chip_outcome and measured_step_s."""
+    with open(path) as f:
+        doc = json.load(f)
+    rows = {}
+    for name, rec in doc["points"].items():
+        row = {"d.half": rec.get("half")}
+        row.update({key: rec[field] for field, key in _RECORD_KEYS.items() if rec.get(field) is not None})
+        rows[name] = row
+    return rows
+
+
+def export_record(chip_sources: list[str], what: str, command: str) -> dict:
+    """A chip record of the chip's studies: per point its half and what the chip stored."""
+    chip: dict[str, dict] = {}
+    for src in chip_sources:
+        chip.update(_rows(src))
+    points = {}
+    for name, row in sorted(chip.items()):
+        rec: dict = {"half": _text(row.get("d.half"))}
+        for field, key in _RECORD_KEYS.items():
+            v = _text(row.get(key)) if field in ("chip_outcome", "chip_libtpu") else _num(row.get(key))
+            if v is not None:
+                rec[field] = v
+        points[name] = rec
+    return {"what": what, "command": command, "points": points}
+
+
+def collect(plan_source: str, chip_sources: list[str], records: tuple[str, ...] = ()) -> list[Point]:
+    """The plan's points beside the chip's: records first, then the studies (a later one wins)."""
     plan = _rows(plan_source)
     chip: dict[str, dict] = {}
+    for path in records:
+        chip.update(read_record(path))
     for src in chip_sources:
         chip.update(_rows(src))
     points = []
@@ -213,12 +253,29 @@ def summary_text(s: Summary, points: list[Point]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--plan", required=True, help="run folder or storage URL of the plan made here")
-    ap.add_argument("--chip", action="append", required=True, help="run folder of the chip's study (repeatable)")
-    ap.add_argument("--held-out", default="b", help="the half no figure was set from (default b)")
+    ap.add_argument("--plan", help="run folder or storage URL of the plan made here (not needed for --export)")
+    ap.add_argument("--chip", action="append", default=[],
+                    help="run folder or storage URL of the chip's study (repeatable)")
+    ap.add_argument("--measured", action="append", default=[],
+                    help="a chip record (JSON, e.g. benchmarks/data/onchip_v5e_run2_measured.json; repeatable)")
+    ap.add_argument("--export", default=None, metavar="FILE",
+                    help="write the --chip studies' points as a chip record to FILE, and stop")
+    ap.add_argument("--what", default="", help="--export: what the record holds (the run, the chip, the date)")
+    ap.add_argument("--command", default="", help="--export: the command that ran the chip's studies")
+    ap.add_argument("--held-out", default="b", help="the half no figure was set from, or several: b,c (default b)")
     ap.add_argument("--json", default=None, help="also write the points and the summary to this file")
     args = ap.parse_args(argv)
-    points = collect(args.plan, args.chip)
+    if args.export:
+        if not args.chip:
+            ap.error("--export needs at least one --chip study")
+        with open(args.export, "w") as f:
+            json.dump(export_record(args.chip, args.what, args.command), f, indent=1)
+        return 0
+    if not args.plan:
+        ap.error("--plan is required (the plan made here)")
+    if not args.chip and not args.measured:
+        ap.error("give the chip's side: --chip STUDY and/or --measured RECORD")
+    points = collect(args.plan, args.chip, tuple(args.measured))
     if not points:
         print(f"no trial with a `point` decision in {args.plan}", file=sys.stderr)
         return 1

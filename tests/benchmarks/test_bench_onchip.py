@@ -53,3 +53,38 @@ def test_the_table_has_a_row_per_point():
     table = bench_onchip.table(POINTS).splitlines()
     assert len(table) == 2 + len(POINTS) and table[1].count("---") == table[0].count("|") - 1
     assert "| p4 | b | ok | predicted_oom |" in bench_onchip.table(POINTS)
+
+
+def test_several_held_out_halves():
+    s = bench_onchip.summarize(POINTS + [_point("p8", "c", "ok", "ok", predicted=1.3, measured=1.0)], held_out_half="b,c")
+    assert s.held_out == 3 and s.held_out_max_abs_error == pytest.approx(0.3)
+    assert bench_onchip.summarize(POINTS, held_out_half="c").held_out == 0
+
+
+def test_a_chip_record_stands_for_the_chips_study(tmp_path):
+    """A record (benchmarks/data/onchip_v5e_run*.json) gives the chip's side of a point as its study
+    would: run 1's hold only half, outcome and step; run 2's also the chip's compile and peak."""
+    import json
+
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"what": "w", "command": "c", "points": {
+        "p1": {"half": "a", "chip_outcome": "ok", "measured_step_s": 0.5},
+        "p2": {"half": "c", "chip_outcome": "predicted_oom", "chip_peak_bytes": 17.6 * 2**30, "chip_libtpu": "0.0.42.1"},
+    }}))
+    rows = bench_onchip.read_record(str(path))
+    assert rows["p1"] == {"d.half": "a", "outcome": "ok", "step_time": 0.5}
+    assert rows["p2"]["outcome"] == "predicted_oom" and rows["p2"]["env.libtpu"] == "0.0.42.1"
+    assert "step_time" not in rows["p2"]
+    assert set(bench_onchip._RECORD_KEYS.values()) <= {"outcome", "step_time", "plan.predicted_step_time",
+                                                         "plan.peak_bytes", "measured_peak_bytes", "env.libtpu"}
+
+
+def test_the_committed_records_read():
+    """The chip's two runs as committed: every point has a half and an outcome, and a trained one a step."""
+    import os
+
+    data = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "data")
+    for name in ("onchip_v5e_run1_measured.json", "onchip_v5e_run2_measured.json"):
+        rows = bench_onchip.read_record(os.path.join(data, name))
+        assert rows and all(r["d.half"] in ("a", "b", "c") and r["outcome"] for r in rows.values())
+        assert all(r["step_time"] > 0 for r in rows.values() if r["outcome"] == "ok")
