@@ -56,7 +56,8 @@ def test_the_table_has_a_row_per_point():
 
 
 def test_several_held_out_halves():
-    s = bench_onchip.summarize(POINTS + [_point("p8", "c", "ok", "ok", predicted=1.3, measured=1.0)], held_out_half="b,c")
+    more = POINTS + [_point("p8", "c", "ok", "ok", predicted=1.3, measured=1.0)]
+    s = bench_onchip.summarize(more, held_out_half="b,c")
     assert s.held_out == 3 and s.held_out_max_abs_error == pytest.approx(0.3)
     assert bench_onchip.summarize(POINTS, held_out_half="c").held_out == 0
 
@@ -69,7 +70,8 @@ def test_a_chip_record_stands_for_the_chips_study(tmp_path):
     path = tmp_path / "record.json"
     path.write_text(json.dumps({"what": "w", "command": "c", "points": {
         "p1": {"half": "a", "chip_outcome": "ok", "measured_step_s": 0.5},
-        "p2": {"half": "c", "chip_outcome": "predicted_oom", "chip_peak_bytes": 17.6 * 2**30, "chip_libtpu": "0.0.42.1"},
+        "p2": {"half": "c", "chip_outcome": "predicted_oom", "chip_peak_bytes": 17.6 * 2**30,
+               "chip_libtpu": "0.0.42.1"},
     }}))
     rows = bench_onchip.read_record(str(path))
     assert rows["p1"] == {"d.half": "a", "outcome": "ok", "step_time": 0.5}
