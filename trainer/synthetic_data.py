@@ -101,25 +101,25 @@ def _rows(examples: Iterator[np.ndarray], seq_len: int, pack: bool) -> Iterator[
         if not window:
             return
         row: list[np.ndarray] = []
+        used = 0
         for ex in window:
-            if row and sum(map(len, row)) + len(ex) > seq_len:
+            if row and used + len(ex) > seq_len:
                 yield _packed_row(row, seq_len)
-                row = []
+                row, used = [], 0
             row.append(ex)
+            used += len(ex)
         yield _packed_row(row, seq_len)
 
 
 def _packed_row(segments: list[np.ndarray], seq_len: int) -> Batch:
+    lengths = [len(ex) for ex in segments]
+    n = sum(lengths)
     targets = np.zeros(seq_len, np.int32)
     segment_ids = np.zeros(seq_len, np.int32)
     positions = np.zeros(seq_len, np.int32)
-    at = 0
-    for i, ex in enumerate(segments, start=1):
-        n = len(ex)
-        targets[at:at + n] = ex
-        segment_ids[at:at + n] = i
-        positions[at:at + n] = np.arange(n, dtype=np.int32)
-        at += n
+    targets[:n] = np.concatenate(segments)
+    segment_ids[:n] = np.repeat(np.arange(1, len(segments) + 1, dtype=np.int32), lengths)
+    positions[:n] = np.concatenate([np.arange(k, dtype=np.int32) for k in lengths])
     return {"targets": targets, "segment_ids": segment_ids, "positions": positions}
 
 
