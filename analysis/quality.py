@@ -114,11 +114,12 @@ class Comparison:
 
     def sentence(self) -> str:
         what = f"its bf16 twin, trial {self.counterpart}" if not self.differs_in else (
-            f"bf16 trial {self.counterpart} (also differs in {', '.join(self.differs_in)})")
+            f"bf16 trial {self.counterpart} (which also differs in {', '.join(self.differs_in)})")
         tail = (f"OVER the {LOSS_COST_TOLERANCE:.0%} loss tolerance: trial {self.counterpart} keeps the quality"
-                if self.over_tolerance else f"within the {LOSS_COST_TOLERANCE:.0%} loss tolerance")
-        return (f"{self.quantization}: {self.speed_gain:.2f}x the tokens/s of {what}, at a loss cost of "
-                f"{self.loss_cost:+.1%}, {tail}")
+                if self.over_tolerance else f"within the {LOSS_COST_TOLERANCE:.0%} loss tolerance"
+                + ("" if self.speed_gain > 1 else ", and no speed gain"))
+        return (f"trial {self.number} ({self.quantization}) runs at {self.speed_gain:.2f}x the tokens/s of {what}, "
+                f"at a loss cost of {self.loss_cost:+.2%}: {tail}")
 
 
 def comparisons(frame: pd.DataFrame) -> list[Comparison]:
@@ -153,11 +154,15 @@ def quantization_table(frame: pd.DataFrame) -> pd.DataFrame:
         q, b = by_number.loc[c.number], by_number.loc[c.counterpart]
         rows.append({"number": c.number, "quantization": c.quantization, "bf16 trial": c.counterpart,
                      "differs in": ", ".join(c.differs_in) or "nothing (twin)",
-                     "tokens_per_sec": q["tokens_per_sec"], "bf16 tokens/s": b["tokens_per_sec"],
-                     "speed gain": f"{c.speed_gain:.3f}x", "loss": q["loss"], "bf16 loss": b["loss"],
-                     "loss cost": f"{c.loss_cost:+.2%}", "verdict": c.verdict})
+                     "tokens/s": f"{_num(q['tokens_per_sec']):,.0f}",
+                     "bf16 tokens/s": f"{_num(b['tokens_per_sec']):,.0f}",
+                     "speed gain": f"{c.speed_gain:.3f}x", "loss": f"{_num(q['loss']):.4f}",
+                     "bf16 loss": f"{_num(b['loss']):.4f}", "loss cost": f"{c.loss_cost:+.2%}", "verdict": c.verdict,
+                     "_speed": _num(q["tokens_per_sec"])})
     table = pd.DataFrame(rows)
-    return table.sort_values("tokens_per_sec", ascending=False, ignore_index=True) if len(table) else table
+    if table.empty:
+        return table
+    return table.sort_values("_speed", ascending=False, ignore_index=True).drop(columns="_speed")
 
 
 def quantization_headline(frame: pd.DataFrame) -> str | None:
@@ -168,23 +173,23 @@ def quantization_headline(frame: pd.DataFrame) -> str | None:
         return None
     tokens = {int(n): _num(t) for n, t in zip(frame["number"], frame["tokens_per_sec"], strict=True)}
     fastest = max(found, key=lambda c: tokens[c.number])
-    return f"{QUANT_RULE}\nThe fastest quantized trial, {fastest.number}: {fastest.sentence()}."
+    return f"{QUANT_RULE}\nThe fastest quantized trial: {fastest.sentence()}."
 
 
 def quantization_reason(chosen: pd.Series, frame: pd.DataFrame) -> str | None:
     """One sentence on the chosen trial's quantization: a quantized pick against its bf16
-    counterpart (its loss cost over the tolerance said so), or a bf16 pick whose quantized twin
-    would pay; None where the study does not compare quantization."""
+    counterpart (its loss cost over the tolerance said so), or a bf16 pick against its quantized
+    twin (the fastest, where it has several); None where the study does not compare quantization."""
     found = comparisons(frame)
     number = int(chosen["number"])
     own = next((c for c in found if c.number == number), None)
     if own is not None:
         return own.sentence()
-    twins = [c for c in found if c.counterpart == number and not c.differs_in and c.verdict == "pays"]
+    twins = [c for c in found if c.counterpart == number and not c.differs_in]
     if twins:
-        best = max(twins, key=lambda c: c.speed_gain)
-        return (f"its {best.quantization} twin, trial {best.number}, is {best.speed_gain:.2f}x faster at a loss cost "
-                f"of {best.loss_cost:+.1%} (within the {LOSS_COST_TOLERANCE:.0%} tolerance)")
+        twin = max(twins, key=lambda c: c.speed_gain)
+        return (f"its {twin.quantization} twin, trial {twin.number}, runs at {twin.speed_gain:.2f}x its tokens/s at a "
+                f"loss cost of {twin.loss_cost:+.2%} ({twin.verdict})")
     return None
 
 

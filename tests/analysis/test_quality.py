@@ -109,8 +109,8 @@ def test_int8_is_set_against_its_bf16_twin_at_equal_tokens(quant_run):
     assert found[4].speed_gain == pytest.approx(0.20 / 0.35) and found[4].verdict == "no speed gain"
     headline = quality.quantization_headline(frame)
     assert headline.startswith(quality.QUANT_RULE)
-    assert "The fastest quantized trial, 3: int8: 1.40x the tokens/s of its bf16 twin, trial 2" in headline
-    assert "loss cost of +4.0%, OVER the 2% loss tolerance" in headline
+    assert ("The fastest quantized trial: trial 3 (int8) runs at 1.40x the tokens/s of its bf16 twin, trial 2, "
+            "at a loss cost of +4.00%: OVER the 2% loss tolerance: trial 2 keeps the quality.") in headline
 
 
 def test_the_recommendation_never_picks_int8_over_the_tolerance_silently(quant_run, tmp_path):
@@ -120,13 +120,17 @@ def test_the_recommendation_never_picks_int8_over_the_tolerance_silently(quant_r
     assert any("OVER the 2% loss tolerance: trial 2 keeps the quality" in r for r in rec.reasons)
     within = recommend(frame[frame["number"] <= 1], ["mfu"], None, "runs/x", predicted=False)
     assert within.number == 1
-    assert any("1.25x the tokens/s of its bf16 twin, trial 0, at a loss cost of +0.5%, within the 2%" in r
-               for r in within.reasons)
+    assert ("trial 1 (int8) runs at 1.25x the tokens/s of its bf16 twin, trial 0, at a loss cost of +0.50%: "
+            "within the 2% loss tolerance") in within.reasons
     bf16 = recommend(frame[frame["number"] <= 1], ["loss"], None, "runs/x", predicted=False)
-    assert any(r.startswith("its int8 twin, trial 1, is 1.25x faster") for r in bf16.reasons)
+    assert "its int8 twin, trial 1, runs at 1.25x its tokens/s at a loss cost of +0.50% (pays)" in bf16.reasons
+    other = recommend(frame[frame["number"] != 1], ["loss"], None, "runs/x", predicted=False)  # trial 4 differs
+    assert other.number == 2 and "its int8 twin, trial 3, runs at 1.40x its tokens/s at a loss cost of +4.00% " \
+        "(loss cost over 2%)" in other.reasons
     assert any("OVER the 2%" in n for n in best.choose(quant_run, "mfu").notes)
     paths = write_report(quant_run, out_dir=tmp_path / "r")
     markdown = paths["markdown"].read_text()
     section = markdown[markdown.index("## Quantization: speed gain against loss cost"):]
-    assert quality.QUANT_RULE in section and "| 1.400x |" in section and "| +4.00% | loss cost over 2% |" in section
+    assert quality.QUANT_RULE in section and "| 1.400x | 1.9760 | 1.9000 | +4.00% | loss cost over 2% |" in section
+    assert "| 4 | int8 | 2 | mesh |" in section  # the nearest bf16 trial, and what differs
     assert 'id="quantization"' in paths["html"].read_text()
