@@ -18,6 +18,12 @@ gives fits, peak bytes, predicted step time and MFU, and the roofline breakdown.
     python benchmarks/bench_published.py --table                # the published table and its conversion only
     python benchmarks/bench_published.py --moe                  # the mixture-of-experts rows (MOE_ROWS), one at a
                                                                 # time; DeepSeek V3's is listed, not planned
+    python benchmarks/bench_published.py --gpu                  # the GPU rows (GPU_ROWS) on their GPU node, no GPU
+    python benchmarks/bench_published.py --gpu --target gpu:h200x8   # the same rows on another node
+
+--gpu: with the CUDA plugin (pip install 'paxsearch[gpu-plan]') each GPU row is compiled for its node
+(plan_method compiled, ~15 s for Llama2-7B on 2 cores); without it, planned analytically (plan_method
+analytic) after one line saying so. Prints one JSON line per row. (It was bench_gpu_published.py.)
 
 Results (one JSON per row) go to --out (default runs/bench_published/); rows already there
 are re-used unless --fresh. Prints, per row: predicted and published MFU (our convention),
@@ -40,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 from paxsearch.analysis.tables import link_totals  # noqa: E402
-from paxsearch.benchmarks import published as P  # noqa: E402
+from paxsearch.benchmarks import published  # noqa: E402
 from paxsearch.trainer import hardware  # noqa: E402
 
 GiB = 2 ** 30
@@ -79,17 +85,17 @@ def slug(name: str) -> str:
     return name.replace(" ", "_").replace("-", "").lower()
 
 
-def space_text(row: P.Published, timeout: int, model_fields: dict | None = None) -> str:
+def space_text(row: published.Published, timeout: int, model_fields: dict | None = None) -> str:
     """The row's one-point space; `model_fields` change preset fields (a diagnostic: n_layers=2)."""
     fields = "".join(f", {k}={v!r}" for k, v in (model_fields or {}).items())
     return SPACE.format(script="bench_published.py", name=row.name, published_in=row.published_in,
                         config=row.config, target=row.target, timeout=timeout, preset=row.preset,
-                        attention=P.ATTENTION[row.attention], ici=row.ici, dcn=(row.slices, 1, 1),
-                        global_batch=row.global_batch, remat=P.REMAT[row.remat], rules=P.rules(row),
+                        attention=published.ATTENTION[row.attention], ici=row.ici, dcn=(row.slices, 1, 1),
+                        global_batch=row.global_batch, remat=published.REMAT[row.remat], rules=published.rules(row),
                         flags=row.flags, model_fields=fields)
 
 
-def moe_space_text(row: P.MoePublished, timeout: int) -> str:
+def moe_space_text(row: published.MoePublished, timeout: int) -> str:
     """A MoE row's one-point space (benchmarks/published.py MOE_ROWS): its preset with the run's expert
     compute, capacity and fields, its mesh by axis name."""
     from paxsearch.trainer.config import mesh_shape
@@ -156,15 +162,15 @@ def load_result(row, out: str) -> dict | None:
         return json.load(f)
 
 
-def figures(row: P.Published, result: dict | None) -> dict:
+def figures(row: published.Published, result: dict | None) -> dict:
     """The row's comparison figures (None where the plan lacks them)."""
     from paxsearch.store.plan import Plan
 
     plan = Plan.from_stored((result or {}).get("plan")) or Plan()  # the result file holds the stored plan
     roof = plan.roofline or {}
     pred = plan.predicted_mfu
-    pub = P.converted_mfu(row)
-    step, extra = plan.predicted_step_time, P.noncausal_extra_seconds(row)
+    pub = published.converted_mfu(row)
+    step, extra = plan.predicted_step_time, published.noncausal_extra_seconds(row)
     # the published program's work: our plan's step plus the attention blocks it computed and ours skips
     same_work = pred * step / (step + extra) if pred and step else None
     return {
@@ -179,7 +185,7 @@ def figures(row: P.Published, result: dict | None) -> dict:
         "peak_gib": plan.peak_bytes / GiB if plan.peak_bytes else None,
         "hbm_gib": plan.hbm_bytes / GiB if plan.hbm_bytes else None,
         "step_s": plan.predicted_step_time,
-        "published_step_s": P.published_step_time(row),
+        "published_step_s": published.published_step_time(row),
         "compute_s": roof.get("compute_s"), "memory_s": roof.get("memory_s"), "roofline_s": roof.get("roofline_s"),
         "comm_s": roof.get("comm_s"), "exposed_comm_s": roof.get("exposed_comm_s"),
         # what each chip sends over the data-center network per step (the cross-slice transfers), and
@@ -188,7 +194,7 @@ def figures(row: P.Published, result: dict | None) -> dict:
         "hfu_flops": plan.xla_flops_per_step, "model_flops": plan.model_flops_per_step,
         "num_devices": plan.num_devices,
         # the hardware FLOP rate the published step time implies for the FLOPs XLA executes here
-        "implied_hfu": (plan.xla_flops_per_step / P.published_step_time(row) / plan.peak_flops_per_device
+        "implied_hfu": (plan.xla_flops_per_step / published.published_step_time(row) / plan.peak_flops_per_device
                         if plan.xla_flops_per_step and plan.peak_flops_per_device else None),
         "failure": (result or {}).get("failure_kind"),
         "failure_message": (result or {}).get("failure_message"),
@@ -267,7 +273,7 @@ def report(rows, results: dict) -> str:
                          f"(max {max(e for _, e in errs):.1%})")
     scaling, dcn = [], []  # the slope over DCN alone: N slices' MFU over one slice's, published and predicted
     for r in rows:
-        one = figs.get(r.name.removeprefix(f"{r.slices}x ")) if r.slices > 1 else None  # P._on_slices's name
+        one = figs.get(r.name.removeprefix(f"{r.slices}x ")) if r.slices > 1 else None  # published._on_slices's name
         g = figs[r.name]
         if one and one["predicted_mfu"] and g["predicted_mfu"]:
             pub = g["published_mfu"] / one["published_mfu"]
@@ -294,7 +300,8 @@ def report(rows, results: dict) -> str:
 
 
 def moe_report(rows, results: dict) -> str:
-    """The MoE rows (P.MOE_ROWS): predicted against published MFU (our convention), fit, the roofline's buckets."""
+    """The MoE rows (published.MOE_ROWS): predicted against published MFU (our convention), fit, the
+    roofline's buckets."""
     from paxsearch.store.plan import Plan
 
     lines = ["| run | published MFU (ours) | predicted MFU | predicted / published | fits (peak / HBM GiB) "
@@ -303,13 +310,13 @@ def moe_report(rows, results: dict) -> str:
     ratios = []
     for r in rows:
         if not r.planned:
-            lines.append(f"| {r.name} | - | - | - | - | - / {P.moe_step_time(r):.2f} | - | - | - | - | - "
+            lines.append(f"| {r.name} | - | - | - | - | - / {published.moe_step_time(r):.2f} | - | - | - | - | - "
                          f"| not planned: {r.note.split(':')[1].split('(')[0].strip()} |")
             continue
         res = results.get(r.name) or {}
         plan = Plan.from_stored(res.get("plan")) or Plan()
         roof = plan.roofline or {}
-        pub, pred = P.moe_converted_mfu(r), plan.predicted_mfu
+        pub, pred = published.moe_converted_mfu(r), plan.predicted_mfu
         ratio = pred / pub if pred else None
         if ratio:
             ratios.append(ratio)
@@ -321,7 +328,8 @@ def moe_report(rows, results: dict) -> str:
             f"| {r.name} | {pub:.2%} | {_f(pred, '.2%')} | {_f(ratio, '.2f')} "
             f"| {fits} ({_f(plan.peak_bytes / GiB if plan.peak_bytes else None, '.1f')} / "
             f"{_f(plan.hbm_bytes / GiB if plan.hbm_bytes else None, '.1f')}) "
-            f"| {_f(plan.predicted_step_time, '.2f')} / {P.moe_step_time(r):.2f} | {_f(roof.get('compute_s'), '.2f')} "
+            f"| {_f(plan.predicted_step_time, '.2f')} / {published.moe_step_time(r):.2f} "
+            f"| {_f(roof.get('compute_s'), '.2f')} "
             f"| {_f(roof.get('memory_s'), '.2f')} | {_f(roof.get('comm_s'), '.2f')} "
             f"| {_f(roof.get('exposed_comm_s'), '.2f')} | {_f(hfu, '.2f')} "
             f"| {res.get('failure_kind') or ('planned' if res else 'not run')} |")
@@ -334,7 +342,7 @@ def moe_report(rows, results: dict) -> str:
     return "\n".join(lines)
 
 
-def _dcn_line(row: P.Published, g: dict, one: dict) -> str:
+def _dcn_line(row: published.Published, g: dict, one: dict) -> str:
     """One multi-slice row: the published step's extra seconds over its one-slice row, and the DCN
     bandwidth per chip that would take if all of it were the DCN transfers the plan counts."""
     extra = g["published_step_s"] - one["published_step_s"]
@@ -356,10 +364,10 @@ def add_row_args(ap: argparse.ArgumentParser, out: str) -> None:
 
 def selected_rows(only: list[str]) -> list:
     """The rows named by --only (every row when none), or exit naming the unknown ones."""
-    unknown = [n for n in only if n not in P.BY_NAME]
+    unknown = [n for n in only if n not in published.BY_NAME]
     if unknown:
-        raise SystemExit(f"unknown row(s) {unknown}; rows: {', '.join(P.BY_NAME)}")
-    return [P.BY_NAME[n] for n in only] if only else list(P.ROWS)
+        raise SystemExit(f"unknown row(s) {unknown}; rows: {', '.join(published.BY_NAME)}")
+    return [published.BY_NAME[n] for n in only] if only else list(published.ROWS)
 
 
 def main(argv=None) -> int:
@@ -370,10 +378,18 @@ def main(argv=None) -> int:
                     help="the plans' method (paxsearch run --plan-compile); default: paxsearch's")
     ap.add_argument("--moe", action="store_true",
                     help="the mixture-of-experts rows (published.py MOE_ROWS) instead of the dense ones")
+    ap.add_argument("--gpu", action="store_true", help="the GPU rows (published.py GPU_ROWS) on their GPU nodes")
+    ap.add_argument("--target", help="--gpu: plan every GPU row on this target instead of its own (e.g. gpu:h200x8)")
     args = ap.parse_args(argv)
+    if args.moe and args.gpu:
+        ap.error("--moe and --gpu are two tables: give one")
+    if args.target and not args.gpu:
+        ap.error("--target applies to the GPU rows: add --gpu")
+    if args.gpu:
+        return gpu_main(args)
     if args.moe:
         return moe_main(args)
-    print(P.table())
+    print(published.table())
     print()
     if args.table:
         return 0
@@ -398,13 +414,13 @@ def main(argv=None) -> int:
 
 def moe_main(args) -> int:
     """--moe: plan the MoE rows that are expressible (one at a time), print their table."""
-    print(P.moe_table(), "", sep="\n")
+    print(published.moe_table(), "", sep="\n")
     if args.table:
         return 0
-    unknown = [n for n in args.only if n not in P.MOE_BY_NAME]
+    unknown = [n for n in args.only if n not in published.MOE_BY_NAME]
     if unknown:
-        raise SystemExit(f"unknown MoE row(s) {unknown}; rows: {', '.join(P.MOE_BY_NAME)}")
-    rows = [P.MOE_BY_NAME[n] for n in args.only] if args.only else list(P.MOE_ROWS)
+        raise SystemExit(f"unknown MoE row(s) {unknown}; rows: {', '.join(published.MOE_BY_NAME)}")
+    rows = [published.MOE_BY_NAME[n] for n in args.only] if args.only else list(published.MOE_ROWS)
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for r in rows:
@@ -414,7 +430,38 @@ def moe_main(args) -> int:
             res = plan_row(r, args.out, args.timeout, text=moe_space_text(r, args.timeout), extra_args=extra)
         if res is not None:
             results[r.name] = res
-    print(moe_report(list(P.MOE_ROWS) if not args.only else rows, results), flush=True)
+    print(moe_report(list(published.MOE_ROWS) if not args.only else rows, results), flush=True)
+    return 0
+
+
+GPU_KEEP = ("target", "plan_method", "peak_bytes", "hbm_bytes", "fits", "predicted_step_time", "predicted_mfu",
+            "model_flops_per_step", "xla_flops_per_step", "compile_seconds")
+
+
+def gpu_main(args) -> int:
+    """--gpu: each GPU row planned in this process on its node (or --target), one JSON line a row."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only GPU devices need no GPU backend
+    from paxsearch.search.planning.compilation import plan_point
+    from paxsearch.search.planning.targets import parse_target, planning_notice
+
+    unknown = [n for n in args.only if n not in {r.name for r in published.GPU_ROWS}]
+    if unknown:
+        raise SystemExit(f"unknown GPU row(s) {unknown}; rows: {', '.join(r.name for r in published.GPU_ROWS)}")
+    for row in published.GPU_ROWS:
+        if args.only and row.name not in args.only:
+            continue
+        target = parse_target(args.target or row.target)
+        notice = planning_notice(target)
+        if notice:
+            print(notice, file=sys.stderr)
+        t0 = time.perf_counter()
+        plan = plan_point(published.gpu_config(row), target)[1]
+        stored = plan.to_stored()  # the row's JSON: the plan's stored keys
+        mfu = published.gpu_converted_mfu(row)
+        print(json.dumps({"row": row.name, **{k: stored.get(k) for k in GPU_KEEP},
+                          "wall_s": round(time.perf_counter() - t0, 1), "published_mfu_ours": round(mfu, 4),
+                          "published_step_s": round(published.gpu_step_time(row), 4),
+                          "predicted_over_published": round(plan.predicted_mfu / mfu, 4)}), flush=True)
     return 0
 
 

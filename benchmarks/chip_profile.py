@@ -102,7 +102,7 @@ def profile_one(name: str, program, compile_s: float, devices, warm: int, steps:
     import jax
 
     from paxsearch.search.planning.predict import hardware_for, predict
-    from paxsearch.search.planning.roofline import trace as T
+    from paxsearch.search.planning.roofline import trace as trace_lib
 
     cfg = program.cfg
     out: dict = {"config": name, "what": CONFIGS[name][3], "attention": cfg.model.attention, "remat": cfg.remat,
@@ -143,11 +143,11 @@ def profile_one(name: str, program, compile_s: float, devices, warm: int, steps:
                     state, metrics = program.compiled_step(state, batch)
                     jax.block_until_ready(metrics)
         out["trace_s"] = time.perf_counter() - t3
-        path = T.newest_xplane(folder)
+        path = trace_lib.newest_xplane(folder)
         out["xplane_bytes"] = os.path.getsize(path)
-        rows = T.read_xplane(path)
+        rows = trace_lib.read_xplane(path)
     out["trace_planes"] = sorted({f"{r.plane} | {r.line}" for r in rows if r.on_device})[:40]
-    out.update(T.compare(plan.hlo_text, hw, rows, steps, mesh=program.mesh, num_devices=plan.num_devices,
+    out.update(trace_lib.compare(plan.hlo_text, hw, rows, steps, mesh=program.mesh, num_devices=plan.num_devices,
                          wall_step_s=wall))
     m = out["measured_step_s"]
     out["measured_mfu"] = (plan.model_flops_per_step / plan.num_devices / m / hw.peak_flops) if m else None

@@ -2,7 +2,7 @@
 MFU convention (README "MFU convention", trainer/flops.py `model_flops_per_step`).
 
 Not a benchmark: the peer data (published figures) that bench_published.py, bench_recipes.py,
-bench_gpu_published.py, bench_maxtext_compile.py and diag_figures.py compare against.
+bench_published.py --gpu, bench_maxtext_compile.py and diag_figures.py compare against.
 
 Only facts are copied (numbers, dims, flags) with the repository, file and commit they come
 from; no code. Each row is one published table entry that can be traced to a config script.
