@@ -352,3 +352,19 @@ def test_moe_report_ratio_and_the_row_not_planned():
     assert f"| {r.name} | {pub:.2%} | {pub * 1.05:.2%} | 1.05 | fits" in text
     assert "| v5p-1024 DeepSeek-V3-671B | - |" in text and "not planned" in text
     assert "Goal: predicted / published in 0.9-1.1 for 1 of 1 planned MoE rows." in text
+
+
+def test_the_gpu_rows_plan_through_the_one_script(capsys):
+    """bench_published.py --gpu (was bench_gpu_published.py): each GPU row planned on its node (analytic
+    here, without the CUDA plugin), one JSON line with the ratio to the published MFU."""
+    import json
+
+    assert bench_published.main(["--gpu"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [x["row"] for x in lines] == [r.name for r in published.GPU_ROWS]
+    for x in lines:
+        assert x["predicted_over_published"] == pytest.approx(x["predicted_mfu"] / x["published_mfu_ours"], rel=1e-3)
+    with pytest.raises(SystemExit):
+        bench_published.main(["--gpu", "--moe"])
+    with pytest.raises(SystemExit):
+        bench_published.main(["--target", "gpu:h200x8"])
