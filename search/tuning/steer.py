@@ -25,8 +25,10 @@ Point p is predicted dominated by a finished trial q when, for every objective:
   - memory: q's compiled peak bytes <= p's (compiled memory is exact, not predicted);
   - loss: q trained the same math (math_key: the same model, data, optimizer, global batch
     and steps; only the layout differs: mesh, remat, attention kernel, activation sharding,
-    compiler flags, gradient accumulation, vocab tiling, ZeRO-1 and offload), so its loss
-    stands for p's; a trial of other math never dominates.
+    compiler flags, gradient accumulation, vocab tiling, ZeRO-1 and offload; for a MoE model
+    with capacity-based experts the mesh and per-device batch are math, since each device's
+    capacity drops its own overflow), so its loss stands for p's; a trial of other math never
+    dominates.
 and it is strictly better on at least one (on MFU, by construction of the test above).
 
 The driver sends the references (finished trials of the same math, or all of them when loss
@@ -63,8 +65,12 @@ def math_key(cfg, num_devices: int) -> str:
     from ...trainer import mesh as mesh_lib
 
     d = config_lib.to_dict(cfg)
+    # A capacity-based MoE layer drops what overflows each device's share of the tokens
+    # (trainer/moe.py), so how the batch is split (the mesh, the per-device batch) is math there.
+    capacity = d["model"].get("n_experts", 0) > 0 and d["model"].get("expert_compute") == "capacity"
     for name in _LAYOUT_FIELDS:
-        d.pop(name, None)
+        if not (capacity and name in ("mesh", "per_device_batch")):
+            d.pop(name, None)
     for name in _LAYOUT_MODEL_FIELDS:
         d["model"].pop(name, None)
     for name in _LAYOUT_OPTIMIZER_FIELDS:

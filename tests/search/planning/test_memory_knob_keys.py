@@ -72,3 +72,17 @@ def test_a_config_stored_before_the_knobs_loads_with_them_off():
     assert cfg == _cfg()
     assert (cfg.grad_accum_steps, cfg.model.vocab_tiles, cfg.optimizer.zero1, cfg.optimizer.offload_state,
             cfg.offload_params) == (1, 1, False, False, False)
+
+
+def test_the_mesh_is_math_for_capacity_experts_only():
+    """A capacity-based MoE layer drops each device's overflow, so two meshes of one global batch train
+    different math there; dropless experts compute every route whatever the mesh."""
+    def moe(compute, ici, batch):
+        model = dataclasses.replace(MODEL_8B, n_experts=8, experts_per_token=2, expert_compute=compute)
+        return dataclasses.replace(_cfg(ici=ici), model=model, per_device_batch=batch)
+
+    for compute, same in (("dropless", True), ("capacity", False)):
+        a, b = moe(compute, (1, 16, 1), 1), moe(compute, (2, 8, 1), 1)
+        assert (math_key(a, 16) == math_key(b, 16)) is same, compute
+    dense_a, dense_b = _cfg(ici=(1, 16, 1)), _cfg(ici=(2, 8, 1))
+    assert math_key(dense_a, 16) == math_key(dense_b, 16)
