@@ -23,6 +23,12 @@ Cases: {dense, llama} x {f32, bf16} x {fsdp8: 8 simulated devices, fsdp 8, batch
 GPipe, global batch 8}. "dense" is the issue's non-gated model (gelu, tanh approximation);
 "llama" is MaxText's default block (SwiGLU, RoPE); both at d_model 256, 4 layers, 4 heads
 of 64, d_ff 1024, vocab 1024, seq 256, RoPE positions, untied unembedding.
+
+Mixtures of experts (issue 43 section 4; asked for by name, e.g. --cases moecap-f32-ep4,moe-f32-ep4):
+{moe: dropless, moecap: capacity factor 1.25} x {f32, bf16} x {ep2, ep4: 8 simulated devices, fsdp 4 x
+expert 2 or fsdp 2 x expert 4, batch 1/device}. The llama body with every MLP a MoE layer: 8 SwiGLU
+experts of width 1024, top-2 softmax routing, no shared expert, no leading dense layer (MaxText's mixtral
+block has neither), load-balancing weight 0.01 on both sides. MaxText's keys: _maxtext_moe().
 """
 from __future__ import annotations
 
@@ -37,19 +43,35 @@ import time
 
 DIMS = dict(d_model=256, n_layers=4, n_heads=4, head_dim=64, d_ff=1024, vocab_size=1024, seq_len=256)
 MODELS = {"dense": dict(mlp="dense", activation="gelu"), "llama": dict(mlp="gated", activation="silu")}
-MESHES = {"fsdp8": (8, 1), "1dev": (1, 8), "pp2": (8, 1)}  # (devices, per-device batch)
+MESHES = {"fsdp8": (8, 1), "1dev": (1, 8), "pp2": (8, 1), "ep2": (8, 1), "ep4": (8, 1)}  # (devices, per-device batch)
 # pp2 (issue 19 section 7): 2 pipeline stages x fsdp 4, 2 microbatches of 4 rows (MaxText needs a microbatch
 # divisible over fsdp), GPipe (MaxText: 2 layers a stage)
 PIPELINES = {"pp2": dict(stages=2, microbatches=2)}
 DTYPES = {"f32": "float32", "bf16": "bfloat16"}
-CASES = [f"{m}-{d}-{mesh}" for m in MODELS for d in DTYPES for mesh in MESHES if mesh != "pp2"]
+CASES = [f"{m}-{d}-{mesh}" for m in MODELS for d in DTYPES for mesh in ("fsdp8", "1dev")]
 PIPELINE_CASES = [f"{m}-{d}-pp2" for m in MODELS for d in DTYPES]  # asked for by name (--cases)
-MAXTEXT_ACTIVATIONS = {"dense": '["gelu"]', "llama": '["silu","linear"]'}
+# Mixtures of experts (issue 43 section 4): the llama body with every MLP a MoE layer of 8 SwiGLU experts of width
+# d_ff, top-2 softmax routing (renormalized), no shared expert, no leading dense layer, load-balancing weight 0.01;
+# "moecap": capacity factor 1.25 (tokens over capacity dropped), "moe": dropless. On 8 devices, expert parallelism
+# 2 or 4 over the fsdp axis's rest (ep4: fsdp 2 x expert 4). Asked for by name (--cases).
+EXPERTS = {"ep2": 2, "ep4": 4}  # mesh: its expert axis size
+MOE = dict(n_experts=8, experts_per_token=2, expert_d_ff=DIMS["d_ff"], load_balance_weight=0.01)
+MOE_COMPUTE = {"moe": ("dropless", -1.0), "moecap": ("capacity", 1.25)}  # ours, MaxText's capacity_factor
+MODELS.update({name: MODELS["llama"] for name in MOE_COMPUTE})
+MOE_CASES = [f"{m}-{d}-{mesh}" for m in MOE_COMPUTE for d in DTYPES for mesh in EXPERTS]
+MAXTEXT_ACTIVATIONS = {"dense": '["gelu"]', "llama": '["silu","linear"]', "moe": '["silu","linear"]',
+                       "moecap": '["silu","linear"]'}
 STEP_LINE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 
 
 def _parse(case: str):
-    model, dtype, mesh = case.split("-")
+    parts = case.split("-")
+    if len(parts) != 3 or parts[0] not in MODELS or parts[1] not in DTYPES or parts[2] not in MESHES:
+        raise SystemExit(f"unknown case {case!r}; cases: {', '.join(CASES + PIPELINE_CASES + MOE_CASES)}")
+    model, dtype, mesh = parts
+    if (model in MOE_COMPUTE) != (mesh in EXPERTS):
+        raise SystemExit(f"case {case!r}: the MoE models ({', '.join(MOE_COMPUTE)}) go with an expert mesh "
+                         f"({', '.join(EXPERTS)}), the dense ones with the others")
     devices, per_device_batch = MESHES[mesh]
     return model, DTYPES[dtype], devices, per_device_batch
 
@@ -74,10 +96,30 @@ def maxtext_cmd(case: str, steps: int, remat: str, out_dir: str) -> list[str]:
             f"base_num_decoder_layers={d['n_layers']}", f"vocab_size={d['vocab_size']}",
             f"max_target_length={d['seq_len']}", f"mlp_activations={MAXTEXT_ACTIVATIONS[model]}",
             f"dtype={dtype}", "weight_dtype=float32", f"per_device_batch_size={pdb}",
-            f"remat_policy={remat}"] + _maxtext_mesh(mesh, devices)
+            f"remat_policy={remat}"] + _maxtext_mesh(mesh, devices) + _maxtext_moe(model)
+
+
+def _maxtext_moe(model: str) -> list[str]:
+    """MaxText 0.2.5's MoE keys (configs/base.yml) for our MOE fields, through its dense_matmul (sparse_matmul=false,
+    megablox=false), the path MaxText's CPU runs can take: capacity_factor 1.25 dispatches and combines with one-hot
+    masks (its capacity is per sequence, ceil(k x seq / E) x factor; ours per device: the same at 1 sequence a
+    device); capacity_factor -1 (dropless) runs every expert on every token, weighted by the routing (E / k x the
+    routed work). Its sparse_matmul (dropless, jax.lax.ragged_dot) does not run here with expert parallelism: its
+    ragged_all_to_all is not implemented by XLA:CPU (jax 0.12.1), and use_ring_of_experts=true with megablox=false
+    stops in jax.lax.ragged_dot ("expected rhs group dimension size to be 8, got 2": all experts' group sizes
+    against the local experts' weights)."""
+    if model not in MOE_COMPUTE:
+        return []
+    return ["decoder_block=mixtral", f"num_experts={MOE['n_experts']}",
+            f"num_experts_per_tok={MOE['experts_per_token']}",
+            f"base_moe_mlp_dim={MOE['expert_d_ff']}", f"capacity_factor={MOE_COMPUTE[model][1]}",
+            "sparse_matmul=false", "megablox=false",
+            f"load_balance_loss_weight={MOE['load_balance_weight']}"]
 
 
 def _maxtext_mesh(mesh: str, devices: int) -> list[str]:
+    if mesh in EXPERTS:
+        return [f"ici_fsdp_parallelism={devices // EXPERTS[mesh]}", f"ici_expert_parallelism={EXPERTS[mesh]}"]
     pipe = PIPELINES.get(mesh)
     if pipe is None:
         return [f"ici_fsdp_parallelism={devices}"]
@@ -116,10 +158,18 @@ def paxsearch_side(case: str, steps: int, warmup: int, remat: str, prefetch: int
     from paxsearch.trainer.train import train
 
     model, dtype, devices, pdb = _parse(case)
-    m = ModelConfig(**DIMS, **MODELS[model], position="rope", dtype=dtype, param_dtype="float32",
+    moe = {}
+    if model in MOE_COMPUTE:
+        compute, factor = MOE_COMPUTE[model]
+        moe = dict(MOE, expert_compute=compute, **({"capacity_factor": factor} if compute == "capacity" else {}))
+    m = ModelConfig(**DIMS, **MODELS[model], **moe, position="rope", dtype=dtype, param_dtype="float32",
                     attention="dot_product", tie_embeddings=False)
-    pipe = PIPELINES.get(case.split("-")[2])
-    if pipe is None:
+    mesh = case.split("-")[2]
+    pipe = PIPELINES.get(mesh)
+    if mesh in EXPERTS:  # the batch splits over fsdp x expert (trainer/moe.py BATCH_AXES), as MaxText's
+        layout = dict(mesh=MeshConfig(ici=mesh_shape(fsdp=devices // EXPERTS[mesh], expert=EXPERTS[mesh])),
+                      per_device_batch=pdb)
+    elif pipe is None:
         layout = dict(mesh=MeshConfig(ici=(1, devices, 1)), per_device_batch=pdb)
     else:  # MaxText's global batch: per_device_batch_size x every device (ours counts the batch axes' only)
         stages = pipe["stages"]
@@ -147,7 +197,8 @@ def run_paxsearch(case: str, steps: int, warmup: int, remat: str, prefetch: int)
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {CASES + PIPELINE_CASES}")
+    p.add_argument("--cases", default=",".join(CASES),
+                   help=f"comma-separated, from {CASES + PIPELINE_CASES + MOE_CASES}")
     p.add_argument("--repeats", type=int, default=3, help="alternated MaxText/paxsearch pairs per case")
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--warmup", type=int, default=5, help="first steps excluded on both sides")

@@ -22,6 +22,14 @@ Needs an environment holding both trainers with one jax, e.g. (benchmarks/RESULT
     /work/mt312/bin/python benchmarks/bench_maxtext_compile.py --only "v5p-128 64B"
     /work/mt312/bin/python benchmarks/bench_maxtext_compile.py --report
 
+Mixtures of experts (issue 43 section 4): `--moe --only "v5p-128 Mixtral-8x7B"` does the same for a
+row of published.MOE_ROWS, MaxText given the row's MoE keys (moe_maxtext_argv: decoder_block mixtral,
+SwiGLU, num_experts, num_experts_per_tok, base_moe_mlp_dim, capacity_factor -1 = dropless, sparse_matmul,
+megablox, load_balance_loss_weight, ici_expert_parallelism) and ours planned by bench_published's MoE
+space with the whole compile (--plan-compile full); results in --out/moe/. `--maxtext-gmm ragged_dot`
+(default) gives MaxText's dropless experts jax.lax.ragged_dot, as ours (megablox=false); `megablox` its
+Pallas kernel, as the published run had it.
+
 Results: --out (default runs/bench_maxtext_compile/): <row>.maxtext.json per row, and ours in
 --out/ours/ (bench_published's files). Rows already there are re-used unless --fresh.
 """
@@ -40,6 +48,7 @@ ROOT = os.path.dirname(HERE)
 from paxsearch.benchmarks import bench_published, published
 
 GiB = 2 ** 30
+DEFAULT_OUT = os.path.join(ROOT, "runs", "bench_maxtext_compile")
 
 
 def model_of(row: published.Published, layers: int | None = None):
@@ -83,6 +92,30 @@ def maxtext_common_argv(base_yml: str, target: str, m, per_device_batch: int, re
         "weight_dtype=float32", "enable_dropout=false", "dataset_type=synthetic", "enable_checkpointing=false",
         "opt_type=adamw", "skip_jax_distributed_system=true",
     ]
+
+
+def moe_maxtext_argv(row: published.MoePublished, base_yml: str, gmm: str = "ragged_dot") -> list[str]:
+    """MaxText 0.2.5 overrides (configs/base.yml keys) for a MoE row: the common ones with the Mixtral block
+    (decoder_block mixtral: RMSNorm pre-norm, SwiGLU experts, softmax top-k router renormalized), then the
+    experts, the expert compute and the row's mesh by axis name (our expert axis is MaxText's)."""
+    m = published.moe_model(row)
+    if m.n_shared_experts or m.first_dense_layers or m.moe_every != 1 or m.router != "softmax" or m.mlp != "gated":
+        raise ValueError(f"{row.name}: the mixtral block holds no shared expert, leading dense layer, interleave, "
+                         "sigmoid router or non-gated expert")
+    common = maxtext_common_argv(base_yml, row.target, m, row.maxtext_per_device_batch, "full", "flash")
+    common = [a for a in common if not a.startswith(("decoder_block=", "mlp_activations=", "remat_policy=",
+                                                     "weight_dtype="))]
+    dropless = m.expert_compute == "dropless"
+    mesh = [f"ici_{axis}_parallelism={size}" for axis, size in row.mesh]
+    if row.remat != "full":
+        raise ValueError(f"{row.name}: remat {row.remat!r} has no MaxText mapping here (full only)")
+    return common + [
+        "decoder_block=mixtral", f"mlp_activations=[\"{m.activation}\",\"linear\"]", "remat_policy=full",
+        f"weight_dtype={m.param_dtype}", f"rope_max_timescale={int(m.rope_theta)}",
+        f"num_experts={m.n_experts}", f"num_experts_per_tok={m.experts_per_token}",
+        f"base_moe_mlp_dim={m.expert_d_ff or m.d_ff}", f"load_balance_loss_weight={m.load_balance_weight}",
+        f"capacity_factor={-1.0 if dropless else m.capacity_factor}", f"sparse_matmul={str(dropless).lower()}",
+        f"megablox={str(dropless and gmm == 'megablox').lower()}", *mesh]
 
 
 def compile_maxtext(row: published.Published, out_path: str, layers: int | None = None) -> None:
@@ -185,6 +218,81 @@ def run_compile_child(name: str, label: str, cmd: list[str], path: str, out: str
         return json.load(f)
 
 
+def run_moe(row: published.MoePublished, out: str, timeout: int, gmm: str) -> dict:
+    cmd = [sys.executable, __file__, "--moe", "--maxtext-row", row.name, "--out", out, "--maxtext-gmm", gmm]
+    path = os.path.join(out, bench_published.slug(row.name) + ".maxtext.json")
+    return run_compile_child(row.name, "MaxText", cmd, path, out, timeout)
+
+
+def moe_report(rows, ours: dict, theirs: dict) -> str:
+    """The MoE rows: both sides' peak, temporaries, executed FLOPs and predicted step, and the ratios
+    (the issue's goal: FLOPs within 1%, memory within 5%)."""
+    from paxsearch.store.plan import Plan
+
+    lines = ["| config | side | peak / HBM GiB | temp GiB | argument GiB | XLA FLOPs / chip | predicted step s | "
+             "predicted MFU |", "|---|---|---|---|---|---|---|---|"]
+    ratios = ["| config | peak ours / MaxText | temp ours / MaxText | FLOPs ours / MaxText | step ours / MaxText |",
+              "|---|---|---|---|---|"]
+    for r in rows:
+        o, m = ours.get(r.name) or {}, theirs.get(r.name) or {}
+        plan = Plan.from_stored(o.get("plan")) or Plan()
+        fig = {}
+        for side, res in (("paxsearch", o), ("MaxText 0.2.5", m)):
+            if side == "paxsearch":
+                fail = o.get("failure_kind") and f"{o['failure_kind']}: {(o.get('failure_message') or '')[:160]}"
+                f = dict(peak=plan.peak_bytes, hbm=plan.hbm_bytes, temp=plan.temp_bytes, args=plan.argument_bytes,
+                         roof=plan.roofline or {}, mfu=plan.predicted_mfu)
+            else:
+                fail = m.get("error") and (m.get("predicted_oom") or m["error"])[:200]
+                f = dict(peak=m.get("peak_bytes"), hbm=m.get("hbm_bytes"), temp=(m.get("memory") or {}).get("temp"),
+                         args=(m.get("memory") or {}).get("argument"), roof=m.get("roofline") or {},
+                         mfu=m.get("predicted_mfu"))
+            if not res or (fail and f["peak"] is None):
+                lines.append(f"| {r.name} | {side} | **{fail or 'not compiled'}** | | | | | |")
+                continue
+            fig[side] = f
+            lines.append(f"| {r.name} | {side} | {_gib(f['peak'])} / {_gib(f['hbm'])} | {_gib(f['temp'])} "
+                         f"| {_gib(f['args'])} | {_f(f['roof'].get('flops_per_step'), '.4e')} "
+                         f"| {_f(f['roof'].get('step_time_s'), '.3f')} | {_f(f['mfu'], '.2%')} |")
+        if len(fig) == 2:
+            a, b = fig["paxsearch"], fig["MaxText 0.2.5"]
+            q = lambda x, y: "-" if not x or not y else f"{x / y:.4f}"  # noqa: E731
+            ratios.append(f"| {r.name} | {q(a['peak'], b['peak'])} | {q(a['temp'], b['temp'])} "
+                          f"| {q(a['roof'].get('flops_per_step'), b['roof'].get('flops_per_step'))} "
+                          f"| {q(a['roof'].get('step_time_s'), b['roof'].get('step_time_s'))} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(ratios)
+
+
+def moe_main(args) -> int:
+    """--moe: the MoE rows (published.MOE_ROWS that are planned), MaxText's compile and our plan."""
+    unknown = [n for n in args.only if n not in published.MOE_BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown MoE row(s) {unknown}; rows: {', '.join(published.MOE_BY_NAME)}")
+    rows = [published.MOE_BY_NAME[n] for n in args.only] if args.only else [r for r in published.MOE_ROWS
+                                                                              if r.planned]
+    if any(not r.planned for r in rows):
+        raise SystemExit(f"not expressible here: {', '.join(r.name for r in rows if not r.planned)}")
+    out = os.path.join(args.out, "moe") if args.out == DEFAULT_OUT else args.out
+    ours_dir = os.path.join(out, "ours")
+    os.makedirs(ours_dir, exist_ok=True)
+    ours, theirs = {}, {}
+    for r in rows:
+        path = os.path.join(out, bench_published.slug(r.name) + ".maxtext.json")
+        if os.path.exists(path) and not args.fresh:
+            with open(path) as f:
+                theirs[r.name] = json.load(f)
+        elif not args.report and args.side in ("both", "maxtext"):
+            theirs[r.name] = run_moe(r, out, args.timeout, args.maxtext_gmm)
+        res = None if args.fresh else bench_published.load_result(r, ours_dir)
+        if res is None and not args.report and args.side in ("both", "paxsearch"):
+            res = bench_published.plan_row(r, ours_dir, args.timeout, text=bench_published.moe_space_text(
+                r, args.timeout), extra_args=["--plan-compile", "full"])
+        if res is not None:
+            ours[r.name] = res
+    print(moe_report(rows, ours, theirs), flush=True)
+    return 0
+
+
 def _gib(x):
     return "-" if x is None else f"{x / GiB:.1f}"
 
@@ -225,12 +333,29 @@ def report(rows, ours: dict, theirs: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    bench_published.add_row_args(ap, os.path.join(ROOT, "runs", "bench_maxtext_compile"))
+    bench_published.add_row_args(ap, DEFAULT_OUT)
+    ap.add_argument("--moe", action="store_true", help="the mixture-of-experts rows (published.py MOE_ROWS)")
+    ap.add_argument("--maxtext-gmm", choices=("ragged_dot", "megablox"), default="ragged_dot",
+                    help="--moe, dropless rows: MaxText's grouped matmul (ragged_dot: as ours; megablox: its kernel)")
     ap.add_argument("--side", choices=("both", "maxtext", "paxsearch"), default="both")
     ap.add_argument("--layers", type=int, help="decoder layers on both sides (a diagnostic: per-layer "
                     "and fixed memory from two depths); results go to --out/layers<N>/ by default")
     ap.add_argument("--maxtext-row", help=argparse.SUPPRESS)  # the worker: one MaxText compile in this process
     args = ap.parse_args(argv)
+    if args.moe and args.maxtext_row:
+        row = published.MOE_BY_NAME[args.maxtext_row]
+        compile_maxtext_step(row.name, row.target, row.flags, lambda yml: moe_maxtext_argv(row, yml, args.maxtext_gmm),
+                             published.moe_model(row), row.global_batch,
+                             os.path.join(args.out, bench_published.slug(row.name) + ".maxtext.json"))
+        return 0
+    if args.moe:
+        if args.layers:
+            ap.error("--layers is for the dense rows")
+        try:
+            import maxtext  # noqa: F401
+        except ImportError:
+            raise SystemExit("MaxText is not installed in this interpreter: see this script's docstring") from None
+        return moe_main(args)
     if args.maxtext_row:
         compile_maxtext(published.BY_NAME[args.maxtext_row],
                         os.path.join(args.out, bench_published.slug(args.maxtext_row) + ".maxtext.json"), args.layers)

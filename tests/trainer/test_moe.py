@@ -149,10 +149,12 @@ def test_moe_layer_alone_routes_top_k_and_sums_the_weighted_experts():
     assert float(stats["load_balance_loss"]) == pytest.approx(N_EXPERTS * np.sum(load * probs.mean(0)), rel=1e-5)
 
 
+@pytest.mark.parametrize("block", [4, moe_lib.BLOCK])  # blocks smaller than the rows, and the default
 @pytest.mark.parametrize("sizes", [(5, 0, 17, 3), (0, 0, 0, 0), (40, 0, 0, 0), (1, 2, 3, 4)])
-def test_blocks_grouped_matmul_equals_ragged_dot(sizes):
+def test_blocks_grouped_matmul_equals_ragged_dot(sizes, block, monkeypatch):
     """XLA:CPU's grouped matmul (blocks of rows of one group each) against jax.lax.ragged_dot:
     values and gradients, with empty groups, rows after the last group, one group of every row."""
+    monkeypatch.setattr(moe_lib, "BLOCK", block)
     rows, k, n = 40, 8, 6
     group_sizes = jnp.asarray(sizes, jnp.int32)
     lhs = jax.random.normal(jax.random.key(0), (rows, k))
