@@ -7,13 +7,13 @@ Splits "train" (20,000 documents) and "validation" (400).
 The pipeline is the one trainer/data.py builds with seqio for any other source, step for
 step: shard the examples (example i goes to shard i mod num_shards), tokenize as
 seqio.ByteVocabulary does (UTF-8 bytes + 3; 0 pad, 1 EOS, 2 UNK), append EOS, trim to seq_len,
-repeat (train), pack as seqio's trim_and_pack_dataset packs (windows of seq_len examples, each
-packed greedily into rows: an example that does not fit closes the row; the window's last row
-is closed too), derive the decoder features as seqio's LMFeatureConverter does, and batch.
-Unshuffled, its rows equal seqio's over the same documents (tests/trainer/test_data.py checks
-it against a text file of the corpus). The one difference: the train split is shuffled by a
-permutation of the shard's examples per epoch (seeded by DataConfig.seed and the epoch), where
-seqio shuffles through a 1,000-example buffer.
+repeat and shuffle the train split as seqio's Task does (tf.data's shuffle over a 1,000-example
+buffer, its Philox stream reproduced here), pack as seqio's trim_and_pack_dataset packs (windows
+of seq_len examples, each packed greedily into rows: an example that does not fit closes the
+row; the window's last row is closed too), derive the decoder features as seqio's
+LMFeatureConverter does, and batch. Its batches equal seqio's over the same documents, shuffled
+or not (tests/trainer/test_data.py checks them against a text file of the corpus), so a study
+trained before this module existed reruns to the same losses (tests/search/study/test_legacy_study.py).
 
 A training process on the synthetic corpus thus imports neither seqio nor TensorFlow (~7 CPU-s
 a process).
@@ -141,11 +141,60 @@ def _train_examples(seq_len: int, shard: int, num_shards: int, shuffle: bool, se
     examples = _examples("train", seq_len)[shard::num_shards]
     if not examples:
         return
-    for epoch in itertools.count():
-        order = (np.random.default_rng([seed, epoch]).permutation(len(examples)) if shuffle
-                 else range(len(examples)))
-        for i in order:
-            yield examples[i]
+    stream = itertools.cycle(examples)  # seqio repeats the split before it shuffles
+    yield from _tf_shuffled(stream, SHUFFLE_BUFFER, seed) if shuffle else stream
+
+
+SHUFFLE_BUFFER = 1000  # seqio's Task shuffle buffer (SHUFFLE_BUFFER_SIZE)
+_TF_DEFAULT_GRAPH_SEED = 87654321  # what tf.data pairs an op seed with when no global seed is set
+_M32 = 0xFFFFFFFF
+
+
+def _philox_blocks(key: tuple[int, int], counter: list[int], n: int) -> np.ndarray:
+    """n consecutive outputs of TensorFlow's random::PhiloxRandom (Philox4x32-10) from
+    `counter` (4 uint32 words, advanced in place), as n x 4 uint32 in output order."""
+    low = (counter[0] | counter[1] << 32) + np.arange(n, dtype=np.uint64)
+    c = [low & _M32, low >> np.uint64(32), np.full(n, counter[2], np.uint64), np.full(n, counter[3], np.uint64)]
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c[0]
+        p1 = np.uint64(0xCD9E8D57) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & _M32, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & _M32]
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & _M32, (k1 + np.uint64(0xBB67AE85)) & _M32
+    after = (counter[0] | counter[1] << 32) + n  # the low 64 bits never carry here
+    counter[0], counter[1] = after & _M32, (after >> 32) & _M32
+    return np.stack(c, axis=1)
+
+
+def _philox_uint32s(seed_lo: int, seed_hi: int) -> Iterator[int]:
+    """TensorFlow's SingleSampleAdapter<PhiloxRandom(seed_lo, seed_hi)>: its uint32s one by one."""
+    key = (seed_lo & _M32, seed_lo >> 32 & _M32)
+    counter = [0, 0, seed_hi & _M32, seed_hi >> 32 & _M32]
+    while True:
+        yield from _philox_blocks(key, counter, 256).ravel().tolist()
+
+
+def _tf_shuffled(items: Iterator[np.ndarray], buffer_size: int, seed: int) -> Iterator[np.ndarray]:
+    """`items` in the order tf.data's Dataset.shuffle(buffer_size, seed=seed) gives them (TF 2,
+    no global seed, first iteration): the op's seeds (87654321, seed mod 2^31-1) draw the
+    iterator's two seeds, whose Philox stream picks each element from the ring buffer's live
+    part. tests/trainer/test_data.py checks it against TensorFlow's own."""
+    draw_seeds = _philox_uint32s(_TF_DEFAULT_GRAPH_SEED, seed % (2**31 - 1))
+    random = _philox_uint32s(next(draw_seeds), next(draw_seeds))
+    buffer: list = [None] * buffer_size
+    start = end = 0
+    for item in itertools.chain(items, [None]):
+        if item is not None:
+            buffer[end % buffer_size] = item
+            end += 1
+            if end - start < buffer_size:
+                continue
+        while end > start and (item is None or end - start == buffer_size):
+            i = (start + next(random) % (end - start)) % buffer_size
+            j = start % buffer_size
+            yield buffer[i]
+            buffer[i], buffer[j] = buffer[j], buffer[i]
+            start += 1
 
 
 def train_batches(cfg: DataConfig, seq_len: int, rows: int, shards: range, num_shards: int,

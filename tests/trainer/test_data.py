@@ -3,6 +3,7 @@ import os
 
 os.environ["JAX_PLATFORMS"] = "cpu"  # before anything heavy: no accelerator is needed
 
+import dataclasses
 import itertools
 import subprocess
 import sys
@@ -218,22 +219,39 @@ def corpus_files(tmp_path_factory):
 
 @pytest.mark.parametrize("pack", [True, False])
 def test_synthetic_pipeline_equals_seqios_over_the_same_documents(corpus_files, pack):
-    """The synthetic corpus is tokenized, packed and batched in NumPy (trainer/synthetic_data.py);
-    unshuffled, its rows equal seqio's (ByteVocabulary, EOS, LMFeatureConverter's packing) over
-    the same documents read from text files, on every shard, through the train stream's epoch
-    boundary packing windows and the whole eval split."""
+    """The synthetic corpus is tokenized, shuffled, packed and batched in NumPy
+    (trainer/synthetic_data.py); its rows equal seqio's (ByteVocabulary, EOS, the Task's shuffle
+    buffer, LMFeatureConverter's packing) over the same documents read from text files, shuffled
+    or not, on every shard, past the packing windows' and the split's ends, and over the whole
+    eval split."""
     for process_index in (0, 1):
-        ours = data.train_batches(DataConfig(shuffle=False, pack=pack, num_shards=2), SEQ, BATCH, process_index, 2)
-        seqios = data.train_batches(DataConfig(shuffle=False, pack=pack, num_shards=2,
-                                               text_files=(corpus_files["train"],)), SEQ, BATCH, process_index, 2)
-        for a, b in zip(take(ours, 12), take(seqios, 12), strict=True):
-            assert_batches_equal(a, b)
+        for shuffle, seed in ((False, 0), (True, 0), (True, 5)):
+            cfg = DataConfig(shuffle=shuffle, seed=seed, pack=pack, num_shards=2)
+            ours = data.train_batches(cfg, SEQ, BATCH, process_index, 2)
+            text = dataclasses.replace(cfg, text_files=(corpus_files["train"],))
+            seqios = data.train_batches(text, SEQ, BATCH, process_index, 2)
+            for a, b in zip(take(ours, 12), take(seqios, 12), strict=True):
+                assert_batches_equal(a, b)
         ours_eval = data.eval_batches(DataConfig(pack=pack, eval_examples=0), SEQ, BATCH, process_index, 2)
         seqio_eval = data.eval_batches(DataConfig(pack=pack, eval_examples=0, text_files=(corpus_files["validation"],)),
                                        SEQ, BATCH, process_index, 2)
         assert len(ours_eval) == len(seqio_eval) > 10
         for a, b in zip(ours_eval, seqio_eval, strict=True):
             assert_batches_equal(a, b)
+
+
+@pytest.mark.parametrize("seed,buffer,n", [(0, 1000, 2500), (7, 10, 100), (2**31 + 5, 16, 40)])
+def test_the_shuffle_is_tf_datas_element_for_element(seed, buffer, n):
+    """synthetic_data's shuffle against tf.data's own (the op seqio's Task shuffles with): a
+    finite input (the buffer drained at its end) and a repeated one."""
+    import tensorflow as tf
+
+    finite = tf.data.Dataset.range(n).shuffle(buffer, seed=seed)
+    ours = synthetic_data._tf_shuffled(iter(range(n)), buffer, seed)
+    assert list(ours) == [int(x) for x in finite.as_numpy_iterator()]
+    repeated = tf.data.Dataset.range(n).repeat().shuffle(buffer, seed=seed).take(3 * n)
+    ours = itertools.islice(synthetic_data._tf_shuffled(itertools.cycle(range(n)), buffer, seed), 3 * n)
+    assert list(ours) == [int(x) for x in repeated.as_numpy_iterator()]
 
 
 def test_the_synthetic_corpus_needs_neither_seqio_nor_tensorflow():
