@@ -222,15 +222,16 @@ def test_synthetic_pipeline_equals_seqios_over_the_same_documents(corpus_files, 
     """The synthetic corpus is tokenized, shuffled, packed and batched in NumPy
     (trainer/synthetic_data.py); its rows equal seqio's (ByteVocabulary, EOS, the Task's shuffle
     buffer, LMFeatureConverter's packing) over the same documents read from text files, shuffled
-    or not, on every shard, past the packing windows' and the split's ends, and over the whole
-    eval split."""
+    (seed 3) or not, on both shards, over several packing windows (a window is SEQ examples: 40
+    batches hold ~250 a shard), and over the whole eval split (to its end). Seeds and the
+    buffer's draining: test_the_shuffle_is_tf_datas_element_for_element."""
     for process_index in (0, 1):
-        for shuffle, seed in ((False, 0), (True, 0), (True, 5)):
-            cfg = DataConfig(shuffle=shuffle, seed=seed, pack=pack, num_shards=2)
+        for shuffle in (False, True):
+            cfg = DataConfig(shuffle=shuffle, seed=3, pack=pack, num_shards=2)
             ours = data.train_batches(cfg, SEQ, BATCH, process_index, 2)
             text = dataclasses.replace(cfg, text_files=(corpus_files["train"],))
             seqios = data.train_batches(text, SEQ, BATCH, process_index, 2)
-            for a, b in zip(take(ours, 12), take(seqios, 12), strict=True):
+            for a, b in zip(take(ours, 40), take(seqios, 40), strict=True):
                 assert_batches_equal(a, b)
         ours_eval = data.eval_batches(DataConfig(pack=pack, eval_examples=0), SEQ, BATCH, process_index, 2)
         seqio_eval = data.eval_batches(DataConfig(pack=pack, eval_examples=0, text_files=(corpus_files["validation"],)),
