@@ -163,11 +163,19 @@ def read_record(path: str) -> dict[str, dict]:
     return rows
 
 
-def export_record(chip_sources: list[str], what: str, command: str) -> dict:
-    """A chip record of the chip's studies: per point its half and what the chip stored."""
+def _chip_rows(chip_sources: list[str], records: tuple[str, ...] = ()) -> dict[str, dict]:
+    """{point: row} of the chip's side: records first, then the studies (a later one wins)."""
     chip: dict[str, dict] = {}
+    for path in records:
+        chip.update(read_record(path))
     for src in chip_sources:
         chip.update(_rows(src))
+    return chip
+
+
+def export_record(chip_sources: list[str], what: str, command: str) -> dict:
+    """A chip record of the chip's studies: per point its half and what the chip stored."""
+    chip = _chip_rows(chip_sources)
     points = {}
     for name, row in sorted(chip.items()):
         rec: dict = {"half": _text(row.get("d.half"))}
@@ -180,13 +188,9 @@ def export_record(chip_sources: list[str], what: str, command: str) -> dict:
 
 
 def collect(plan_source: str, chip_sources: list[str], records: tuple[str, ...] = ()) -> list[Point]:
-    """The plan's points beside the chip's: records first, then the studies (a later one wins)."""
+    """The plan's points beside the chip's (_chip_rows)."""
     plan = _rows(plan_source)
-    chip: dict[str, dict] = {}
-    for path in records:
-        chip.update(read_record(path))
-    for src in chip_sources:
-        chip.update(_rows(src))
+    chip = _chip_rows(chip_sources, records)
     points = []
     for name, p in plan.items():
         c = chip.get(name)

@@ -57,7 +57,8 @@ from jax.sharding import PartitionSpec as P
 from .config import EXPERT_COMPUTES, ROUTERS, ModelConfig, expert_width, is_moe_layer, moe_layers
 from .errors import ConfigError
 
-__all__ = ["MoE", "check", "check_train", "capacity", "expert_width", "is_moe_layer", "moe_layers"]
+__all__ = ["MoE", "check", "check_train", "capacity", "drops_per_device", "expert_width", "is_moe_layer",
+           "moe_layers"]
 COLLECTION = "moe_stats"  # what TransformerLM sows: the step's MoE metrics (step.py reads them)
 STATS = ("load_balance_loss", "dropped_fraction", "routing_bias_objective")
 BATCH_AXES = ("data", "fsdp", "expert")  # the mesh axes a MoE layer's tokens split over (with context)
@@ -71,6 +72,12 @@ BLOCK = 128
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 _ACTIVATIONS = {"gelu": jax.nn.gelu, "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
                 "silu": jax.nn.silu, "relu": jax.nn.relu}
+
+
+def drops_per_device(m: ModelConfig) -> bool:
+    """Whether what the model computes depends on how the batch is split over devices: capacity
+    experts drop each device's own overflow (capacity() counts one device's tokens)."""
+    return m.n_experts > 0 and m.expert_compute == "capacity"
 
 
 def capacity(tokens: int, m: ModelConfig) -> int:

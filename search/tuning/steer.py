@@ -63,13 +63,12 @@ def math_key(cfg, num_devices: int) -> str:
     train the same model on the same batches with the same optimizer for the same steps."""
     from ...trainer import config as config_lib
     from ...trainer import mesh as mesh_lib
+    from ...trainer import moe
 
     d = config_lib.to_dict(cfg)
-    # A capacity-based MoE layer drops what overflows each device's share of the tokens
-    # (trainer/moe.py), so how the batch is split (the mesh, the per-device batch) is math there.
-    capacity = d["model"].get("n_experts", 0) > 0 and d["model"].get("expert_compute") == "capacity"
+    split_is_math = moe.drops_per_device(cfg.model)  # then the mesh and per-device batch are math
     for name in _LAYOUT_FIELDS:
-        if not (capacity and name in ("mesh", "per_device_batch")):
+        if not (split_is_math and name in ("mesh", "per_device_batch")):
             d.pop(name, None)
     for name in _LAYOUT_MODEL_FIELDS:
         d["model"].pop(name, None)
