@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .errors import ConfigError
+
 # Mesh axes by name, outermost to innermost. Batch rows split over data x fsdp x expert; stage
 # splits the layers (pipeline), context splits the sequence; tensor splits heads, MLP hidden and
 # vocabulary; expert (innermost, the fastest links, as in MaxText) splits a MoE layer's experts and,
@@ -122,6 +124,23 @@ class ModelConfig:
     # rest dropped (the dropped fraction is a metric)
     expert_compute: str = "dropless"
     capacity_factor: float = 1.25
+    # Attention (trainer/mla.py for "mla"): "mha", the Q/K/V projections per head above (multi-head,
+    # grouped-query or multi-query by n_kv_heads); "mla", DeepSeek's multi-head latent attention
+    # (MaxText's attention_type): queries through a rank-q_lora_rank latent (0: one projection, as
+    # DeepSeek-V2-Lite), keys and values up-projected per head from one rank-kv_lora_rank latent
+    # (RMSNorm on both latents), each query/key head qk_nope_head_dim wide plus a qk_rope_head_dim RoPE
+    # part (the key's shared by all heads), value heads v_head_dim wide. With "mla", head_dim is the
+    # query/key head dim and must be qk_nope_head_dim + qk_rope_head_dim, n_kv_heads None, position
+    # "rope". The defaults of the four dims are MaxText's (configs/base.yml).
+    attention_type: str = "mha"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+
+    def __post_init__(self):
+        check_attention_type(self)
 
     @property
     def kv_heads(self) -> int:
@@ -141,6 +160,50 @@ EXPERT_COMPUTES = ("dropless", "capacity")
 # that its stored config reads as before they existed
 MOE_FIELDS = ("n_experts", "experts_per_token", "n_shared_experts", "expert_d_ff", "first_dense_layers",
               "moe_every", "router", "load_balance_weight", "expert_compute", "capacity_factor")
+
+
+ATTENTION_TYPES = ("mha", "mla")
+# ModelConfig's multi-head latent attention fields: left out of a standard ("mha") model's stored form
+# (to_dict) and plan keys, so that its stored config reads as before they existed
+MLA_FIELDS = ("attention_type", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def check_attention_type(m: ModelConfig) -> None:
+    """attention_type, and with "mla" its fields (ModelConfig.__post_init__): ConfigError, one line."""
+    if m.attention_type not in ATTENTION_TYPES:
+        raise ConfigError(f"unknown model.attention_type {m.attention_type!r}; choose one of "
+                          f"{', '.join(ATTENTION_TYPES)}")
+    if m.attention_type != "mla":
+        return
+    for name, least in (("q_lora_rank", 0), ("kv_lora_rank", 1), ("qk_nope_head_dim", 1), ("qk_rope_head_dim", 2),
+                        ("v_head_dim", 1)):
+        v = getattr(m, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            raise ConfigError(f"attention_type='mla' needs model.{name} an integer >= {least}"
+                              f"{' (0: no query latent)' if name == 'q_lora_rank' else ''}, got {v!r}")
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    if m.qk_rope_head_dim % 2:
+        raise ConfigError(f"attention_type='mla' rotates pairs of the RoPE part: qk_rope_head_dim must be even, "
+                          f"got {m.qk_rope_head_dim}")
+    if m.head_dim != qk:
+        raise ConfigError(f"attention_type='mla': head_dim is the query/key head dim and must be qk_nope_head_dim + "
+                          f"qk_rope_head_dim = {m.qk_nope_head_dim} + {m.qk_rope_head_dim} = {qk}, got {m.head_dim}; "
+                          f"set head_dim={qk}")
+    if m.v_head_dim > qk:
+        raise ConfigError(f"attention_type='mla': v_head_dim={m.v_head_dim} above the query/key head dim {qk} is not "
+                          f"supported (values are zero-padded to it); use v_head_dim <= {qk}")
+    if m.n_kv_heads not in (None, m.n_heads):
+        raise ConfigError(f"attention_type='mla' up-projects keys and values for every query head: n_kv_heads must "
+                          f"be None (or n_heads={m.n_heads}), got {m.n_kv_heads}")
+    if m.position != "rope":
+        raise ConfigError(f"attention_type='mla' has a decoupled RoPE part (qk_rope_head_dim): position must be "
+                          f"'rope', got {m.position!r}")
+
+
+def value_head_dim(m: ModelConfig) -> int:
+    """The value (and attention output) head dim: head_dim, or v_head_dim with "mla" (the query/key
+    head dim is head_dim in both)."""
+    return m.v_head_dim if m.attention_type == "mla" else m.head_dim
 
 
 def expert_width(m: ModelConfig) -> int:
@@ -305,12 +368,16 @@ class TrainConfig:
 
 def to_dict(cfg) -> dict:
     """The config as plain JSON-able data (tuples become lists). A dense model (n_experts 0)
-    leaves out the mixture-of-experts fields (MOE_FIELDS): its stored form is as before they
-    existed, and from_dict reads their defaults back."""
+    leaves out the mixture-of-experts fields (MOE_FIELDS), a model of standard attention
+    (attention_type "mha") the latent-attention ones (MLA_FIELDS): its stored form is as before
+    they existed, and from_dict reads their defaults back."""
     d = dataclasses.asdict(cfg)
     model = d.get("model") if isinstance(cfg, TrainConfig) else (d if isinstance(cfg, ModelConfig) else None)
     if model is not None and not model.get("n_experts"):
         for name in MOE_FIELDS:
+            model.pop(name, None)
+    if model is not None and model.get("attention_type", "mha") == "mha":
+        for name in MLA_FIELDS:
             model.pop(name, None)
     return d
 

@@ -10,6 +10,13 @@ The MFU convention (written into every report):
   MLP (SwiGLU, GeGLU) has 3 matrices, a dense one 2 (n_mlp). Per token:
       forward = n_layers x (2*d*H*Dh + 2*2*d*Hkv*Dh + 2*H*Dh*d + n_mlp*2*d*d_ff + 2*S*H*Dh) + 2*d*V
   HFU uses XLA's executed FLOPs (rematerialization included) instead of model FLOPs.
+  Multi-head latent attention (attention_type "mla", trainer/mla.py; MaxText's
+  calculate_mla_tflops_per_device at its DeepSeek V3 commit counts the same), with r_q =
+  q_lora_rank, r_kv = kv_lora_rank, Dn / Dr / Dv the nope, rope and value head dims, Dqk = Dn + Dr:
+  the projections are 2 x (d*r_q + r_q*H*Dqk, or d*H*Dqk when r_q = 0) + 2 x (d*(r_kv + Dr) +
+  r_kv*H*(Dn + Dv)) + 2*H*Dv*d, and the attention 2*S*H*Dqk (QK^T) + 2*S*H*Dv (AV), halved for
+  causality, per token: the zero-padding of v to Dqk that some attention implementations run
+  (trainer/mla.py) is hardware FLOPs only.
   The memory knobs do not change model FLOPs: gradient accumulation does the same work in k
   microbatches, ZeRO-1 and offload move state, and the logits that vocab tiling recomputes in
   the backward pass are hardware FLOPs (HFU; plan.py's FLOP probes unroll those loops).
@@ -32,13 +39,14 @@ import time
 from pathlib import Path
 
 from . import hardware
-from .config import ModelConfig, expert_width, moe_layers
+from .config import ModelConfig, expert_width, moe_layers, value_head_dim
 
 MFU_CONVENTION = (
     "MFU = model FLOPs/s / (devices x peak FLOP/s per device); model FLOPs = 3 x forward; "
     "forward = 2 x multiply-adds of every weight matmul (K/V projections with n_kv_heads heads, "
     "3 matrices in a gated MLP) incl. the unembedding (tied or not) + causal attention "
-    "(QK^T, AV) at half; embedding lookup, norms, softmax, activations and RoPE not counted; "
+    "(QK^T, AV) at half (MLA: its latent down/up projections, QK^T at the query/key head dim, AV at the value "
+    "head dim); embedding lookup, norms, softmax, activations and RoPE not counted; "
     "a MoE layer counts its router and its activated experts only (top-k + shared). "
     "HFU uses XLA's executed FLOPs (remat included).")
 
@@ -47,11 +55,20 @@ def _mlp_matrices(m: ModelConfig) -> int:
     return 3 if m.mlp == "gated" else 2
 
 
+def _attention_weights(m: ModelConfig) -> int:
+    """Weights of one layer's attention projections (their matmul FLOPs are 2 x these per token)."""
+    if m.attention_type == "mla":  # trainer/mla.py: latents, up-projections, output
+        h, qk, dv = m.n_heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        q = m.d_model * h * qk if not m.q_lora_rank else m.d_model * m.q_lora_rank + m.q_lora_rank * h * qk
+        kv = m.d_model * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * h * (m.qk_nope_head_dim + dv)
+        return q + kv + h * dv * m.d_model
+    return 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.kv_heads * m.head_dim
+
+
 def forward_flops_per_token(m: ModelConfig) -> int:
-    q_and_out = 2 * 2 * m.d_model * m.n_heads * m.head_dim
-    kv = 2 * 2 * m.d_model * m.kv_heads * m.head_dim
+    projections = 2 * _attention_weights(m)
     mlp = _mlp_matrices(m) * 2 * m.d_model * m.d_ff
-    forward = m.n_layers * (q_and_out + kv + mlp + _causal_attention_per_token(m)) + 2 * m.d_model * m.vocab_size
+    forward = m.n_layers * (projections + mlp + _causal_attention_per_token(m)) + 2 * m.d_model * m.vocab_size
     if m.n_experts:  # MoE layers: the router and the activated experts in place of the dense MLP
         active = m.experts_per_token + m.n_shared_experts
         moe_mlp = 2 * m.d_model * m.n_experts + active * _mlp_matrices(m) * 2 * m.d_model * expert_width(m)
@@ -60,7 +77,8 @@ def forward_flops_per_token(m: ModelConfig) -> int:
 
 
 def _causal_attention_per_token(m: ModelConfig) -> int:
-    return 2 * m.seq_len * m.n_heads * m.head_dim  # (2+2)*S*H*Dh, halved for causality
+    # (2 S H Dqk for QK^T + 2 S H Dv for AV), halved for causality; Dqk = Dv = head_dim but with "mla"
+    return m.seq_len * m.n_heads * (m.head_dim + value_head_dim(m))
 
 
 def model_flops_per_step(m: ModelConfig, global_batch: int) -> int:
@@ -77,7 +95,9 @@ def attention_flops_per_step(m: ModelConfig, global_batch: int) -> int:
 def param_count(m: ModelConfig, active: bool = False) -> int:
     """Parameters of the model that model.TransformerLM builds for `m`; with `active`, a MoE
     model's activated ones (experts_per_token of the routed experts, the shared ones, the router)."""
-    attn = 2 * m.d_model * m.n_heads * m.head_dim + 2 * m.d_model * m.kv_heads * m.head_dim
+    attn = _attention_weights(m)
+    if m.attention_type == "mla":  # + the RMSNorm scales of its latents
+        attn += m.kv_lora_rank + m.q_lora_rank
     norms = 1 if m.block == "parallel" else 2  # a parallel block's attention and MLP share one norm
     dense_mlp = _mlp_matrices(m) * m.d_model * m.d_ff
     per_layer = attn + dense_mlp + norms * m.d_model

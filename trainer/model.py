@@ -2,7 +2,8 @@
 and on the main activations (see sharding.RULE_SETS for their mesh axes).
 
 The family (ModelConfig): learned or rotary positions, multi-head / grouped-query /
-multi-query attention (n_kv_heads), dense or gated MLPs (SwiGLU, GeGLU), tied or separate
+multi-query attention (n_kv_heads) or multi-head latent attention (attention_type "mla",
+trainer/mla.py), dense or gated MLPs (SwiGLU, GeGLU), tied or separate
 unembedding, and one of the attention implementations of attention.py.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from . import attention as attention_lib
+from . import mla as mla_lib
 from . import moe as moe_lib
 from . import pipeline as pipeline_lib
 from . import quant
@@ -127,23 +129,26 @@ class Block(nn.Module):
         parallel = c.block == "parallel"
         x_BSE = checkpoint_name(x_BSE, remat_lib.LAYER_INPUT)
         h = RMSNorm(c, name="norm" if parallel else "attn_norm")(x_BSE)
-        q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
-        kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
-        q_BSHD = checkpoint_name(q_BSHD, remat_lib.QUERY)
-        k_BSKD = checkpoint_name(kv_proj("key"), remat_lib.KEY)
-        v_BSKD = checkpoint_name(kv_proj("value"), remat_lib.VALUE)
-        if c.position == "rope":
-            q_BSHD = rope(q_BSHD, positions_BS, c.rope_theta)
-            k_BSKD = rope(k_BSKD, positions_BS, c.rope_theta)
-        q_act, kv_act = ("batch", "length", "act_heads", "act_kv"), ("batch", "length", "act_kv_heads", "act_kv")
-        q_BSHD = nn.with_logical_constraint(q_BSHD, q_act)
-        k_BSKD, v_BSKD = (nn.with_logical_constraint(t, kv_act) for t in (k_BSKD, v_BSKD))
+        if c.attention_type == "mla":  # multi-head latent attention (trainer/mla.py)
+            out_BSE = mla_lib.MLA(c, self.attention_impl, self.context, name="mla")(h, segment_ids_BS, positions_BS)
+        else:
+            q_BSHD = Proj((c.d_model,), (c.n_heads, c.head_dim), ("embed", "heads", "kv"), c, name="query")(h)
+            kv_proj = lambda name: Proj((c.d_model,), (kv, c.head_dim), ("embed", "kv_heads", "kv"), c, name=name)(h)
+            q_BSHD = checkpoint_name(q_BSHD, remat_lib.QUERY)
+            k_BSKD = checkpoint_name(kv_proj("key"), remat_lib.KEY)
+            v_BSKD = checkpoint_name(kv_proj("value"), remat_lib.VALUE)
+            if c.position == "rope":
+                q_BSHD = rope(q_BSHD, positions_BS, c.rope_theta)
+                k_BSKD = rope(k_BSKD, positions_BS, c.rope_theta)
+            q_act, kv_act = ("batch", "length", "act_heads", "act_kv"), ("batch", "length", "act_kv_heads", "act_kv")
+            q_BSHD = nn.with_logical_constraint(q_BSHD, q_act)
+            k_BSKD, v_BSKD = (nn.with_logical_constraint(t, kv_act) for t in (k_BSKD, v_BSKD))
 
-        attn_BSHD = attention_lib.attend(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, self.attention_impl,
-                                         c.attention_block, self.context)
-        attn_BSHD = checkpoint_name(nn.with_logical_constraint(attn_BSHD, q_act), remat_lib.CONTEXT)
-        out_BSE = checkpoint_name(Proj((c.n_heads, c.head_dim), (c.d_model,), ("heads", "kv", "embed"), c,
-                                       name="out")(attn_BSHD), remat_lib.OUT)
+            attn_BSHD = attention_lib.attend(q_BSHD, k_BSKD, v_BSKD, segment_ids_BS, self.attention_impl,
+                                             c.attention_block, self.context)
+            attn_BSHD = checkpoint_name(nn.with_logical_constraint(attn_BSHD, q_act), remat_lib.CONTEXT)
+            out_BSE = checkpoint_name(Proj((c.n_heads, c.head_dim), (c.d_model,), ("heads", "kv", "embed"), c,
+                                           name="out")(attn_BSHD), remat_lib.OUT)
         if parallel:  # the MLP reads the same norm(x) as attention
             out_BSE = nn.with_logical_constraint(out_BSE, ("batch", "length", "act_embed"))
         else:  # the MLP reads the stream after attention, through its own norm

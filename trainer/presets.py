@@ -112,11 +112,18 @@ def _llama(**dims) -> ModelConfig:
 # Mixtures of experts (trainer/moe.py): Llama's body with a MoE layer in place of every MLP.
 _MOE_NOTE = ("Counts: only routed experts are sharded over the mesh axis `expert`; model FLOPs count the router and "
              "the experts_per_token activated experts (trainer/flops.py). ")
-_NO_DEEPSEEK = ("DeepSeek V3 (and the reduced DeepSeek-V2-Lite 16B) are not presets: both use multi-head latent "
-                "attention (MLA: low-rank compressed K/V with a decoupled RoPE part, q_lora_rank / kv_lora_rank / "
-                "qk_rope_head_dim in their config.json), which this model's attention (Q/K/V projections per head) "
-                "cannot express; their routers (sigmoid with a routing bias, shared experts, leading dense layers) "
-                "are expressible: router='sigmoid', n_shared_experts, first_dense_layers.")
+# DeepSeek (multi-head latent attention, trainer/mla.py; the DeepSeekMoE layers of trainer/moe.py)
+_DEEPSEEK_GAPS = (
+    "Gaps (no parameter or matmul of theirs is missing; the routing and RoPE details below change which experts a "
+    "token picks or how positions rotate, not the FLOPs, shapes or memory): YaRN RoPE scaling (rope_scaling type "
+    "yarn, factor 40, original_max_position_embeddings 4096: frequencies and the softmax scale's mscale for long "
+    "context) is not modeled, plain RoPE at rope_theta 10000, as the 4096-token pre-training; DeepSeek's "
+    "interleaved RoPE pair layout is the rotate-half one here (a fixed permutation of the 64 RoPE dims). The MTP "
+    "module (num_nextn_predict_layers) is not part of the main model and not built. ")
+_DEEPSEEK_ACTIVE = ("DeepSeek counts activated parameters without the input embedding table (its lookup is no "
+                    "matmul); flops.param_count(active=True) counts it: {with_embed:,} with it, {without:,} "
+                    "without, the published {label} to 0.1B. ")
+
 
 
 _PRESETS = (
@@ -395,8 +402,75 @@ _MOE_PRESETS = (
         note=_MOE_NOTE + "SwiGLU experts, softmax top-8 router with the weights renormalized (norm_topk_prob), GQA "
              "with 4 K/V heads. Gap: Qwen3's QK-norm (an RMSNorm scale on each query and key head, 2 x 128 "
              "parameters a layer, no matmul) is not in this model: 30,532,110,336 parameters here, 12,288 fewer "
-             "than the checkpoint's 30,532,122,624. Active: 3,353,020,416 (the card's 3.3B, rounded down). "
-             + _NO_DEEPSEEK),
+             "than the checkpoint's 30,532,122,624. Active: 3,353,020,416 (the card's 3.3B, rounded down)."),
+    Preset(
+        name="deepseek-v3",
+        model=_llama(vocab_size=129280, d_model=7168, n_layers=61, n_heads=128, head_dim=192, d_ff=18432,
+                     expert_d_ff=2048, seq_len=4096, rope_theta=10_000.0, n_experts=256, experts_per_token=8,
+                     n_shared_experts=1, first_dense_layers=3, router="sigmoid", load_balance_weight=0.0,
+                     attention_type="mla", q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                     qk_rope_head_dim=64, v_head_dim=128),
+        source="https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (hidden_size 7168, "
+               "num_hidden_layers 61, first_k_dense_replace 3, moe_layer_freq 1, num_attention_heads 128, "
+               "num_key_value_heads 128, q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, "
+               "qk_rope_head_dim 64, v_head_dim 128, intermediate_size 18432, moe_intermediate_size 2048, "
+               "n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, scoring_func sigmoid, "
+               "topk_method noaux_tc, n_group 8, "
+               "topk_group 4, norm_topk_prob true, routed_scaling_factor 2.5, vocab_size 129280, rope_theta 10000, "
+               "rms_norm_eps 1e-6, tie_word_embeddings false, num_nextn_predict_layers 1); the same dims in "
+               "AI-Hypercomputer/maxtext src/MaxText/configs/models/deepseek3-671b.yml"
+               "@3eb77db3c94580f56f1b738f8d254b03bd205e35 (read); seq_len 4096, its pre-training length "
+               "(original_max_position_embeddings 4096)",
+        published_params=671_000_000_000,
+        published_source="https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md, Main Model "
+                          "Weights: 'Total parameters: 671B', 'Activation parameters: 36.6B (including 0.9B for the "
+                          "output Head)'; the checkpoint's 685B adds the MTP module's 11.5B unique parameters (and its "
+                          "norms and projection), which are not the main model",
+        exact=True,
+        published_active=36_600_000_000,
+        note=_MOE_NOTE + "Architecture as published: multi-head latent attention (trainer/mla.py: a 1536-rank query "
+             "latent and a 512-rank key/value latent, RMSNorm on both, 128 heads of 128 + 64 (decoupled RoPE key "
+             "shared across heads), values 128 wide), 3 leading dense SwiGLU layers of width 18432, then 58 MoE "
+             "layers of 256 SwiGLU experts of width 2048, top-8, 1 shared expert, sigmoid router with a routing bias "
+             "(aux-loss-free balancing; load_balance_weight 0: DeepSeek's complementary sequence-wise loss, "
+             "alpha 0.0001 in the paper, is not this batch-wise one), untied embeddings; 671,026,419,200 "
+             "parameters (the 58 x 256 routing biases included). " + _DEEPSEEK_ACTIVE.format(
+                 with_embed=37_552_297_472, without=36_625_618_432, label="36.6B")
+             + _DEEPSEEK_GAPS + "Routing gaps: group-limited routing (n_group 8, topk_group 4: the top-8 taken within "
+             "the 4 best of 8 expert groups) is not modeled (top-8 over all 256); routed_scaling_factor 2.5 (the "
+             "routed experts' output scaled) is not modeled (a constant factor, learnable by the next layer's "
+             "weights, no FLOPs)."),
+    Preset(
+        name="deepseek-v2-lite",
+        model=_llama(vocab_size=102400, d_model=2048, n_layers=27, n_heads=16, head_dim=192, d_ff=10944,
+                     expert_d_ff=1408, seq_len=4096, rope_theta=10_000.0, n_experts=64, experts_per_token=6,
+                     n_shared_experts=2, first_dense_layers=1, router="softmax", load_balance_weight=0.001,
+                     attention_type="mla", q_lora_rank=0, kv_lora_rank=512, qk_nope_head_dim=128,
+                     qk_rope_head_dim=64, v_head_dim=128),
+        source="https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (hidden_size 2048, "
+               "num_hidden_layers 27, first_k_dense_replace 1, moe_layer_freq 1, num_attention_heads 16, "
+               "num_key_value_heads 16, q_lora_rank null, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, "
+               "v_head_dim 128, intermediate_size 10944, moe_intermediate_size 1408, n_routed_experts 64, "
+               "num_experts_per_tok 6, n_shared_experts 2, scoring_func softmax, topk_method greedy, "
+               "norm_topk_prob false, routed_scaling_factor 1.0, aux_loss_alpha 0.001, vocab_size 102400, rope_theta "
+               "10000, tie_word_embeddings false); the same dims in AI-Hypercomputer/maxtext "
+               "src/MaxText/configs/models/deepseek2-16b.yml@3eb77db3c94580f56f1b738f8d254b03bd205e35 (read); "
+               "seq_len 4096, its pre-training length",
+        published_params=15_700_000_000,
+        published_source="https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite model page: 15.7B params (the "
+                          "safetensors count; its README's table rounds to '16B' total, '2.4B' activated)",
+        exact=True,
+        published_active=2_400_000_000,
+        note=_MOE_NOTE + "The reduced DeepSeek-V2 (the model card's '16B'): multi-head latent attention without a "
+             "query latent (q_lora_rank 0: one query projection of 16 heads x 192), a 512-rank key/value latent, "
+             "1 leading dense SwiGLU layer of width 10944, then 26 MoE layers of 64 SwiGLU experts of width 1408, "
+             "top-6, 2 shared experts, softmax router with load_balance_weight 0.001 (aux_loss_alpha); "
+             "15,706,484,224 parameters. " + _DEEPSEEK_ACTIVE.format(
+                 with_embed=2_661_150_208, without=2_451_435_008, label="2.4B")
+             + _DEEPSEEK_GAPS.replace(" The MTP module (num_nextn_predict_layers) is not part of the main model and "
+                                      "not built.", "")
+             + "Routing gap: norm_topk_prob false (the top-6 softmax weights used as they are) is not modeled: the "
+             "softmax router here renormalizes the chosen weights to sum to 1."),
     Preset(
         name="moe-tiny",
         model=_llama(vocab_size=512, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512,
@@ -464,6 +538,9 @@ def table() -> str:
     for p in _PRESETS:
         m = p.model
         heads = f"{m.n_heads} ({m.n_kv_heads or m.n_heads}) x {m.head_dim}"
+        if m.attention_type == "mla":  # latent attention: the latents' ranks, query/key and value head dims
+            heads = (f"{m.n_heads} MLA (q latent {m.q_lora_rank or '-'}, kv latent {m.kv_lora_rank}) x "
+                     f"{m.head_dim} / v {m.v_head_dim}")
         mlp = f"{m.mlp} {m.activation}"
         if m.n_experts:  # a mixture of experts: experts, top-k, shared, and the active count
             mlp += (f", MoE {m.n_experts} x {m.expert_d_ff or m.d_ff} top-{m.experts_per_token}"

@@ -46,6 +46,12 @@ LOGICAL_RULES: Rules = (
     ("vocab", "tensor"),
     ("layers", None),
     ("norm", None),
+    # multi-head latent attention (trainer/mla.py), as MaxText's rules: the up-projections' latent (input)
+    # dim over the weights' embed axes, the down-projections' latent (output) dim whole
+    ("q_lora", ("fsdp", "context", "expert")),
+    ("kv_lora", ("fsdp", "context", "expert")),
+    ("q_lora_up", None),
+    ("kv_lora_up", None),
     # mixture of experts (trainer/moe.py): the experts' dim, and the expert weights' embed and hidden dims
     ("exp", "expert"),
     ("expert_embed", ("fsdp", "context")),
@@ -76,12 +82,18 @@ def get_rules(name: str) -> Rules:
 
 
 def rules_for(name: str, model=None, axis_sizes: dict[str, int] | None = None) -> Rules:
-    """The named table, with K/V heads replicated over tensor where they do not divide over it."""
+    """The named table, with K/V heads replicated over tensor where they do not divide over it, and
+    a latent-attention rank (q_lora_rank, kv_lora_rank) whole where it does not divide over the
+    weights' embed axes (fsdp x context x expert)."""
     rules = get_rules(name)
     if model is not None and axis_sizes is not None:
         kv = model.kv_heads
         if kv % axis_sizes.get("tensor", 1):
             rules = _replace(rules, kv_heads=None, act_kv_heads=None)
+        if getattr(model, "attention_type", "mha") == "mla":
+            shards = axis_sizes.get("fsdp", 1) * axis_sizes.get("context", 1) * axis_sizes.get("expert", 1)
+            whole = {f"{n}_lora": None for n in ("q", "kv") if getattr(model, f"{n}_lora_rank") % shards}
+            rules = _replace(rules, **whole)
     return rules
 
 

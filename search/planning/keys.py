@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 
-from ...trainer.config import MOE_FIELDS, compact_shape
+from ...trainer.config import MLA_FIELDS, MOE_FIELDS, compact_shape
 from .targets import Target
 
 
@@ -36,6 +36,9 @@ def plan_keys(cfg, target: Target) -> tuple[str, str, int]:
         del model["quantization"]
     if not model.get("n_experts"):  # a dense model: keys of studies made before mixtures of experts stay the same
         for name in MOE_FIELDS:
+            model.pop(name, None)
+    if model.get("attention_type") == "mha":  # standard attention: keys of studies made before MLA stay the same
+        for name in MLA_FIELDS:
             model.pop(name, None)
     # compact_shape: a mesh without stage or context keys as the 3-entry shape earlier releases
     # stored, so a resumed study still finds their plans

@@ -271,7 +271,25 @@ def test_moe_presets_have_their_published_total_and_active_counts():
         assert abs(active / p.published_active - 1) <= 0.02, (name, active)
     assert flops_lib.param_count(presets.get("mixtral-8x7b")) == 46_702_792_704
     assert flops_lib.param_count(presets.get("mixtral-8x7b"), active=True) == 12_879_925_248
-    assert "multi-head latent attention" in presets.source("qwen3-30b-a3b").note
+
+
+def test_deepseek_presets_have_their_published_total_and_active_counts():
+    """DeepSeek V3 (671B) and V2-Lite (15.7B), multi-head latent attention: the total within 0.1%; the
+    active count as DeepSeek states it (without the input embedding table, whose lookup is no matmul)
+    is the published figure to the 0.1B it is given in (36.6B, 2.4B)."""
+    for name, total in (("deepseek-v3", 671_026_419_200), ("deepseek-v2-lite", 15_706_484_224)):
+        p = presets.source(name)
+        m = p.model
+        assert m.attention_type == "mla" and m.n_experts and m.n_shared_experts
+        assert flops_lib.param_count(m) == total and abs(total / p.published_params - 1) < 0.001
+        active = flops_lib.param_count(m, active=True) - m.vocab_size * m.d_model
+        assert int(active // 100_000_000) == p.published_active // 100_000_000, (name, active)
+        assert "YaRN" in p.note and "not modeled" in p.note
+    v3 = presets.get("deepseek-v3")
+    assert (v3.q_lora_rank, v3.kv_lora_rank, v3.head_dim, v3.v_head_dim, v3.router, v3.first_dense_layers) == (
+        1536, 512, 192, 128, "sigmoid", 3)
+    assert presets.get("deepseek-v2-lite").q_lora_rank == 0
+    assert "MTP module" in presets.source("deepseek-v3").note and "n_group 8" in presets.source("deepseek-v3").note
 
 
 @pytest.mark.slow  # a real training run (data pipeline, checkpoint-free): ~20 CPU-s

@@ -32,10 +32,17 @@ def model_param_count(model: ModelConfig) -> int:
 
 def hand_count(m: ModelConfig) -> int:
     """The same count by hand from the dimensions: pre-norm blocks (2 RMSNorm scales, 1 when parallel), Q/O with
-    n_heads and K/V with n_kv_heads, 2 or 3 MLP matrices, embeddings (and the unembedding unless
+    n_heads and K/V with n_kv_heads (or multi-head latent attention's latents, their norms and up-projections),
+    2 or 3 MLP matrices, embeddings (and the unembedding unless
     tied), learned positions, the final norm."""
     kv = m.n_kv_heads or m.n_heads
     attention = m.d_model * m.head_dim * (2 * m.n_heads + 2 * kv)
+    if m.attention_type == "mla":  # latent attention: query latent (or one projection), kv latent + rope key, output
+        qk, h = m.qk_nope_head_dim + m.qk_rope_head_dim, m.n_heads
+        q = m.q_lora_rank * (m.d_model + 1 + h * qk) if m.q_lora_rank else m.d_model * h * qk
+        kv_latent = m.d_model * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        attention = q + kv_latent + m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim) + h * m.v_head_dim * \
+            m.d_model
     matrices = 3 if m.mlp == "gated" else 2
     mlp = matrices * m.d_model * m.d_ff
     norms = (1 if m.block == "parallel" else 2) * m.d_model  # norm scales

@@ -10,7 +10,7 @@ from paxsearch.search.planning.analytic import prescreen
 from paxsearch.search.planning.keys import plan_key, plan_keys
 from paxsearch.search.tuning.steer import math_key
 from paxsearch.trainer import remat
-from paxsearch.trainer.config import MOE_FIELDS, MeshConfig, ModelConfig, TrainConfig
+from paxsearch.trainer.config import MLA_FIELDS, MOE_FIELDS, MeshConfig, ModelConfig, TrainConfig
 
 MODEL_8B = ModelConfig(vocab_size=131072, d_model=4096, n_layers=32, n_heads=32, head_dim=128, d_ff=16384,
                        seq_len=2048, dtype="bfloat16", param_dtype="float32")
@@ -30,7 +30,7 @@ def test_a_config_without_the_knobs_keeps_the_plan_key_of_before():
     cfg = _cfg()
     model = dataclasses.asdict(cfg.model)
     del model["vocab_tiles"], model["quantization"]  # the fields did not exist: what the previous release hashed
-    for name in MOE_FIELDS:  # nor did the mixture-of-experts ones
+    for name in MOE_FIELDS + MLA_FIELDS:  # nor did the mixture-of-experts and latent-attention ones
         del model[name]
     before = {"target": TARGET.name, "model": model, "ici": [1, 16, 1], "dcn": [1, 1, 1], "remat": "full"}
     digest = lambda d: hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
