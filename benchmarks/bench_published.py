@@ -17,7 +17,7 @@ gives fits, peak bytes, predicted step time and MFU, and the roofline breakdown.
     python benchmarks/bench_published.py --report               # re-print from the stored results, no compile
     python benchmarks/bench_published.py --table                # the published table and its conversion only
     python benchmarks/bench_published.py --moe                  # the mixture-of-experts rows (MOE_ROWS), one at a
-                                                                # time; DeepSeek V3's is listed, not planned
+                                                                # time (DeepSeek V3: multi-head latent attention)
     python benchmarks/bench_published.py --gpu                  # the GPU rows (GPU_ROWS) on their GPU node, no GPU
     python benchmarks/bench_published.py --gpu --target gpu:h200x8   # the same rows on another node
 

@@ -777,6 +777,12 @@ MOE_FORMULA = (f"{MX} MaxText/maxtext_utils.py calculate_tflops_training_per_dev
                "d x n_experts + experts_per_token x the expert MLP's 3 matrices, per layer; the unembedding) + "
                "12 H L Dh S (attention in full: 'megatron tflops calculation does not account for causality'); "
                "only the activated experts, as ours, which halves the attention")
+MOE_FORMULA_MLA = (f"{MX} src/MaxText/maxtext_utils.py calculate_tflops_training_per_device (read @{C_MX_DSV3}), "
+                   "decoder_block deepseek, attention_type mla: per token 3 x (dense layers' 3-matrix MLP + "
+                   "MoE layers' router d x n_experts and (shared + experts_per_token) experts + per layer "
+                   "calculate_mla_tflops_per_device's q (down and up, or one projection), kv (down to kv_lora_rank + "
+                   "qk_rope_head_dim, up to heads x (qk_nope + v)) and output projections + the unembedding) + "
+                   "3 x layers x 2 S H (qk_nope + qk_rope + v) / 2 (attention halved for causality at that commit)")
 _MOE_XLA = "MOE_VMEM_LIMIT_FLAG (scoped VMEM 81920 KiB) + CF_FOR_ALL_GATHER + DATA_PARALLEL_OVERLAP"
 _MOE_FLAGS_GAP = ("gap: no flag set of ours is these groups; planned with flags=default (the compiler's own "
                   "collective scheduling, the default scoped VMEM); collective_fusion holds CF_FOR_ALL_GATHER + "
@@ -900,7 +906,7 @@ MOE_ROWS = (
         mesh=(("fsdp", 64), ("expert", 4)), remat=_offload_custom(*_LLAMA31_8B_OFFLOADED), expert_compute="capacity",
         model_fields=(("vocab_size", 32768), ("param_dtype", "bfloat16"))),
     MoePublished(
-        name="v5p-1024 DeepSeek-V3-671B", preset=None, target="tpu:v5p-1024", chips=512,
+        name="v5p-1024 DeepSeek-V3-671B", preset="deepseek-v3", target="tpu:v5p-1024", chips=512,
         maxtext_per_device_batch=6, tflops=152.415, step_s=90.668, seq_len=8192,
         published_in=f"{TPU_RECIPES} training/v5p/DeepSeek3-671B-MaxText/README.md@{C_RECIPES_DSV3} (log line "
                      "'completed step: 11, seconds: 90.668, TFLOP/s/device: 152.415, Tokens/s/device: 542.108, "
@@ -908,27 +914,46 @@ MOE_ROWS = (
         config=f"{MX} benchmarks/maxtext_v5p_model_configs.py@{C_MX_DSV3} deepseek3_671b_v5p_1024 (model "
                "deepseek3-671b: src/MaxText/configs/models/deepseek3-671b.yml there)",
         knobs=(
-            ("model", "deepseek3-671b: attention_type mla (q_lora_rank 1536, kv_lora_rank 512, qk_rope_head_dim 64)",
-             "gap: no preset: multi-head latent attention is not expressible (trainer/presets.py _NO_DEEPSEEK)"),
-            ("per_device_batch_size, max_target_length", "6, 8192", "would be global_batch=3072 (6 x 512), seq 8192"),
-            ("ici_fsdp_parallelism, ici_tensor_parallelism", "-1, 1", "would be mesh fsdp=512"),
+            ("model", "deepseek3-671b: attention_type mla (q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, "
+                      "qk_rope_head_dim 64, v_head_dim 128), 256 experts top-8 + 1 shared, sigmoid router with "
+                      "routed_bias, first_num_dense_layers 3",
+             "the deepseek-v3 preset (trainer/mla.py; the dims of the yml, read at the commit)"),
+            ("rope_type yarn (rope_factor 40, mscale 1.0, original_max_position_embeddings 4096), rope_interleave",
+             "True",
+             "gap: plain RoPE (no YaRN frequencies nor its softmax mscale^2 factor; rotate-half pairs): no parameter, "
+             "no matmul, the same FLOPs and shapes"),
+            ("routed_scaling_factor", "2.5", "gap: not modeled (a constant factor on the routed experts' output; no "
+                                             "FLOPs)"),
+            ("n_routing_groups / topk_routing_group", "not set (the yml's comment: set 8 / 4 for DeepSeek's "
+                                                      "group-limited routing)",
+             "top-8 over all 256 experts, as the run (no group-limited routing)"),
+            ("per_device_batch_size, max_target_length", "6, 8192", "global_batch=3072 (6 x 512), model.seq_len=8192"),
+            ("ici_fsdp_parallelism, ici_tensor_parallelism", "-1, 1", "mesh fsdp=512"),
             ("megablox / sparse_matmul / use_custom_sort_vjp", "True / True / True",
-             "would be expert_compute=dropless (ragged_dot for the Pallas megablox kernel)"),
-            ("remat_policy: decoder_layer_input, out_proj", "custom: offload",
-             "would be custom decoder_input/out_proj=offload"),
-            ("dtype / weight_dtype", "bfloat16 / float32", "the presets' dtype / param_dtype"),
-            ("tile_batch_seq / tile_embed_dim / tile_mlp_dim, sa_block_*", "512 / 1024 / 1024, 2048",
-             "gap: megablox tiles and splash blocks are not knobs of ours"),
+             "gap: expert_compute=dropless through jax.lax.ragged_dot (one sort of the routes), not the Pallas "
+             "megablox kernel and its custom sort VJP"),
+            ("remat_policy: decoder_layer_input, out_proj", "custom: offload (the rest 'remat', base.yml)",
+             "remat='custom:decoder_input=offload,out_proj=offload' (the rest recomputed)"),
+            ("dtype / weight_dtype", "bfloat16 / float32", "the preset's dtype=bfloat16, param_dtype=float32"),
+            ("attention, sa_block_* / sa_use_fused_bwd_kernel", "flash (autoselected), 2048 / False",
+             "gap: model.attention=flash (splash, v at its own head dim 128); its blocks are fixed "
+             "(trainer/attention.py SPLASH_BLOCK 512), not 2048"),
+            ("tile_batch_seq / tile_embed_dim / tile_mlp_dim", "512 / 1024 / 1024",
+             "gap: megablox tiles are not knobs of ours"),
             ("xla_flags", "ENABLE_SPARSECORE_OFFLOADING_FOR_RS_AG_AR + HOST_OFFLOAD_FLAGS + "
                           "LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + MOE_VMEM_LIMIT_FLAG + "
                           "DISABLE_MEGACORE_FUSION_ALLOW_AGS + ENABLE_ASYNC_COLLECTIVE_PERMUTE",
-             "gap: no such flag set"),
+             "gap: no flag set of ours is these groups; planned with flags=default"),
+            ("load_balance_loss_weight (base.yml) / routed_bias", "0.01 / True",
+             "gap: load_balance_weight=0 (the preset: DeepSeek's aux-loss-free balancing); the loss is a few "
+             "reductions, not a matmul"),
+            *_MOE_COMMON[2:],
         ),
-        planned=False,
-        note="Not planned: DeepSeek V3's multi-head latent attention (low-rank compressed K/V with a decoupled "
-             "RoPE part) is not expressible by this model's attention, so there is no deepseek-v3 preset and no "
-             "conversion to our FLOP convention (MaxText's formula at that commit counts MLA's own projections); "
-             "its router (sigmoid with a routing bias), shared expert and 3 leading dense layers would be."),
+        mesh=(("fsdp", 512),), remat="custom:decoder_input=offload,out_proj=offload", expert_compute="dropless",
+        model_fields=(("seq_len", 8192),),
+        note="Planned with the deepseek-v3 preset (multi-head latent attention, trainer/mla.py). MaxText's formula "
+             f"at {C_MX_DSV3} counts MLA's projections and halves the attention for causality "
+             "(calculate_mla_tflops_per_device), as ours: the conversion is 1.0 up to the routing bias."),
 )
 MOE_BY_NAME = {r.name: r for r in MOE_ROWS}
 
@@ -943,9 +968,21 @@ def moe_model(r: MoePublished):
 
 
 def moe_maxtext_flops_per_token(r: MoePublished) -> float:
-    """Training FLOPs per token as MaxText counted the row's figure (MOE_FORMULA), on the run's dims."""
+    """Training FLOPs per token as MaxText counted the row's figure (MOE_FORMULA; MOE_FORMULA_MLA for
+    multi-head latent attention, DeepSeek's row), on the run's dims."""
     m = moe_model(r)
     width = m.expert_d_ff or m.d_ff
+    if m.attention_type == "mla":  # MaxText @C_MX_DSV3, decoder_block deepseek
+        h, qk, dv, s = m.n_heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim, m.seq_len
+        q = 2 * (m.d_model * m.q_lora_rank + m.q_lora_rank * h * qk) if m.q_lora_rank else 2 * m.d_model * h * qk
+        kv = 2 * (m.d_model * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * h * (m.qk_nope_head_dim + dv))
+        projection = 2 * m.d_model * h * dv
+        n_moe = m.n_layers - m.first_dense_layers
+        ffn = (m.first_dense_layers * 3 * 2 * m.d_model * m.d_ff
+               + n_moe * (2 * m.d_model * m.n_experts + (m.n_shared_experts + m.experts_per_token) * 3 * 2 * m.d_model
+                          * width))
+        weights = 3 * (ffn + (q + kv + projection) * m.n_layers + 2 * m.d_model * m.vocab_size)
+        return weights + 3 * m.n_layers * (2 * s * h * (qk + dv)) / 2
     per_layer = (2 * m.d_model * (m.n_heads + 2 * m.kv_heads) * m.head_dim + 2 * m.d_model * m.n_heads * m.head_dim
                  + 2 * m.d_model * m.n_experts + m.experts_per_token * 3 * 2 * m.d_model * width)
     weights = 3 * (m.n_layers * per_layer + 2 * m.d_model * m.vocab_size)

@@ -93,6 +93,10 @@ def remat_keys(name: str, notes: Notes) -> list[tuple[str, str]]:
 
 def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str, str]]:
     m = cfg.model
+    if m.attention_type == "mla":
+        raise ExportRefused("model.attention_type='mla' (multi-head latent attention) is not exported to MaxText: "
+                            "MaxText builds it only in its deepseek decoder block, with that block's MoE layers and "
+                            "YaRN RoPE, which this export does not write; export a model with attention_type='mha'")
     if m.position != "rope":
         raise ExportRefused(f"model.position={m.position!r} (learned absolute positions) has no MaxText form: its "
                             "decoder blocks use RoPE; use position='rope' to export to MaxText")

@@ -58,6 +58,9 @@ def checkpoint_policy(name: str, notes: Notes) -> str:
 def fields(cfg: TrainConfig, num_devices: int, notes: Notes) -> tuple[str, list[tuple[str, str]]]:
     """(base class, [(field, Python expression)]) of the experiment class for `cfg`."""
     m = cfg.model
+    if m.attention_type == "mla":
+        raise ExportRefused("model.attention_type='mla' (multi-head latent attention) has no layer in Paxml's "
+                            "TransformerLm experiments; export a model with attention_type='mha'")
     if m.kv_heads != m.n_heads:
         raise ExportRefused(f"model.n_kv_heads={m.n_kv_heads} (grouped K/V heads) has no field in Paxml's "
                             "TransformerLm experiments; export with --to maxtext, or search n_kv_heads=None")

@@ -228,3 +228,15 @@ def test_bad_mla_fields_are_refused_in_one_line(fields, message):
     with pytest.raises(ConfigError, match=message) as e:
         dataclasses.replace(MODEL, **fields)
     assert "\n" not in str(e.value)
+
+
+def test_exports_refuse_latent_attention_in_one_line():
+    """Neither export writes MLA (MaxText builds it only in its deepseek decoder block, with that block's MoE and
+    YaRN; Paxml's TransformerLm has none): one line naming the field and the fix."""
+    from paxsearch.search.export import maxtext, paxml
+    from paxsearch.search.export.common import ExportRefused
+
+    for export in (lambda c: maxtext.overrides(c, "tpu", 8), lambda c: paxml.snippet(c, "tpu", 8)):
+        with pytest.raises(ExportRefused, match="attention_type='mla'.*attention_type='mha'") as e:
+            export(config())
+        assert "\n" not in str(e.value)
