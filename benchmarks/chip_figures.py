@@ -381,15 +381,19 @@ def splash_kernel(s: int, h: int, block: int, interpret: bool):
 
 
 def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, head_dims: tuple[int, ...] = (128,),
-                 blocks: tuple[int, ...] = (512, 128)) -> list[Case]:
+                 blocks: tuple[int, ...] = (512, 128), heads: tuple[int, ...] = (8, 16),
+                 kv_heads: tuple[int, ...] = (0,)) -> list[Case]:
+    """Splash cases over head dims, seqs, query heads, K/V heads (0: as many as the query heads, MHA;
+    fewer: grouped-query attention, as the trainer calls the kernel with GQA) and block sizes."""
     import jax
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
-    grid = [(256, 2, 128, d) for d in head_dims] if tiny else [
-        (s, h, blk, d) for d in head_dims for s in (1024, 2048, 4096, 8192) for h in (8, 16) for blk in blocks]
+    grid = [(256, 2, 128, d, kv) for d in head_dims for kv in kv_heads if kv in (0, 1)] if tiny else [
+        (s, h, blk, d, kv) for d in head_dims for s in (1024, 2048, 4096, 8192) for h in heads for kv in kv_heads
+        for blk in blocks if not kv or (kv < h and h % kv == 0)]
     cases: list[Case] = []
-    for s, h, blk, d in grid:
+    for s, h, blk, d, kv in grid:
         b = max(1, (256 if tiny else tokens) // s)
         kernel = splash_kernel(s, h, blk, interpret)
 
@@ -402,11 +406,14 @@ def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, head_dims: tup
             return vjp(do)
 
         shape = jax.ShapeDtypeStruct((b, h, s, d), jnp.bfloat16)
-        params = dict(batch=b, heads=h, seq=s, head_dim=d, block=blk, causal=True)
-        for backward, fn, n_args in ((False, fwd, 3), (True, fwd_bwd, 4)):
+        kv_shape = jax.ShapeDtypeStruct((b, kv or h, s, d), jnp.bfloat16)
+        params = dict(batch=b, heads=h, kv_heads=kv or h, seq=s, head_dim=d, block=blk, causal=True)
+        for backward, fn in ((False, fwd), (True, fwd_bwd)):
             kind = "fwd_bwd" if backward else "fwd"
-            name = f"splash_{kind}_s{s}_h{h}_b{blk}" + (f"_d{d}" if d != 128 else "")
-            cases.append(Case(name, "splash", fn, (shape,) * n_args,
+            name = (f"splash_{kind}_s{s}_h{h}_b{blk}" + (f"_d{d}" if d != 128 else "")
+                    + (f"_kv{kv}" if kv and kv != h else ""))
+            shapes = (shape, kv_shape, kv_shape) + ((shape,) if backward else ())
+            cases.append(Case(name, "splash", fn, shapes,
                               dict(pass_=kind, **params), flops=attention_model_flops(b, h, s, d, backward=backward),
                               extra={"kernel_flops": splash_kernel_flops(b, h, s, d, blk, backward=backward),
                                      "kernel_shape": (b, h, s, d, blk)}))
@@ -616,6 +623,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target-s", type=float, default=0.04, help="device time per case to aim the reps at")
     ap.add_argument("--splash-head-dims", default="128", help="splash: head dims, comma-separated (e.g. 64,128)")
     ap.add_argument("--splash-blocks", default="512,128", help="splash: block sizes, comma-separated")
+    ap.add_argument("--splash-heads", default="8,16", help="splash: query heads, comma-separated")
+    ap.add_argument("--splash-kv-heads", default="0",
+                    help="splash: K/V heads, comma-separated (0: as many as the query heads; fewer: GQA)")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
 
@@ -652,7 +662,8 @@ def main(argv=None) -> int:
                     raise RuntimeError("the splash kernels need a TPU (the CPU runs them interpreted only with --tiny)")
                 cases = (matmul_cases(args.tiny) if section == "matmul" else
                          splash_cases(args.tiny, interpret, head_dims=_ints(args.splash_head_dims),
-                                      blocks=_ints(args.splash_blocks)) if section == "splash" else
+                                      blocks=_ints(args.splash_blocks), heads=_ints(args.splash_heads),
+                                      kv_heads=_ints(args.splash_kv_heads)) if section == "splash" else
                          hbm_cases(args.tiny))
                 compile_cases(cases, log)
                 # the section's cap is for running: compiling (in threads, ahead of time) is not held against it

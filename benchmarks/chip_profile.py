@@ -63,9 +63,34 @@ def model_config(tiny: bool):
                        activation="silu", position="rope")
 
 
+ONCHIP_SPACE = "onchip_v5e.py"  # --onchip: points of spaces/onchip_v5e.py, each the whole trainer config it names
+
+
+def onchip_config(name: str):
+    """The TrainConfig of point `name` of spaces/onchip_v5e.py (as its study trains it on the chip)."""
+    import fiddle as fdl
+
+    from paxsearch import spaces
+    from paxsearch.search.study.space import load_space
+
+    space = load_space(os.path.join(os.path.dirname(spaces.__file__), ONCHIP_SPACE))
+    points = space.decision("point").values
+    if name not in points:
+        raise SystemExit(f"--onchip {name}: not a point of spaces/{ONCHIP_SPACE}; e.g. {', '.join(points[:3])}")
+    halves = space.decision("half").values
+    half = next(h for h in halves if not space.excluded({"point": name, "half": h}))
+    return fdl.build(space.config({"point": name, "half": half}))
+
+
+def describe(name: str) -> str:
+    return CONFIGS[name][3] if name in CONFIGS else f"spaces/{ONCHIP_SPACE} point {name}"
+
+
 def train_config(name: str, tiny: bool):
     from paxsearch.trainer.config import CheckpointConfig, EvalConfig, LogConfig, MeshConfig, TrainConfig
 
+    if name not in CONFIGS:
+        return onchip_config(name)
     attention, remat, batch, _ = CONFIGS[name]
     model = dataclasses.replace(model_config(tiny), attention=attention)
     return TrainConfig(model=model, mesh=MeshConfig(ici=(1, 1, 1)), per_device_batch=batch, remat=remat, steps=100,
@@ -105,7 +130,7 @@ def profile_one(name: str, program, compile_s: float, devices, warm: int, steps:
     from paxsearch.search.planning.roofline import trace as trace_lib
 
     cfg = program.cfg
-    out: dict = {"config": name, "what": CONFIGS[name][3], "attention": cfg.model.attention, "remat": cfg.remat,
+    out: dict = {"config": name, "what": describe(name), "attention": cfg.model.attention, "remat": cfg.remat,
                  "per_device_batch": cfg.per_device_batch, "seq_len": cfg.model.seq_len}
     plan = program.plan
     out.update(compile_s=compile_s, param_count=plan.param_count, hlo_source=plan.hlo_source,
@@ -206,6 +231,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="folder for chip_profile.json")
     ap.add_argument("--tiny", action="store_true", help="tiny models (CPU test)")
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comma-separated, of {', '.join(CONFIGS)}")
+    ap.add_argument("--onchip", default="", help=f"comma-separated points of spaces/{ONCHIP_SPACE} to profile "
+                                                 "(after --configs; --configs '' for these alone)")
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no config after this many seconds")
@@ -229,6 +256,9 @@ def main(argv=None) -> int:
     known = [n for n in names if n in CONFIGS]
     doc["results"] += [{"config": n, "skipped": f"unknown config; choose from {', '.join(CONFIGS)}"}
                        for n in names if n not in CONFIGS]
+    for n in [c.strip() for c in args.onchip.split(",") if c.strip()]:
+        onchip_config(n)  # an unknown point stops here, before anything compiles
+        known.append(n)
     # the compiles run in threads (XLA compiles release the GIL; the trainer's mesh and rule contexts
     # are thread-local), the steps one config at a time in this thread
     pool = ThreadPoolExecutor(max_workers=max(1, min(args.parallel, len(known) or 1)))
@@ -240,7 +270,7 @@ def main(argv=None) -> int:
             log(f"{name}: skipped, {elapsed:.0f} s past the budget of {args.budget_s:.0f} s")
             doc["results"].append({"config": name, "skipped": f"budget: {elapsed:.0f} s > {args.budget_s:.0f} s"})
             continue
-        log(f"{name}: {CONFIGS[name][3]}")
+        log(f"{name}: {describe(name)}")
         t = time.perf_counter()
         program = None
         try:
