@@ -20,6 +20,8 @@ from paxsearch.trainer import step as step_lib
 from paxsearch.trainer.config import MLA_FIELDS, MeshConfig, ModelConfig, TrainConfig, mesh_shape, to_dict
 from paxsearch.trainer.errors import ConfigError
 
+from ..search_util import needs_libtpu
+
 # 4 heads of 8 + 4 (query/key) and 6 (value); latents of rank 16 (query) and 8 (key/value)
 MODEL = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, head_dim=12, d_ff=64, seq_len=16, mlp="gated",
                     activation="silu", position="rope", attention="dot_product", attention_block=8, scan_layers=False,
@@ -240,3 +242,27 @@ def test_exports_refuse_latent_attention_in_one_line():
         with pytest.raises(ExportRefused, match="attention_type='mla'.*attention_type='mha'") as e:
             export(config())
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_small_mla_model_plans_for_a_tpu_topology_with_splash():
+    """A 2-layer MLA model compiled for v5e-4 (libtpu, no TPU; the HLO passes), fsdp 2 x tensor 2 with the
+    splash kernel: the step fits, its parameters are param_count's, and the splash kernels take v at its own
+    head dim (128, no padding to the query/key head dim 192)."""
+    import re
+
+    from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning import topology as topo
+
+    model = ModelConfig(vocab_size=4096, d_model=256, n_layers=2, n_heads=4, head_dim=192, d_ff=512, seq_len=256,
+                        dtype="bfloat16", mlp="gated", activation="silu", position="rope", attention="flash",
+                        attention_type="mla", q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=128,
+                        qk_rope_head_dim=64, v_head_dim=128)
+    cfg = TrainConfig(model=model, mesh=MeshConfig(ici=mesh_shape(fsdp=2, tensor=2)), per_device_batch=2)
+    plan = hlo_passes.build_plan_program(cfg, topo.topology_devices("v5e-4"), "v5e-4").plan
+    assert 0 < plan.peak_bytes < 16 * 2**30 and plan.param_count == flops_lib.param_count(model)  # v5e: 16 GiB
+    # the dK / dV kernel's results: dK at the query/key head dim, dV at the value head dim (padded v: 192 too)
+    dkv = [line.split("custom-call(")[0] for line in plan.hlo_text.splitlines()
+           if "splash_mha_dkv" in line and "custom-call(" in line]
+    assert dkv and all(re.search(r"\[\d+,256,192\]", r) and re.search(r"\[\d+,256,128\]", r) for r in dkv), dkv[:1]
