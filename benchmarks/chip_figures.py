@@ -24,6 +24,11 @@ cases are compiled, and the overall --budget-s; what it did not run is listed un
   hbm       HBM efficiency by op kind: scale, add, a reduction (bf16 -> f32 sums), a transpose, a copy,
             converts bf16 <-> f32, an RMSNorm, a softmax; bytes = the op's operands + result, efficiency =
             bytes / time / the chip's HBM bandwidth (what Hardware.hbm_efficiency means).
+  index     row gathers, scatters and scatter-adds (a MoE layer's token dispatch and combine: N rows of
+            W elements moved by index into or out of a table), by N (8192-32768), W (256-4096), dtype
+            (bf16, f32) and sorted or random indices; bytes = the rows moved twice (read and write) plus
+            the indices. And jax.lax.ragged_dot (a dropless MoE layer's grouped matmul) forward and
+            forward + backward at a MoE layer's shapes, FLOPs = the groups' work (every row once).
   host      host <-> device bandwidth: numpy -> device (device_put) and device -> numpy (device_get),
             device -> pinned_host and back (device_put to a memory-kind sharding, and a jitted copy with
             out_shardings in pinned_host: how host offload moves), 256 MiB and 1 GiB.
@@ -54,9 +59,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 OUT_FILE = "chip_figures.json"
-SECTIONS = ("matmul", "splash", "hbm", "host", "overhead")
+SECTIONS = ("matmul", "splash", "hbm", "index", "host", "overhead")
 # each section's cap in seconds (chip); the whole run also stops at --budget-s
-CAPS = {"matmul": 35.0, "splash": 50.0, "hbm": 15.0, "host": 20.0, "overhead": 10.0}
+CAPS = {"matmul": 35.0, "splash": 50.0, "hbm": 15.0, "index": 30.0, "host": 20.0, "overhead": 10.0}
 MiB = 2 ** 20
 
 
@@ -380,7 +385,8 @@ def splash_kernel(s: int, h: int, block: int, interpret: bool):
     return sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, head_dims: tuple[int, ...] = (128,),
+def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, seqs: tuple[int, ...] = (1024, 2048, 4096, 8192),
+                 head_dims: tuple[int, ...] = (128,),
                  blocks: tuple[int, ...] = (512, 128), heads: tuple[int, ...] = (8, 16),
                  kv_heads: tuple[int, ...] = (0,)) -> list[Case]:
     """Splash cases over head dims, seqs, query heads, K/V heads (0: as many as the query heads, MHA;
@@ -390,7 +396,7 @@ def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, head_dims: tup
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     grid = [(256, 2, 128, d, kv) for d in head_dims for kv in kv_heads if kv in (0, 1)] if tiny else [
-        (s, h, blk, d, kv) for d in head_dims for s in (1024, 2048, 4096, 8192) for h in heads for kv in kv_heads
+        (s, h, blk, d, kv) for d in head_dims for s in seqs for h in heads for kv in kv_heads
         for blk in blocks if not kv or (kv < h and h % kv == 0)]
     cases: list[Case] = []
     for s, h, blk, d, kv in grid:
@@ -456,6 +462,68 @@ def hbm_cases(tiny: bool) -> list[Case]:
             cases.append(Case(f"hbm_{name}_{mib}mib", "hbm", fn, shapes,
                               dict(kind=name, mib=mib, shapes=[list(s.shape) for s in shapes],
                                    dtypes=[str(s.dtype) for s in shapes]), bytes=float(nbytes)))
+    return cases
+
+
+def index_cases(tiny: bool) -> list[Case]:
+    """Row gathers, scatters and scatter-adds (trainer/moe.py's dispatch and combine) and ragged dots."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    cases: list[Case] = []
+    grid = [(512, 64, "bfloat16", True)] if tiny else [
+        (n, w, dt, srt) for n in (8192, 32768) for w in (256, 1024, 4096) for dt in ("bfloat16", "float32")
+        for srt in (True, False) if srt or (w == 1024 and dt == "bfloat16")]
+    for n, w, dt, srt in grid:
+        dtype = jnp.dtype(dt)
+        rows = n + n // 4  # the table: a capacity buffer 1.25 x the routes
+        table = jax.ShapeDtypeStruct((rows, w), dtype)
+        upd = jax.ShapeDtypeStruct((n, w), dtype)
+        rng = np.random.default_rng(0)
+        perm = rng.permutation(rows)[:n].astype(np.int32)
+        idx = np.sort(perm) if srt else perm  # distinct rows (a dispatch), sorted or not
+        dup = np.sort(rng.integers(0, n // 2, n).astype(np.int32)) if srt else rng.integers(0, n // 2, n).astype(
+            np.int32)  # two routes per token on average (a combine)
+
+        def gather(t, idx=idx, srt=srt):
+            return jnp.take(t, jnp.asarray(idx), axis=0, indices_are_sorted=srt, unique_indices=True, mode="clip")
+
+        def scatter(t, u, idx=idx, srt=srt):
+            return t.at[jnp.asarray(idx)].set(u, indices_are_sorted=srt, unique_indices=True, mode="drop")
+
+        def scatter_add(t, u, dup=dup, srt=srt, n=n):
+            return t[: n // 2].at[jnp.asarray(dup)].add(u, indices_are_sorted=srt, mode="drop")
+
+        moved = float(n * w * dtype.itemsize)
+        tag = f"n{n}_w{w}_{'bf16' if dt == 'bfloat16' else 'f32'}" + ("" if srt else "_random")
+        params = dict(rows=n, width=w, dtype=dt, sorted=srt, row_bytes=w * dtype.itemsize)
+        cases.append(Case(f"index_gather_{tag}", "index", gather, (table,), dict(kind="gather", **params),
+                          bytes=2 * moved + 4 * n))
+        cases.append(Case(f"index_scatter_{tag}", "index", scatter, (table, upd), dict(kind="scatter", **params),
+                          bytes=2 * moved + 4 * n))
+        cases.append(Case(f"index_scatter_add_{tag}", "index", scatter_add, (table, upd),
+                          dict(kind="scatter_add", **params), bytes=3 * moved + 4 * n))
+    # ragged dots: routes x d_model against G experts' [d_model, width], groups of equal size
+    for n, d, f, g in ([(512, 64, 128, 4)] if tiny else [(32768, 1024, 1408, 8), (16384, 2048, 1408, 8),
+                                                         (32768, 1024, 2816, 16)]):
+        sizes = jnp.full((g,), n // g, jnp.int32)
+        lhs = jax.ShapeDtypeStruct((n, d), jnp.bfloat16)
+        rhs = jax.ShapeDtypeStruct((g, d, f), jnp.bfloat16)
+
+        def rd(x, wt, sizes=sizes):
+            return jax.lax.ragged_dot(x, wt, sizes)
+
+        def rd_bwd(x, wt, rd=rd):
+            out, vjp = jax.vjp(rd, x, wt)
+            return vjp(out)
+
+        work = matmul_flops(n, d, f)
+        params = dict(kind="ragged_dot", rows=n, d=d, f=f, groups=g)
+        cases.append(Case(f"index_ragged_dot_fwd_n{n}_d{d}_f{f}_g{g}", "index", rd, (lhs, rhs),
+                          dict(pass_="fwd", **params), flops=work))
+        cases.append(Case(f"index_ragged_dot_fwd_bwd_n{n}_d{d}_f{f}_g{g}", "index", rd_bwd, (lhs, rhs),
+                          dict(pass_="fwd_bwd", **params), flops=3 * work))
     return cases
 
 
@@ -624,6 +692,8 @@ def main(argv=None) -> int:
     ap.add_argument("--splash-head-dims", default="128", help="splash: head dims, comma-separated (e.g. 64,128)")
     ap.add_argument("--splash-blocks", default="512,128", help="splash: block sizes, comma-separated")
     ap.add_argument("--splash-heads", default="8,16", help="splash: query heads, comma-separated")
+    ap.add_argument("--splash-tokens", type=int, default=8192, help="splash: batch x seq of each case")
+    ap.add_argument("--splash-seqs", default="1024,2048,4096,8192", help="splash: sequence lengths, comma-separated")
     ap.add_argument("--splash-kv-heads", default="0",
                     help="splash: K/V heads, comma-separated (0: as many as the query heads; fewer: GQA)")
     args = ap.parse_args(argv)
@@ -657,14 +727,15 @@ def main(argv=None) -> int:
         deadline = min(budget_end, t + CAPS[section] * (10 if args.tiny else 1))
         log(f"{section}: until +{deadline - t_start:.0f} s")
         try:
-            if section in ("matmul", "splash", "hbm"):
+            if section in ("matmul", "splash", "hbm", "index"):
                 if section == "splash" and interpret and not args.tiny:
                     raise RuntimeError("the splash kernels need a TPU (the CPU runs them interpreted only with --tiny)")
                 cases = (matmul_cases(args.tiny) if section == "matmul" else
-                         splash_cases(args.tiny, interpret, head_dims=_ints(args.splash_head_dims),
+                         splash_cases(args.tiny, interpret, tokens=args.splash_tokens, seqs=_ints(args.splash_seqs),
+                                      head_dims=_ints(args.splash_head_dims),
                                       blocks=_ints(args.splash_blocks), heads=_ints(args.splash_heads),
                                       kv_heads=_ints(args.splash_kv_heads)) if section == "splash" else
-                         hbm_cases(args.tiny))
+                         hbm_cases(args.tiny) if section == "hbm" else index_cases(args.tiny))
                 compile_cases(cases, log)
                 # the section's cap is for running: compiling (in threads, ahead of time) is not held against it
                 deadline = min(budget_end, time.perf_counter() + CAPS[section] * (10 if args.tiny else 1))

@@ -62,6 +62,28 @@ def attention_table(rates) -> tuple[tuple[str, int, tuple[tuple[int, float], ...
 
 
 @dataclass(frozen=True)
+class IndexRate:
+    """The measured seconds per row of a row gather or scatter (kind "gather", "scatter" or
+    "scatter_add"), for `rows` rows of `row_bytes` each, sorted indices."""
+
+    kind: str
+    rows: int
+    row_bytes: int
+    seconds: Figure
+
+
+@dataclass(frozen=True)
+class RaggedRate:
+    """The measured share of peak of jax.lax.ragged_dot (every row once) with feature dims k x n:
+    its forward, and its backward (the lhs gradient and the weight gradient together)."""
+
+    k: int
+    n: int
+    forward: Figure
+    backward: Figure
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One device kind: one JAX device (a TPU chip in megacore mode, one GPU)."""
 
@@ -101,6 +123,20 @@ class DeviceSpec:
     # dense int8 x int8 -> int32 matmul peak (TPU v5e / v6e / v5p: twice the bf16 rate); None: int8 matmuls
     # are priced at the bf16 rate (no figure sourced)
     peak_int8_ops: Figure | None = None
+    # row gathers and scatters (a MoE layer's dispatch and combine) by kind, rows and row bytes, and what
+    # unsorted indices cost over sorted ones, by kind; None: priced by their bytes alone
+    index_rates: tuple[IndexRate, ...] | None = None
+    unsorted_index: tuple[tuple[str, Figure], ...] | None = None
+    # jax.lax.ragged_dot (a dropless MoE layer's grouped matmuls) by shape; None: at the matmul rate
+    ragged_rates: tuple[RaggedRate, ...] | None = None
+
+    def index_table(self) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
+        """index_rates as the roofline reads them (Hardware.index_rows): per kind and rows,
+        ((row bytes, seconds per row), ...) by row bytes."""
+        rates = self.index_rates or ()
+        keys = dict.fromkeys((r.kind, r.rows) for r in rates)
+        return tuple((k, n, tuple(sorted((r.row_bytes, r.seconds.value) for r in rates
+                                         if (r.kind, r.rows) == (k, n)))) for k, n in keys)
 
     def attention_table(self) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
         """attention_rates as the roofline reads them (Hardware.attention_rates)."""
@@ -236,6 +272,37 @@ V5E_SPLASH_RATES = tuple(
     KernelRate(kernel, block, seq, Figure(share, f"{_V5E_SPLASH_RUN}; {kernel}, block {block}, seq {seq}"))
     for (kernel, block), shares in _V5E_SPLASH_SHARES.items()
     for seq, share in zip((1024, 2048, 4096, 8192), shares, strict=True))
+_V5E_INDEX_RUN = ("measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07: benchmarks/data/"
+                  "chip_figures_v5e_2026-12-07_run3_index.json, section 'index' (benchmarks/RESULTS.md, 'MoE "
+                  "dispatch and ragged dots on the chip': `python3 benchmarks/chip_figures.py --out $OUT/index --sections index` "
+                  "on the chip), each program's device time from a jax.profiler trace")
+# v5e row gathers / scatters / scatter-adds, seconds per row by rows moved and row bytes (sorted indices, the table
+# 1.25 x the rows): tests/roofline/test_indexed.py checks these against the JSON record
+_V5E_INDEX_NS = {
+    ("gather", 8192): (3.28, 2.93, 3.94, 6.39, 12.67, 72.28),
+    ("scatter", 8192): (10.35, 14.38, 26.97, 42.96, 150.29, 192.47),
+    ("scatter_add", 8192): (12.56, 16.59, 32.6, 48.63, 134.2, 178.72),
+    ("gather", 32768): (3.12, 2.84, 3.85, 21.78, 60.91, 72.23),
+    ("scatter", 32768): (10.48, 13.71, 26.82, 37.38, 138.63, 191.79),
+    ("scatter_add", 32768): (10.25, 12.1, 22.67, 24.59, 81.28, 103.39),
+}
+INDEX_ROW_BYTES = (512, 1024, 2048, 4096, 8192, 16384)
+V5E_INDEX_RATES = tuple(
+    IndexRate(kind, rows, b, Figure(ns * 1e-9, f"{_V5E_INDEX_RUN}; {kind}, {rows} rows of {b} bytes"))
+    for (kind, rows), per_row in _V5E_INDEX_NS.items() for b, ns in zip(INDEX_ROW_BYTES, per_row, strict=True))
+# random against sorted indices, rows of 2048 bytes, mean of 8192 and 32768 rows
+V5E_UNSORTED_INDEX = tuple(
+    (kind, Figure(f, f"{_V5E_INDEX_RUN}; {kind} of rows of 2048 bytes, random / sorted indices, mean of 8192 and "
+                     "32768 rows"))
+    for kind, f in (("gather", 1.0), ("scatter", 1.357), ("scatter_add", 1.338)))
+# ragged_dot's share of peak by (k, n): forward, and backward = 2 x its FLOPs over (forward + backward) - forward
+V5E_RAGGED_RATES = tuple(
+    RaggedRate(k, n, Figure(f, f"{_V5E_INDEX_RUN}; ragged_dot forward, {rows} rows x {k} against {g} groups' "
+                               f"[{k}, {n}]"),
+               Figure(b, f"{_V5E_INDEX_RUN}; ragged_dot backward (forward + backward less the forward), {rows} rows x "
+                         f"{k} against {g} groups' [{k}, {n}]"))
+    for k, n, rows, g, f, b in ((1024, 1408, 32768, 8, 0.476, 0.700), (2048, 1408, 16384, 8, 0.607, 0.655),
+                                (1024, 2816, 32768, 16, 0.606, 0.613)))
 _V5E_MATMUL_IN_STEP = (
     "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, the matmul fusions of four training "
     "steps (0.31B Llama-style, seq 2048: plain and splash attention at batch 1, remat full at batch 8, remat offload "
@@ -309,7 +376,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         attention_efficiency=Figure(*s.get("attention", (matmul.value, _SPLASH_ASSUMED))),
         ici_efficiency=Figure(*s.get("collectives", (_V5E_ICI_SHARE, _ICI_ASSUMED))),
         attention_rates=s.get("attention_rates"),
-        peak_int8_ops=Figure(*s["int8"]) if "int8" in s else None)
+        peak_int8_ops=Figure(*s["int8"]) if "int8" in s else None,
+        index_rates=s.get("index_rates"), unsorted_index=s.get("unsorted_index"), ragged_rates=s.get("ragged_rates"))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -343,6 +411,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)",
         "matmul": (0.88, _V5E_MATMUL_IN_STEP), "hbm_eff": (0.803, _SCALE_HBM), "attention": (0.510, _V5E_SPLASH),
         "attention_rates": V5E_SPLASH_RATES, "int8": (393e12, _CLOUD + "v5e (393 TOPs int8 per chip)"),
+        "index_rates": V5E_INDEX_RATES, "unsorted_index": V5E_UNSORTED_INDEX, "ragged_rates": V5E_RAGGED_RATES,
         "collectives": (_V5E_ICI_SHARE, _SCALING_AG)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",

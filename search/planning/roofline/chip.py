@@ -37,6 +37,12 @@ class Hardware:
     # the int8 x int8 -> int32 matmul peak over the bf16 peak (TPU v5e, v5p, v6e: 2); an int8 matmul runs at
     # sustained_flops x this (the chip's int8 8192^3 ran at 0.966 of its int8 peak, bf16 at 0.949 of its own)
     int8_speedup: float = 1.0
+    # seconds per row of row gathers and scatters: ((kind, rows, ((row bytes, seconds), ...)), ...), and random
+    # over sorted indices by kind ((kind, factor), ...) (TPU v5e: measured; roofline/indexed.py); () none
+    index_rows: tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...] = ()
+    unsorted_index: tuple[tuple[str, float], ...] = ()
+    # jax.lax.ragged_dot's share of peak by shape: ((k, n, forward, backward), ...); () at the matmul rate
+    ragged_shares: tuple[tuple[int, int, float, float], ...] = ()
     # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
     # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given
     ici_efficiency: float = 1.0

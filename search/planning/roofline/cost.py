@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from . import indexed
 from .chip import Hardware
 from .hlo import (
     Computation,
@@ -59,15 +60,25 @@ def _window(ins: Instr) -> list[dict]:
 _RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general\b')  # jax's primitive of jax.lax.ragged_dot
 
 
-def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str) -> int:
+def _group_mask(comp: Computation | None, g: int) -> bool:
+    """Whether a computation takes a pred[G, rows] parameter: the group mask of a ragged dot's masked
+    convolution form (libtpu 0.0.42.1 writes the weight gradient so, in a fusion without an op_name)."""
+    return comp is not None and any(
+        i.opcode == "parameter" and i.shape.startswith("pred[") and (shape_dims(i.shape) or [0])[0] == g
+        and len(shape_dims(i.shape)) == 2 for i in comp.instrs)
+
+
+def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str, comp: Computation | None = None) -> int:
     """The groups of a ragged dot as the TPU compiler writes it (jax.lax.ragged_dot, trainer/moe.py's
     dropless experts): a convolution whose one spatial dim is the G groups (lhs, kernel and output all G
     long) with window G, stride G - 1 and lhs dilation G, so output group g meets kernel group g only; its
     operands are every row broadcast to each group and masked to the group's rows (the fusion is handed the
     group offsets). A batched matmul over the groups (the capacity experts' einsum 'ecd,edf->ecf') is
     written as the same convolution, each group with rows of its own: the two are told apart by the
-    op_name jax gives the instruction (ragged_dot_general). 1 for any other convolution."""
-    if not _RAGGED_DOT.search(ins.attrs):
+    op_name jax gives the instruction (ragged_dot_general), or where it has none, by the group mask its
+    computation takes (_group_mask). 1 for any other convolution."""
+    named = bool(_RAGGED_DOT.search(ins.attrs))
+    if not named and comp is None:
         return 1
     win = _window(ins)
     labels = ins.attr("dim_labels") or ""
@@ -80,17 +91,17 @@ def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str) -> int:
     spatial = [d[lab.index("0")] if "0" in lab and len(d) == len(lab) else None
                for d, lab in zip(dims, (lhs_l, rhs_l, out_l), strict=True)]
     if g > 1 and spatial == [g, g, g] and w["stride"] == g - 1 and w["base_dilation"] == g and w["pad_low"] == 0:
-        return g
+        return g if named or _group_mask(comp, g) else 1
     return 1
 
 
-def conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str) -> float:
+def conv_flops(ins: Instr, lhs_shape: str, rhs_shape: str, comp: Computation | None = None) -> float:
     """FLOPs of a convolution, counted as XLA's HloCostAnalysis counts them; a ragged dot's
     (ragged_dot_groups G > 1) as the work of its groups: 1 / G of that count, every row once. XLA counts
     every row against every group's weights (G x the routed work), which is the dense expansion; the TPU's
     ragged dot computes each group's rows only (MaxText documents jax.lax.ragged_dot on TPU as computing
     "only on active tokens": docs/reference/core_concepts/moe_configuration.md, sparse_matmul)."""
-    groups = ragged_dot_groups(ins, lhs_shape, rhs_shape)
+    groups = ragged_dot_groups(ins, lhs_shape, rhs_shape, comp)
     return _conv_flops(ins, lhs_shape, rhs_shape) / groups
 
 
@@ -268,7 +279,7 @@ def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 
         k = prod(lhs[int(d)] for d in cdims.strip("{}").split(",") if d.strip()) if cdims and lhs else 1
         return 2.0 * prod(shape_dims(ins.shape)) * k
     if op == "convolution" and len(ins.operands) >= 2:
-        return conv_flops(ins, operand_shape(comp, ins.operands[0]), operand_shape(comp, ins.operands[1]))
+        return conv_flops(ins, operand_shape(comp, ins.operands[0]), operand_shape(comp, ins.operands[1]), comp)
     if op in ("fusion",) and _depth < 8:
         called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
         if called is None:
@@ -479,6 +490,11 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
     columns, so of a 128 x 128 MXU it fills d / 128 (measured at 64 on v5e: 0.46-0.56 of the
     head-dim-128 rates, mean 0.52)."""
     if not is_attention_kernel(ins):
+        ragged = _ragged(module, comp, ins) if hw.ragged_shares else None
+        if ragged is not None:
+            share = indexed.ragged_share(hw, indexed.ragged_dims(*ragged), indexed.is_backward(ins))
+            if share is not None:
+                return hw.peak_flops * share
         if hw.int8_speedup != 1.0 and int8_matmul(module, comp, ins):
             return hw.sustained_flops * hw.int8_speedup
         return hw.sustained_flops
@@ -492,6 +508,21 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
     if d and hw.attention_head_dim and d < hw.attention_head_dim:
         return rate * d / hw.attention_head_dim
     return rate
+
+
+def _ragged(module: HloModule | None, comp: Computation, ins: Instr, _depth: int = 0):
+    """(computation, instruction) of the ragged dot an op is (the TPU's kernel) or holds (a convolution
+    over groups, ragged_dot_groups > 1); None for any other op."""
+    if is_ragged_dot_kernel(ins):
+        return comp, ins
+    if ins.opcode == "convolution" and len(ins.operands) >= 2 and ragged_dot_groups(
+            ins, operand_shape(comp, ins.operands[0]), operand_shape(comp, ins.operands[1]), comp) > 1:
+        return comp, ins
+    called = (module.computations.get((ins.attr("calls") or "").lstrip("%"))
+              if module is not None and ins.opcode == "fusion" and _depth < 8 else None)
+    if called is None:
+        return None
+    return next((r for i in called.instrs if (r := _ragged(module, called, i, _depth + 1)) is not None), None)
 
 
 def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:
@@ -509,6 +540,9 @@ def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
         return None
     f, b = work
     roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw, module))
+    rows = indexed.index_seconds(module, comp, ins, hw) if hw.index_rows else None
+    if rows is not None:
+        roof = max(roof, rows)
     return f, b, roof, compiler_estimate(module, ins, hw) if estimate else None
 
 

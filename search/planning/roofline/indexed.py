@@ -1,0 +1,148 @@
+"""Ops whose time is not their bytes or their FLOPs at the matmul rate: row gathers and scatters
+(a MoE layer's token dispatch and combine) and ragged dots (its dropless grouped matmuls), each priced
+at what the chip was measured to do (Hardware.index_rows, Hardware.ragged_shares; trainer/hardware.py).
+
+A TPU scatter moves its update rows one at a time: on the project's v5e a sorted scatter of 32,768
+rows of 1,024 bf16 took 879 us (27 ns a row) where its 134 MB at the HBM roofline would take 0.2 ms,
+and a MoE step's scatters ran 5-9x their roofline price (benchmarks/RESULTS.md, 'MoE dispatch and
+ragged dots on the chip'). So an instruction holding gathers or scatters takes at least rows x the
+measured seconds per row at its row size (index_seconds), and a ragged dot's FLOPs (the TPU's
+ragged-dot kernel, or its masked-group convolution form) run at the measured share of peak for its
+shape and direction (ragged_share).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from .chip import Hardware
+from .hlo import Computation, HloModule, Instr, operand_shape, parse_dims, prod, shape_dims
+
+_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+             "f64": 8, "s64": 8, "u64": 8}
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def _itemsize(shape: str) -> int:
+    return _ITEMSIZE.get(shape.split("[", 1)[0].strip(), 4)
+
+
+def _window(text: str | None) -> set[int]:
+    return set(parse_dims(text.strip("{}"))) if text else set()
+
+
+def index_op(module: HloModule, comp: Computation, ins: Instr) -> tuple[str, int, int, bool] | None:
+    """(kind, rows, row bytes, sorted) of one gather or scatter: kind "gather", "scatter" or
+    "scatter_add" (a scatter whose combiner adds), the rows its indices move (the index dims of the
+    updates or of the output) and the bytes of one row (its window); None for any other op."""
+    if ins.opcode == "gather":
+        dims = shape_dims(ins.shape)
+        window = _window(ins.attr("offset_dims"))
+        rows = prod(d for i, d in enumerate(dims) if i not in window)
+        width = prod(d for i, d in enumerate(dims) if i in window)
+        return "gather", rows, width * _itemsize(ins.shape), ins.attr("indices_are_sorted") == "true"
+    if ins.opcode == "scatter" and len(ins.operands) >= 3:
+        upd = operand_shape(comp, ins.operands[-1])
+        dims = shape_dims(upd)
+        window = _window(ins.attr("update_window_dims"))
+        rows = prod(d for i, d in enumerate(dims) if i not in window)
+        width = prod(d for i, d in enumerate(dims) if i in window)
+        combiner = module.computations.get((ins.attr("to_apply") or "").lstrip("%"))
+        root = combiner.root if combiner is not None else None
+        kind = "scatter_add" if root is not None and root.opcode == "add" else "scatter"
+        return kind, rows, width * _itemsize(upd), ins.attr("indices_are_sorted") == "true"
+    return None
+
+
+def index_ops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0) -> list[tuple[str, int, int, bool]]:
+    """The gathers and scatters an instruction is or (a fusion) holds, at any depth."""
+    own = index_op(module, comp, ins)
+    if own is not None:
+        return [own]
+    if ins.opcode != "fusion" or _depth >= 8:
+        return []
+    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    if called is None:
+        return []
+    return [op for i in called.instrs for op in index_ops(module, called, i, _depth + 1)]
+
+
+def _interp(pts, x: float, proportional_above: bool) -> float:
+    """pts ((x, y), ...) sorted by x: y at x, linear in log2(x) between points, held below the first,
+    held (or proportional to x, `proportional_above`) above the last."""
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1] * (x / pts[-1][0] if proportional_above else 1.0)
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x0 <= x <= x1:
+            return y0 + (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0)) * (y1 - y0)
+    return pts[-1][1]
+
+
+def row_seconds(hw: Hardware, kind: str, row_bytes: int, rows: int, sorted_: bool = True) -> float | None:
+    """Seconds per row of a `kind` op moving `rows` rows of `row_bytes` (Hardware.index_rows): at each
+    measured row count, linear in log2(row bytes) between the measured sizes, held below the smallest and
+    proportional to the bytes above the largest; then linear in log2(rows) between the measured row counts
+    and held outside them. Unsorted indices: x the kind's Hardware.unsorted_index factor. None: no figures."""
+    tables = sorted((n, pts) for k, n, pts in hw.index_rows if k == kind and pts)
+    if not tables or row_bytes <= 0:
+        return None
+    per_count = [(n, _interp(pts, row_bytes, True)) for n, pts in tables]
+    t = _interp(per_count, max(rows, 1), False)
+    return t if sorted_ else t * dict(hw.unsorted_index).get(kind, 1.0)
+
+
+def index_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> float | None:
+    """The measured per-row time of the gathers and scatters an instruction holds, summed; None where it
+    holds none or the chip has no figures for them."""
+    if not hw.index_rows:
+        return None
+    total, priced = 0.0, False
+    for kind, rows, row_bytes, sorted_ in index_ops(module, comp, ins):
+        t = row_seconds(hw, kind, row_bytes, rows, sorted_)
+        if t is not None:
+            total += rows * t
+            priced = True
+    return total if priced else None
+
+
+def is_backward(ins: Instr) -> bool:
+    """Whether an op belongs to the backward pass: its op_name is under jax's transpose(...), or it has
+    none (the ragged dot's weight gradient, a masked-group convolution, carries no op_name)."""
+    m = _OP_NAME.search(ins.attrs)
+    return m is None or "transpose(" in m.group(1)
+
+
+def ragged_dims(comp: Computation, ins: Instr) -> tuple[int, int]:
+    """The two feature dims K and N of a ragged dot (rows and groups aside), smaller first. The kernel
+    (a custom call): lhs [rows, K] against [G, K, N] -> [rows, N], or a [G, K, N] weight gradient. A
+    convolution over the G groups: of its kernel's and output's dims, G and the rows (the largest) set
+    aside."""
+    out = shape_dims(ins.shape)
+    if ins.opcode == "convolution" and len(ins.operands) >= 2:
+        labels = ins.attr("dim_labels") or ""
+        rhs = shape_dims(operand_shape(comp, ins.operands[1]))
+        rhs_l, out_l = labels.split("_", 1)[-1].split("->") if "->" in labels else ("", "")
+        dims = ([d for i, d in enumerate(out) if i != out_l.find("0")]
+                + [d for i, d in enumerate(rhs) if i != rhs_l.find("0")])
+        rows = max(dims, default=0)
+        rest = [d for d in dims if d != rows] or [rows]
+        return min(rest), max(rest)
+    if len(out) == 3:
+        k, n = out[1], out[2]
+    else:
+        lhs = shape_dims(operand_shape(comp, ins.operands[-2])) if len(ins.operands) >= 2 else []
+        k, n = (lhs[-1] if lhs else 0), (out[-1] if out else 0)
+    return (k, n) if k <= n else (n, k)
+
+
+def ragged_share(hw: Hardware, dims: tuple[int, int], backward: bool) -> float | None:
+    """The measured share of peak of a ragged dot with feature dims `dims` (Hardware.ragged_shares: the
+    measured shape nearest in log2 of both dims), its forward or backward figure; None: no figures."""
+    if not hw.ragged_shares or min(dims) <= 0:
+        return None
+    lk, ln = math.log2(dims[0]), math.log2(dims[1])
+    _, _, fwd, bwd = min(hw.ragged_shares, key=lambda r: (math.log2(min(r[0], r[1])) - lk) ** 2
+                         + (math.log2(max(r[0], r[1])) - ln) ** 2)
+    return bwd if backward else fwd
