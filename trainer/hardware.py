@@ -274,8 +274,8 @@ V5E_SPLASH_RATES = tuple(
     for seq, share in zip((1024, 2048, 4096, 8192), shares, strict=True))
 _V5E_INDEX_RUN = ("measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07: benchmarks/data/"
                   "chip_figures_v5e_2026-12-07_run3_index.json, section 'index' (benchmarks/RESULTS.md, 'MoE "
-                  "dispatch and ragged dots on the chip': `python3 benchmarks/chip_figures.py --out $OUT/index --sections index` "
-                  "on the chip), each program's device time from a jax.profiler trace")
+                  "dispatch and ragged dots on the chip': `python3 benchmarks/chip_figures.py --out $OUT/index "
+                  "--sections index` on the chip), each program's device time from a jax.profiler trace")
 # v5e row gathers / scatters / scatter-adds, seconds per row by rows moved and row bytes (sorted indices, the table
 # 1.25 x the rows): tests/roofline/test_indexed.py checks these against the JSON record
 _V5E_INDEX_NS = {
