@@ -1,4 +1,4 @@
-"""onchip_v5e: 65 fixed points on one TPU v5e chip, planned here and trained there (issue 41).
+"""onchip_v5e: 79 fixed points on one TPU v5e chip, planned here and trained there (issue 41).
 
 The same space file gives the planner's side and the chip's side of benchmarks/bench_onchip.py:
 
@@ -9,6 +9,7 @@ The same space file gives the planner's side and the chip's side of benchmarks/b
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=a --run-dir runs/onchip-a
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=b --run-dir runs/onchip-b
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=c --run-dir runs/onchip-c
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=d --run-dir runs/onchip-d
     python benchmarks/bench_onchip.py --plan runs/onchip-plan --chip runs/onchip-a --chip runs/onchip-b
 
 Decisions: `point`, a name from POINTS (each a whole trainer config: the model, sequence length,
@@ -19,6 +20,9 @@ to half a. Since then no hardware figure is set from any point: the v5e entry co
 own kernel and matmul measurements (benchmarks/chip_figures.py, chip_profile.py). Half c, 21 points
 added in the second session after that entry was set, were never seen by any figure: int8 beside its
 bfloat16 twin at four sizes, 1B with bfloat16 parameters, plain attention at head dim 64, two MoE points.
+Half d, 14 points added in the third session after the chip's row gathers, scatters and ragged dots were
+measured and priced, and before any of them was trained: MoE at new shapes (16 experts, capacity and dropless,
+batch, sequence, remat), head dims 64 and 128 at new batches and sequences, int8 at two new shapes.
 
 Llama-style models (GQA, gated SiLU MLP, RoPE, vocabulary 32000, bfloat16 activations,
 float32 parameters and AdamW moments), sizes 0.11B-1.45B; sequences 1k-8k; dot-product and
@@ -41,6 +45,7 @@ MODELS = {
     "m900": (2048, 16, 16, 8, 5632),  # 0.89B
     "m1500": (2048, 28, 16, 8, 5632),  # 1.45B
     "moe8": (1024, 8, 8, 4, 2816),  # 8 experts of width 1408, top-2: 0.48B total, 0.18B active
+    "moe16": (1024, 8, 8, 4, 2816),  # 16 experts of width 704, top-2: the same total, half the active MLP
 }
 
 OFFLOAD_ALL = custom(decoder_input="offload", query_proj="offload", key_proj="offload", value_proj="offload")
@@ -130,8 +135,28 @@ _POINTS_C = [
     ("m100-s4k-fl-b8-full-tiles4", dict(model="m100", seq=4096, batch=8, remat="full", tiles=4)),
     ("m1500-s2k-fl-b4-bf16p-full", dict(model="m1500", remat="full", param_dtype="bfloat16")),
 ]
-POINTS = {name: {**_BASE, **fields} for name, fields in _POINTS + _POINTS_C}
-HALF = {**{name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}, **{name: "c" for name, _ in _POINTS_C}}
+# Half d (third session): 14 new points, all held out, added after the chip's row gathers / scatters and ragged
+# dots were measured and priced (roofline/indexed.py) and before any was trained: MoE at new batches, sequences,
+# expert counts and remat, head dims 64 and 128 at new batches and sequences, int8 at two new shapes.
+_POINTS_D = [
+    ("moe8-s2k-b4-cap", dict(model="moe8", batch=4, remat="full", moe="capacity")),
+    ("moe8-s4k-b2-dropless", dict(model="moe8", seq=4096, batch=2, remat="full", moe="dropless")),
+    ("moe8-s1k-b16-dropless", dict(model="moe8", seq=1024, batch=16, remat="full", moe="dropless")),
+    ("moe16-s2k-b8-dropless", dict(model="moe16", batch=8, remat="full", moe="dropless")),
+    ("moe16-s2k-b8-cap", dict(model="moe16", batch=8, remat="full", moe="capacity")),
+    ("moe8-s2k-b4-cap-minimal", dict(model="moe8", batch=4, remat="minimal", moe="capacity")),
+    ("m100-s2k-fl-b4-full", dict(model="m100", remat="full")),
+    ("m100-s4k-fl-b8-full", dict(model="m100", seq=4096, batch=8, remat="full")),
+    ("m100-s1k-fl-b32-full", dict(model="m100", seq=1024, batch=32, remat="full")),
+    ("m350-s4k-fl-b8-full", dict(model="m350", seq=4096, batch=8, remat="full")),
+    ("m500-s8k-fl-b2-full", dict(model="m500", seq=8192, batch=2, remat="full")),
+    ("m900-s4k-fl-b4-bf16p-full", dict(model="m900", seq=4096, remat="full", param_dtype="bfloat16")),
+    ("m500-s4k-fl-b4-full-int8", dict(model="m500", seq=4096, remat="full", quantization="int8")),
+    ("m350-s1k-fl-b32-full-int8", dict(model="m350", seq=1024, batch=32, remat="full", quantization="int8")),
+]
+POINTS = {name: {**_BASE, **fields} for name, fields in _POINTS + _POINTS_C + _POINTS_D}
+HALF = {**{name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}, **{name: "c" for name, _ in _POINTS_C},
+        **{name: "d" for name, _ in _POINTS_D}}
 
 STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=len(POINTS), target="tpu:v5e-1",
              count_flops=False, timeout=600)
@@ -148,19 +173,21 @@ def model_config(p: dict):
                       seq_len=p["seq"], dtype="bfloat16", scan_layers=True,
                       activation="silu", mlp="gated", position="rope", attention=p["attention"],
                       vocab_tiles=p["tiles"], param_dtype=p["param_dtype"], quantization=p["quantization"],
-                      **_moe_fields(p["moe"]))
+                      **_moe_fields(p["moe"], p["model"]))
 
 
-def _moe_fields(compute: str) -> dict:
+def _moe_fields(compute: str, model: str) -> dict:
     """The MoE fields of a point: none for a dense one."""
     if not compute:
         return {}
-    return dict(n_experts=8, experts_per_token=2, expert_d_ff=1408, expert_compute=compute, capacity_factor=1.25)
+    experts = 16 if model == "moe16" else 8
+    return dict(n_experts=experts, experts_per_token=2, expert_d_ff=1408 * 8 // experts, expert_compute=compute,
+                capacity_factor=1.25)
 
 
 def space():
     p = POINTS[pg.oneof(list(POINTS), name="point")]
-    pg.oneof(["a", "b", "c"], name="half")
+    pg.oneof(["a", "b", "c", "d"], name="half")
     return fdl.Config(
         TrainConfig,
         model=model_config(p),
