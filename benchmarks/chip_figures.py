@@ -426,6 +426,30 @@ def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, seqs: tuple[in
     return cases
 
 
+SPLASH_GRID_RECORDS = tuple(f"chip_figures_v5e_2026-12-07{run}.json" for run in (
+    "", "_run2", "_run3_splash_gqa", "_run3_splash32k", "_run3_splash_grid1", "_run3_splash_grid2",
+    "_run3_splash_grid3"))
+
+
+def splash_group(heads: int, kv_heads: int) -> int:
+    """The query heads per K/V head a splash measurement is filed under: 3 and more as measured, 1 (MHA)
+    and 2 together as 2 (the chip ran them at the same rates for the same batch x K/V heads)."""
+    return max(2, heads // max(kv_heads, 1))
+
+
+def splash_grid(cases) -> dict[tuple[str, int, int, int, int, int], float]:
+    """{(kernel, block, head dim, group, seq, batch x K/V heads): share of peak} from splash cases of
+    chip_figures records: each kernel's share (its FLOPs as the roofline counts them over its device time),
+    the forward's forward-only and forward + backward runs (and repeated cases) averaged, to 3 decimals."""
+    runs: dict[tuple, list[float]] = {}
+    for c in cases:
+        kv = c.get("kv_heads") or c["heads"]
+        for kernel, k in (c.get("kernels") or {}).items():
+            key = (kernel, c["block"], c["head_dim"], splash_group(c["heads"], kv), c["seq"], c["batch"] * kv)
+            runs.setdefault(key, []).append(k["efficiency"])
+    return {key: round(sum(v) / len(v), 3) for key, v in sorted(runs.items())}
+
+
 def hbm_cases(tiny: bool) -> list[Case]:
     import jax
     import jax.numpy as jnp

@@ -62,6 +62,31 @@ def attention_table(rates) -> tuple[tuple[str, int, tuple[tuple[int, float], ...
 
 
 @dataclass(frozen=True)
+class SplashRate:
+    """The measured share of peak_bf16_flops of one splash kernel for one block, head dim, query heads per
+    K/V head (`group`), seq and batch x K/V heads (`kv_rows`)."""
+
+    kernel: str
+    block: int
+    head_dim: int
+    group: int
+    seq: int
+    kv_rows: int
+    share: Figure
+
+
+def splash_grid_table(rates) -> tuple[tuple[str, int, int, int, tuple[tuple[int, tuple[tuple[int, float], ...]], ...]],
+                                       ...]:
+    """SplashRates as the roofline reads them (Hardware.attention_grid): per kernel, block, head dim and
+    group, ((seq, ((kv_rows, share), ...)), ...) sorted."""
+    out: dict[tuple, dict[int, list]] = {}
+    for r in rates:
+        out.setdefault((r.kernel, r.block, r.head_dim, r.group), {}).setdefault(r.seq, []).append(
+            (r.kv_rows, r.share.value))
+    return tuple((*key, tuple((s, tuple(sorted(p))) for s, p in sorted(by_seq.items()))) for key, by_seq in out.items())
+
+
+@dataclass(frozen=True)
 class IndexRate:
     """The measured seconds per row of a row gather or scatter (kind "gather", "scatter" or
     "scatter_add"), for `rows` rows of `row_bytes` each, sorted indices."""
@@ -123,6 +148,9 @@ class DeviceSpec:
     # dense int8 x int8 -> int32 matmul peak (TPU v5e / v6e / v5p: twice the bf16 rate); None: int8 matmuls
     # are priced at the bf16 rate (no figure sourced)
     peak_int8_ops: Figure | None = None
+    # splash kernels by block, head dim, query heads per K/V head, seq and batch x K/V heads; where given,
+    # preferred over attention_rates (roofline/chip.py Hardware.grid_share)
+    attention_grid: tuple[SplashRate, ...] | None = None
     # row gathers and scatters (a MoE layer's dispatch and combine) by kind, rows and row bytes, and what
     # unsorted indices cost over sorted ones, by kind; None: priced by their bytes alone
     index_rates: tuple[IndexRate, ...] | None = None
@@ -299,10 +327,97 @@ V5E_UNSORTED_INDEX = tuple(
 V5E_RAGGED_RATES = tuple(
     RaggedRate(k, n, Figure(f, f"{_V5E_INDEX_RUN}; ragged_dot forward, {rows} rows x {k} against {g} groups' "
                                f"[{k}, {n}]"),
-               Figure(b, f"{_V5E_INDEX_RUN}; ragged_dot backward (forward + backward less the forward), {rows} rows x "
-                         f"{k} against {g} groups' [{k}, {n}]"))
+               Figure(b, f"{_V5E_INDEX_RUN}; ragged_dot backward (forward + backward less the forward), {rows} "
+                         f"rows x {k} against {g} groups' [{k}, {n}]"))
     for k, n, rows, g, f, b in ((1024, 1408, 32768, 8, 0.476, 0.700), (2048, 1408, 16384, 8, 0.607, 0.655),
                                 (1024, 2816, 32768, 16, 0.606, 0.613)))
+_V5E_SPLASH_GRID_RUN = (
+    "measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, runs 1-3 of "
+    "benchmarks/chip_figures.py (benchmarks/RESULTS.md, 'Splash kernels by batch x K/V heads and head group'): "
+    "benchmarks/data/chip_figures_v5e_2026-12-07*.json (benchmarks/chip_figures.py SPLASH_GRID_RECORDS), jax's "
+    "splash kernels, causal, each kernel's device time from a jax.profiler trace, its FLOPs the roofline's count; "
+    "averaged as chip_figures.splash_grid does")
+# v5e splash kernels' share of peak by (kernel, block, head dim, query heads per K/V head) and, per row, (seq, batch x
+# K/V heads, share): the kernels slow down as batch x K/V heads grows (at head dim 128, seq 2048: dK/dV 0.717 at 32,
+# 0.615-0.665 at 64) and with 3 query heads per K/V head (dQ 0.53 against 0.62 for 1 or 2 at the same 64); groups 1
+# and 2 ran alike and are filed together as 2 (chip_figures.splash_group). tests/roofline/test_attention_efficiency.py
+# checks these against the records.
+_V5E_SPLASH_GRID = {
+    ('splash_mha_dkv', 128, 128, 2): (
+        (1024, 64, 0.135), (1024, 128, 0.113), (2048, 32, 0.133), (2048, 64, 0.112), (4096, 16, 0.132),
+        (4096, 32, 0.112), (8192, 8, 0.156), (8192, 16, 0.13),
+    ),
+    ('splash_mha_dkv', 256, 64, 2): (
+        (1024, 64, 0.187), (1024, 128, 0.172), (2048, 32, 0.187), (2048, 64, 0.172), (4096, 16, 0.187),
+        (4096, 32, 0.172), (8192, 8, 0.153), (8192, 16, 0.157),
+    ),
+    ('splash_mha_dkv', 512, 64, 2): (
+        (1024, 64, 0.37), (1024, 128, 0.347), (2048, 32, 0.378), (2048, 64, 0.359), (4096, 16, 0.382),
+        (4096, 32, 0.365), (8192, 8, 0.344), (8192, 16, 0.343),
+    ),
+    ('splash_mha_dkv', 512, 64, 3): (
+        (1024, 32, 0.393), (1024, 128, 0.32), (2048, 16, 0.39), (2048, 64, 0.315), (4096, 8, 0.386),
+        (4096, 32, 0.31), (8192, 4, 0.329), (8192, 16, 0.308),
+    ),
+    ('splash_mha_dkv', 512, 128, 2): (
+        (1024, 64, 0.697), (1024, 128, 0.65), (2048, 32, 0.717), (2048, 64, 0.66), (4096, 16, 0.728),
+        (4096, 32, 0.667), (8192, 8, 0.774), (8192, 16, 0.685),
+    ),
+    ('splash_mha_dkv', 512, 128, 3): (
+        (1024, 128, 0.632), (2048, 64, 0.615), (4096, 32, 0.604), (8192, 16, 0.597),
+    ),
+    ('splash_mha_dq', 128, 128, 2): (
+        (1024, 64, 0.094), (1024, 128, 0.087), (2048, 32, 0.091), (2048, 64, 0.086), (4096, 16, 0.09),
+        (4096, 32, 0.085), (8192, 8, 0.134), (8192, 16, 0.094),
+    ),
+    ('splash_mha_dq', 256, 64, 2): (
+        (1024, 64, 0.19), (1024, 128, 0.143), (2048, 32, 0.191), (2048, 64, 0.131), (4096, 16, 0.19),
+        (4096, 32, 0.135), (8192, 8, 0.165), (8192, 16, 0.158),
+    ),
+    ('splash_mha_dq', 512, 64, 2): (
+        (1024, 64, 0.367), (1024, 128, 0.297), (2048, 32, 0.369), (2048, 64, 0.277), (4096, 16, 0.372),
+        (4096, 32, 0.29), (8192, 8, 0.334), (8192, 16, 0.334),
+    ),
+    ('splash_mha_dq', 512, 64, 3): (
+        (1024, 32, 0.366), (1024, 128, 0.277), (2048, 16, 0.367), (2048, 64, 0.278), (4096, 8, 0.37),
+        (4096, 32, 0.287), (8192, 4, 0.33), (8192, 16, 0.296),
+    ),
+    ('splash_mha_dq', 512, 128, 2): (
+        (1024, 64, 0.665), (1024, 128, 0.626), (2048, 32, 0.655), (2048, 64, 0.619), (4096, 16, 0.648),
+        (4096, 32, 0.619), (8192, 8, 0.752), (8192, 16, 0.63),
+    ),
+    ('splash_mha_dq', 512, 128, 3): (
+        (1024, 128, 0.539), (2048, 64, 0.529), (4096, 32, 0.544), (8192, 16, 0.557),
+    ),
+    ('splash_mha_fwd', 128, 128, 2): (
+        (1024, 64, 0.053), (1024, 128, 0.051), (2048, 32, 0.052), (2048, 64, 0.051), (4096, 16, 0.052),
+        (4096, 32, 0.05), (8192, 8, 0.06), (8192, 16, 0.06),
+    ),
+    ('splash_mha_fwd', 256, 64, 2): (
+        (1024, 64, 0.11), (1024, 128, 0.101), (2048, 32, 0.114), (2048, 64, 0.103), (4096, 16, 0.115),
+        (4096, 32, 0.106), (8192, 8, 0.127), (8192, 16, 0.11),
+    ),
+    ('splash_mha_fwd', 512, 64, 2): (
+        (1024, 64, 0.246), (1024, 128, 0.234), (2048, 32, 0.262), (2048, 64, 0.248), (4096, 16, 0.276),
+        (4096, 32, 0.262), (8192, 8, 0.296), (8192, 16, 0.273),
+    ),
+    ('splash_mha_fwd', 512, 64, 3): (
+        (1024, 32, 0.245), (1024, 128, 0.206), (2048, 16, 0.261), (2048, 64, 0.215), (4096, 8, 0.272),
+        (4096, 32, 0.217), (8192, 4, 0.308), (8192, 16, 0.22),
+    ),
+    ('splash_mha_fwd', 512, 128, 2): (
+        (1024, 64, 0.449), (1024, 128, 0.447), (2048, 32, 0.467), (2048, 64, 0.463), (4096, 16, 0.481),
+        (4096, 32, 0.475), (8192, 8, 0.53), (8192, 16, 0.499),
+    ),
+    ('splash_mha_fwd', 512, 128, 3): (
+        (1024, 128, 0.424), (2048, 64, 0.442), (4096, 32, 0.448), (8192, 16, 0.459),
+    ),
+}
+V5E_SPLASH_GRID = tuple(
+    SplashRate(kernel, block, d, group, seq, bkv, Figure(share, f"{_V5E_SPLASH_GRID_RUN}; {kernel}, block {block}, "
+                                                                f"head dim {d}, {group} query heads per K/V head, seq "
+                                                                f"{seq}, batch x K/V heads {bkv}"))
+    for (kernel, block, d, group), pts in _V5E_SPLASH_GRID.items() for seq, bkv, share in pts)
 _V5E_MATMUL_IN_STEP = (
     "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, the matmul fusions of four training "
     "steps (0.31B Llama-style, seq 2048: plain and splash attention at batch 1, remat full at batch 8, remat offload "
@@ -377,7 +492,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         ici_efficiency=Figure(*s.get("collectives", (_V5E_ICI_SHARE, _ICI_ASSUMED))),
         attention_rates=s.get("attention_rates"),
         peak_int8_ops=Figure(*s["int8"]) if "int8" in s else None,
-        index_rates=s.get("index_rates"), unsorted_index=s.get("unsorted_index"), ragged_rates=s.get("ragged_rates"))
+        attention_grid=s.get("attention_grid"), index_rates=s.get("index_rates"),
+        unsorted_index=s.get("unsorted_index"), ragged_rates=s.get("ragged_rates"))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -411,7 +527,8 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "dcn": _CLOUD + "v5e (DCN 6.4 Tbps per 256-chip Pod = 25 Gbps per chip)",
         "matmul": (0.88, _V5E_MATMUL_IN_STEP), "hbm_eff": (0.803, _SCALE_HBM), "attention": (0.510, _V5E_SPLASH),
         "attention_rates": V5E_SPLASH_RATES, "int8": (393e12, _CLOUD + "v5e (393 TOPs int8 per chip)"),
-        "index_rates": V5E_INDEX_RATES, "unsorted_index": V5E_UNSORTED_INDEX, "ragged_rates": V5E_RAGGED_RATES,
+        "attention_grid": V5E_SPLASH_GRID, "index_rates": V5E_INDEX_RATES, "unsorted_index": V5E_UNSORTED_INDEX,
+        "ragged_rates": V5E_RAGGED_RATES,
         "collectives": (_V5E_ICI_SHARE, _SCALING_AG)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",

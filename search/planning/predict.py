@@ -89,6 +89,7 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
                         ici_efficiency=entry.ici_efficiency.value if entry.ici_efficiency else 1.0,
                         attention_efficiency=entry.attention_efficiency.value if entry.attention_efficiency else None,
                         attention_rates=entry.attention_table(),
+                        attention_grid=hardware.splash_grid_table(entry.attention_grid or ()),
                         index_rows=entry.index_table(),
                         unsorted_index=tuple((k, f.value) for k, f in entry.unsorted_index or ()),
                         ragged_shares=tuple((r.k, r.n, r.forward.value, r.backward.value)

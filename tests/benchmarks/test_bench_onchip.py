@@ -82,11 +82,15 @@ def test_a_chip_record_stands_for_the_chips_study(tmp_path):
 
 
 def test_the_committed_records_read():
-    """The chip's two runs as committed: every point has a half and an outcome, and a trained one a step."""
+    """The chip's three runs as committed: every point has a half and an outcome, and a trained one a step;
+    run 3 is half d, all 14 points trained."""
     import os
 
     data = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "data")
-    for name in ("onchip_v5e_run1_measured.json", "onchip_v5e_run2_measured.json"):
+    for name in ("onchip_v5e_run1_measured.json", "onchip_v5e_run2_measured.json", "onchip_v5e_run3_measured.json"):
         rows = bench_onchip.read_record(os.path.join(data, name))
-        assert rows and all(r["d.half"] in ("a", "b", "c") and r["outcome"] for r in rows.values())
+        assert rows and all(r["d.half"] in ("a", "b", "c", "d") and r["outcome"] for r in rows.values())
         assert all(r["step_time"] > 0 for r in rows.values() if r["outcome"] == "ok")
+    run3 = bench_onchip.read_record(os.path.join(data, "onchip_v5e_run3_measured.json"))
+    assert len(run3) == 14 and {r["d.half"] for r in run3.values()} == {"d"}
+    assert all(r["outcome"] == "ok" for r in run3.values())

@@ -83,10 +83,29 @@ def test_overhead_and_host_sections_write_one_json(tmp_path):
     assert all(c["gb_per_s_best"] > 0 for c in host["cases"] if "error" not in c)
 
 
+def test_index_cases_and_gqa_splash_cases(tmp_path):
+    """The index section's cases (row gathers, scatters, scatter-adds and ragged dots) run, and the splash
+    section takes GQA shapes (K/V with fewer heads) and other batch x seq totals."""
+    full = chip_figures.index_cases(tiny=False)
+    assert len(full) == 48 and len({c.id for c in full}) == 48
+    kinds = {c.params["kind"] for c in full}
+    assert kinds == {"gather", "scatter", "scatter_add", "ragged_dot"}
+    assert {c.params["row_bytes"] for c in full if c.params["kind"] != "ragged_dot"} == {512, 1024, 2048, 4096, 8192,
+                                                                                       16384}
+    gqa = chip_figures.splash_cases(False, True, tokens=32768, seqs=(2048,), head_dims=(64,), heads=(12,),
+                                    kv_heads=(4, 5, 0), blocks=(512,))
+    assert [c.id for c in gqa] == ["splash_fwd_s2048_h12_b512_d64_kv4", "splash_fwd_bwd_s2048_h12_b512_d64_kv4",
+                                   "splash_fwd_s2048_h12_b512_d64", "splash_fwd_bwd_s2048_h12_b512_d64"]
+    assert gqa[0].shapes[1].shape == (16, 4, 2048, 64) and gqa[0].params["kv_heads"] == 4  # 5 does not divide 12
+    doc = _run("chip_figures.py", tmp_path, "--sections", "index")
+    cases = doc["sections"]["index"]["cases"]
+    assert {c["kind"] for c in cases} == kinds and all("error" not in c and c["device_s"] > 0 for c in cases)
+
+
 @pytest.mark.slow
 def test_every_section_runs_on_cpu(tmp_path):
     doc = _run("chip_figures.py", tmp_path)
-    for name in ("matmul", "splash", "hbm"):
+    for name in ("matmul", "splash", "hbm", "index"):
         cases = doc["sections"][name]["cases"]
         assert cases and all("error" not in c for c in cases), name
         assert all(c["wall_s"] > 0 and c["efficiency_wall"] > 0 for c in cases)
@@ -105,3 +124,14 @@ def test_chip_profile_compares_plan_and_trace_buckets_on_cpu(tmp_path):
         b = r["buckets"]
         assert b["matmul"]["predicted_s"] > 0 and b["matmul"]["measured_s"] > 0 and b["unmatched"]["measured_s"] == 0
         assert r["top_ops"]
+
+
+def test_chip_profile_builds_an_onchip_point_as_its_study_trains_it():
+    from paxsearch.benchmarks import chip_profile
+
+    cfg = chip_profile.onchip_config("moe16-s2k-b8-dropless")
+    assert (cfg.model.n_experts, cfg.model.expert_d_ff, cfg.model.expert_compute) == (16, 704, "dropless")
+    assert (cfg.per_device_batch, cfg.remat, cfg.model.seq_len) == (8, "full", 2048)
+    assert chip_profile.describe("moe16-s2k-b8-dropless").endswith("point moe16-s2k-b8-dropless")
+    with pytest.raises(SystemExit, match="not a point of spaces/onchip_v5e.py"):
+        chip_profile.onchip_config("m42-nope")

@@ -13,6 +13,7 @@ by its sequence and block where a Hardware carries them (not the v5e entry: they
 worse than the fit, benchmarks/RESULTS.md). Chips with no measurement keep their matmul rate, and say so."""
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import jax
@@ -101,7 +102,7 @@ def test_a_splash_kernel_below_the_figures_head_dim_runs_at_its_share_of_the_mxu
     """QK^T contracts over the head dim and PV writes head-dim columns: at head dim 64 a kernel fills half
     of the 128-wide MXU the figure was set at (128), so its FLOPs run at half the attention rate; at 128
     and above, the rate itself; with attention_head_dim None, every head dim at the rate."""
-    hw = dataclasses.replace(hardware_for([], "v5e"), attention_rates=())  # one rate for every kernel
+    hw = dataclasses.replace(hardware_for([], "v5e"), attention_rates=(), attention_grid=())  # one rate for all
     assert hw.attention_head_dim == 128
     for d, share in ((64, 0.5), (128, 1.0), (256, 1.0)):
         text = _splash_module(d)
@@ -139,7 +140,7 @@ def test_v5e_splash_rates_are_the_chips_own_measurement():
 
 
 def _v5e_measured() -> R.Hardware:
-    return dataclasses.replace(hardware_for([], "v5e"),
+    return dataclasses.replace(hardware_for([], "v5e"), attention_grid=(),
                                attention_rates=hardware.attention_table(hardware.V5E_SPLASH_RATES))
 
 
@@ -197,6 +198,81 @@ def test_each_splash_kernel_is_priced_at_its_measured_rate_for_its_seq_and_block
         flat = dataclasses.replace(hw, attention_rates=())
         roof = R.analyze(_masked_splash(kernel, 2048, 4), flat, num_devices=1)
         assert roof.compute_s == pytest.approx(roof.flops_per_step / flat.sustained_attention_flops, rel=1e-9)
+
+
+def test_v5e_splash_grid_is_the_chips_records():
+    """hardware.V5E_SPLASH_GRID is chip_figures.splash_grid over the records it names (runs 1-3), and the v5e
+    entry prices the splash kernels by it."""
+    from paxsearch.benchmarks import chip_figures
+
+    cases = [c for name in chip_figures.SPLASH_GRID_RECORDS
+             for c in json.loads((CHIP_FIGURES.parent / name).read_text())["sections"]["splash"]["cases"]]
+    grid = {(r.kernel, r.block, r.head_dim, r.group, r.seq, r.kv_rows): r.share.value for r in hardware.V5E_SPLASH_GRID}
+    assert grid == chip_figures.splash_grid(cases) and len(grid) == 132
+    assert hardware.TABLE["v5e"].attention_grid == hardware.V5E_SPLASH_GRID
+    assert all("chip_figures.py" in r.share.source for r in hardware.V5E_SPLASH_GRID)
+    # what the grid holds that the seq-only table averaged away: 3 query heads per K/V head run slower, and so
+    # does a larger batch x K/V heads
+    assert grid[("splash_mha_dq", 512, 128, 3, 2048, 64)] < 0.9 * grid[("splash_mha_dq", 512, 128, 2, 2048, 64)]
+    assert grid[("splash_mha_dkv", 512, 128, 2, 2048, 64)] < 0.95 * grid[("splash_mha_dkv", 512, 128, 2, 2048, 32)]
+
+
+def test_the_grid_share_interpolates_in_batch_x_kv_heads_then_seq():
+    hw = hardware_for([], "v5e")
+    g = {(r.kernel, r.block, r.head_dim, r.group, r.seq, r.kv_rows): r.share.value for r in hardware.V5E_SPLASH_GRID}
+    for (kernel, block, d, group, seq, rows), share in g.items():
+        assert hw.grid_share(kernel + "_no_residuals.2", seq, block, d, group, rows) == (pytest.approx(share), d)
+    # between the measured batch x K/V heads 32 and 64 (group 2, head dim 128, seq 2048): linear in log2
+    lo, hi = g[("splash_mha_dkv", 512, 128, 2, 2048, 32)], g[("splash_mha_dkv", 512, 128, 2, 2048, 64)]
+    mid, _ = hw.grid_share("splash_mha_dkv", 2048, 512, 128, 2, 45)
+    assert mid == pytest.approx(lo + (hi - lo) * math.log2(45 / 32), rel=1e-9)
+    assert hw.grid_share("splash_mha_dkv", 2048, 512, 128, 2, 4)[0] == lo  # held below the smallest
+    # MHA is filed with group 2; an unmeasured group takes the nearest (4 -> 3); an unmeasured head dim the
+    # head-dim-128 rows (the caller scales them by d / 128)
+    assert hw.grid_share("splash_mha_dq", 2048, 512, 128, 1, 64) == hw.grid_share("splash_mha_dq", 2048, 512, 128,
+                                                                                    2, 64)
+    assert hw.grid_share("splash_mha_dq", 2048, 512, 128, 4, 64) == hw.grid_share("splash_mha_dq", 2048, 512, 128,
+                                                                                    3, 64)
+    assert hw.grid_share("splash_mha_dq", 2048, 512, 96, 2, 64)[1] == 128
+    assert hw.grid_share("other_kernel", 2048, 512, 128, 2, 64) is None
+
+
+def test_a_group_measured_at_one_batch_follows_the_pooled_trend_outside_it():
+    """Group 3 at head dim 128 was measured at one batch x K/V heads per seq (16 at seq 8192): below it, its
+    share moves as the pooled group 2's does over the same span."""
+    hw = hardware_for([], "v5e")
+    g = {(r.kernel, r.block, r.head_dim, r.group, r.seq, r.kv_rows): r.share.value for r in hardware.V5E_SPLASH_GRID}
+    at16 = g[("splash_mha_dkv", 512, 128, 3, 8192, 16)]
+    p8, p16 = g[("splash_mha_dkv", 512, 128, 2, 8192, 8)], g[("splash_mha_dkv", 512, 128, 2, 8192, 16)]
+    assert hw.grid_share("splash_mha_dkv", 8192, 512, 128, 3, 8)[0] == pytest.approx(at16 * p8 / p16)
+    assert hw.grid_share("splash_mha_dkv", 8192, 512, 128, 3, 4)[0] == pytest.approx(at16 * p8 / p16)  # held
+    assert hw.grid_share("splash_mha_dkv", 8192, 512, 128, 3, 16)[0] == pytest.approx(at16)
+
+
+def _gqa_splash(kernel: str, b: int, h: int, kv: int, seq: int, d: int) -> str:
+    q, k = f"bf16[{b},{h},{seq},{d}]", f"bf16[{b},{kv},{seq},{d}]"
+    blocks = seq // 512
+    return f"""HloModule m, is_scheduled=true
+
+ENTRY %main (m: s8[1,{blocks},{blocks}], q: {q}, k: {k}, s: s32[{b},{seq},128]) -> {q} {{
+  %m = s8[1,{blocks},{blocks}]{{2,1,0}} parameter(0)
+  %q = {q}{{3,2,1,0}} parameter(1)
+  %k = {k}{{3,2,1,0}} parameter(2)
+  %s = s32[{b},{seq},128]{{2,1,0}} parameter(3)
+  ROOT %{kernel}.1 = {q}{{3,2,1,0}} custom-call(%m, %q, %k, %s), custom_call_target="tpu_custom_call"
+}}
+"""
+
+
+def test_a_gqa_splash_kernel_is_priced_by_its_group_and_batch_x_kv_heads():
+    """The K/V operand's heads give the group (query heads per K/V head) and batch x K/V heads the grid is
+    read at (the segment ids, rank 3, are not a K/V operand)."""
+    hw = hardware_for([], "v5e")
+    for b, h, kv, seq, d in ((16, 12, 4, 2048, 64), (4, 8, 8, 2048, 128), (16, 12, 4, 2048, 128), (2, 16, 8, 8192, 96)):
+        roof = R.analyze(_gqa_splash("splash_mha_dq_no_residuals", b, h, kv, seq, d), hw, num_devices=1)
+        share, measured = hw.grid_share("splash_mha_dq", seq, 512, d, h // kv, b * kv)
+        rate = hw.peak_flops * share * min(d, measured) / measured
+        assert roof.compute_s == pytest.approx(roof.flops_per_step / rate, rel=1e-9)
 
 
 @pytest.fixture(scope="module")

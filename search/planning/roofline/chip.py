@@ -33,6 +33,9 @@ class Hardware:
     # trainer/hardware.py); a kernel with a row here is priced by it (attention_share), any other at
     # attention_efficiency. predict.hardware_for fills it from the chip's entry in trainer/hardware.py
     attention_rates: tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...] = ()
+    # per splash kernel, block, head dim and query heads per K/V head, ((seq, ((batch x K/V heads, share), ...)),
+    # ...) (TPU v5e: trainer/hardware.py V5E_SPLASH_GRID); where a kernel has rows here, grid_share prices it
+    attention_grid: tuple = ()
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
     # the int8 x int8 -> int32 matmul peak over the bf16 peak (TPU v5e, v5p, v6e: 2); an int8 matmul runs at
     # sustained_flops x this (the chip's int8 8192^3 ran at 0.966 of its int8 peak, bf16 at 0.949 of its own)
@@ -80,6 +83,32 @@ class Hardware:
                 return e0 + t * (e1 - e0)
         return pts[-1][1]
 
+    def grid_share(self, kernel: str, seq: int, block: int | None, head_dim: int, group: int,
+                   kv_rows: int) -> tuple[float, int] | None:
+        """(share of peak, the head dim it was measured at) of the splash kernel named `kernel` (a custom
+        call's name containing a row's kernel name) from attention_grid: the rows of `head_dim` if measured,
+        else of head dim 128 (the caller scales those by head_dim / 128); of the largest measured block not
+        above `block` (the smallest where all are above it, the largest where it is unknown); of `group`
+        query heads per K/V head (1 filed as 2) if measured, else the nearest measured group. At each
+        measured seq, linear in log2(batch x K/V heads) between its measured points, held outside them;
+        then linear in log2(seq) between the seqs, held outside. None: no row names the kernel."""
+        rows = [r for r in self.attention_grid if r[0] in kernel and r[4]]
+        if not rows:
+            return None
+        dims = {r[2] for r in rows}
+        d = head_dim if head_dim in dims else (128 if 128 in dims else max(dims))
+        rows = [r for r in rows if r[2] == d]
+        blocks = sorted({r[1] for r in rows})
+        below = [b for b in blocks if block is None or b <= block]
+        blk = max(below) if below else min(blocks)
+        rows = [r for r in rows if r[1] == blk]
+        g = max(2, group)
+        grp = min({r[3] for r in rows}, key=lambda x: (abs(x - g), x))
+        by_seq = next(r[4] for r in rows if r[3] == grp)
+        pooled = dict(next((r[4] for r in rows if r[3] == 2), ()))
+        per_seq = [(sq, _log_interp(pts, kv_rows) * _trend(pooled.get(sq), pts, kv_rows)) for sq, pts in by_seq]
+        return _log_interp(tuple(per_seq), seq), d
+
     @property
     def sustained_flops(self) -> float:
         """FLOP/s the per-op roofline prices FLOPs at: peak x matmul efficiency."""
@@ -95,3 +124,26 @@ class Hardware:
     def sustained_hbm_bandwidth(self) -> float:
         """Bytes/s the per-op roofline prices HBM traffic at: bandwidth x HBM efficiency."""
         return self.hbm_bandwidth * self.hbm_efficiency
+
+
+def _log_interp(pts, x: float) -> float:
+    """pts ((x, y), ...) sorted by x: y at x, linear in log2(x) between points, held outside them."""
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x0 <= x <= x1:
+            return y0 + (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0)) * (y1 - y0)
+    return pts[-1][1]
+
+
+def _trend(pooled, pts, x: float) -> float:
+    """Where `x` lies outside a group's measured points `pts` at one seq, the pooled group's (2) change
+    from the group's nearest measured point to `x` (the groups share the trend in batch x K/V heads: at head
+    dim 64 group 3 and MHA slow down alike); 1 inside them or without pooled points covering both."""
+    if not pooled or pts[0][0] <= x <= pts[-1][0]:
+        return 1.0
+    edge = pts[0][0] if x < pts[0][0] else pts[-1][0]
+    at_edge = _log_interp(pooled, edge)
+    return _log_interp(pooled, x) / at_edge if at_edge > 0 else 1.0

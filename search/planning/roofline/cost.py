@@ -500,6 +500,14 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
         return hw.sustained_flops
     rate = hw.sustained_attention_flops
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
+    if q and hw.attention_grid:
+        kv_heads = min((k[-3] for k in (shape_dims(operand_shape(comp, o)) for o in ins.operands)
+                        if len(k) == len(q) and k[-2:] == q[-2:] and k[:-3] == q[:-3]), default=q[-3])
+        found = hw.grid_share(ins.name, q[-2], splash_block(comp, ins), q[-1], q[-3] // max(kv_heads, 1),
+                              prod(q[:-3]) * kv_heads)
+        if found is not None:
+            share, measured_d = found
+            return hw.peak_flops * share * (min(q[-1], measured_d) / measured_d)
     if q:
         share = hw.attention_share(ins.name, q[-2], splash_block(comp, ins))
         if share is not None:
