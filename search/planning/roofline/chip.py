@@ -73,15 +73,7 @@ class Hardware:
             return None
         below = [r for r in rows if block is None or r[0] <= block]
         _, pts = max(below, key=lambda r: r[0]) if below else min(rows, key=lambda r: r[0])
-        if seq <= pts[0][0]:
-            return pts[0][1]
-        if seq >= pts[-1][0]:
-            return pts[-1][1]
-        for (s0, e0), (s1, e1) in zip(pts, pts[1:], strict=False):
-            if s0 <= seq <= s1:
-                t = (math.log2(seq) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
-                return e0 + t * (e1 - e0)
-        return pts[-1][1]
+        return log_interp(pts, seq)
 
     def grid_share(self, kernel: str, seq: int, block: int | None, head_dim: int, group: int,
                    kv_rows: int) -> tuple[float, int] | None:
@@ -106,8 +98,8 @@ class Hardware:
         grp = min({r[3] for r in rows}, key=lambda x: (abs(x - g), x))
         by_seq = next(r[4] for r in rows if r[3] == grp)
         pooled = dict(next((r[4] for r in rows if r[3] == 2), ()))
-        per_seq = [(sq, _log_interp(pts, kv_rows) * _trend(pooled.get(sq), pts, kv_rows)) for sq, pts in by_seq]
-        return _log_interp(tuple(per_seq), seq), d
+        per_seq = [(sq, log_interp(pts, kv_rows) * _trend(pooled.get(sq), pts, kv_rows)) for sq, pts in by_seq]
+        return log_interp(tuple(per_seq), seq), d
 
     @property
     def sustained_flops(self) -> float:
@@ -126,7 +118,7 @@ class Hardware:
         return self.hbm_bandwidth * self.hbm_efficiency
 
 
-def _log_interp(pts, x: float) -> float:
+def log_interp(pts, x: float) -> float:
     """pts ((x, y), ...) sorted by x: y at x, linear in log2(x) between points, held outside them."""
     if x <= pts[0][0]:
         return pts[0][1]
@@ -145,5 +137,5 @@ def _trend(pooled, pts, x: float) -> float:
     if not pooled or pts[0][0] <= x <= pts[-1][0]:
         return 1.0
     edge = pts[0][0] if x < pts[0][0] else pts[-1][0]
-    at_edge = _log_interp(pooled, edge)
-    return _log_interp(pooled, x) / at_edge if at_edge > 0 else 1.0
+    at_edge = log_interp(pooled, edge)
+    return log_interp(pooled, x) / at_edge if at_edge > 0 else 1.0

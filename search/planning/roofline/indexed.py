@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from .chip import Hardware
+from .chip import Hardware, log_interp
 from .hlo import Computation, HloModule, Instr, operand_shape, parse_dims, prod, shape_dims
 
 _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
@@ -68,16 +68,10 @@ def index_ops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0)
 
 
 def _interp(pts, x: float, proportional_above: bool) -> float:
-    """pts ((x, y), ...) sorted by x: y at x, linear in log2(x) between points, held below the first,
-    held (or proportional to x, `proportional_above`) above the last."""
-    if x <= pts[0][0]:
-        return pts[0][1]
-    if x >= pts[-1][0]:
-        return pts[-1][1] * (x / pts[-1][0] if proportional_above else 1.0)
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
-        if x0 <= x <= x1:
-            return y0 + (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0)) * (y1 - y0)
-    return pts[-1][1]
+    """chip.log_interp, or proportional to x above the last point (`proportional_above`)."""
+    if proportional_above and x > pts[-1][0]:
+        return pts[-1][1] * x / pts[-1][0]
+    return log_interp(pts, x)
 
 
 def row_seconds(hw: Hardware, kind: str, row_bytes: int, rows: int, sorted_: bool = True) -> float | None:
