@@ -98,3 +98,218 @@ def test_import_then_export_gives_the_yml_keys(yml):
             assert keys[key] == str(value).lower()
         else:
             assert keys[key] == str(value), key
+
+
+# MaxText's MoE and MLA model ymls, their keys and values as published (license headers left out):
+# AI-Hypercomputer/maxtext src/MaxText/configs/models/mixtral-8x7b.yml@48445cf00e73064e87886539714a8ba1794ee019
+MIXTRAL_8X7B = """# model config for mixtral-8x7b
+base_emb_dim: 4096
+base_num_query_heads: 32
+base_num_kv_heads: 8
+base_mlp_dim: 14336
+base_moe_mlp_dim: 14336
+base_num_decoder_layers: 32
+head_dim: 128
+mlp_activations: ["silu","linear"]
+vocab_size: 32000
+enable_dropout: False
+logits_via_embedding: False
+normalization_layer_epsilon: 1.0e-5
+num_experts: 8
+num_experts_per_tok: 2
+rope_max_timescale: 1_000_000
+decoder_block: "mixtral"
+"""
+# src/MaxText/configs/models/deepseek3-671b.yml@ac708cd5871662a275860b627645dbb3ae7166e2
+DEEPSEEK3_671B = """# model config for DeepSeek V3 - 671B
+base_emb_dim: 7168
+base_num_query_heads: 128
+base_num_kv_heads: 128
+base_mlp_dim: 18432
+base_moe_mlp_dim: 2048
+base_num_decoder_layers: 61
+first_num_dense_layers: 3
+mlp_activations: ["silu","linear"]
+vocab_size: 129280
+enable_dropout: False
+logits_via_embedding: False
+normalization_layer_epsilon: 1.0e-6
+num_experts: 256
+num_experts_per_tok: 8
+shared_experts: 1
+routed_scaling_factor: 2.5
+routed_score_func: "sigmoid"
+routed_bias: True
+decoder_block: "deepseek"
+# MLA
+attention_type: "mla"
+q_lora_rank: 1536
+kv_lora_rank: 512
+qk_nope_head_dim: 128
+qk_rope_head_dim: 64
+v_head_dim: 128
+mscale: 1.0
+# RoPE
+rope_type: "yarn"
+rope_max_timescale: 10_000 # DeepSeek uses  "rope_theta": 10000
+max_position_embeddings: 163840
+original_max_position_embeddings: 4096
+rope_factor: 40
+beta_fast: 32
+rope_interleave: True
+rope_truncate: True
+rope_attention_scaling: False
+"""
+# src/MaxText/configs/models/qwen3-30b-a3b.yml@6710342780303d1a45872f5a8eb1bc3855321707
+QWEN3_30B_A3B = """# Model config for Qwen3-30B-A3B
+decoder_block: "qwen3_moe"
+base_emb_dim: 2048
+base_mlp_dim: 768
+base_num_query_heads: 32
+base_num_kv_heads: 4
+base_num_decoder_layers: 48
+head_dim: 128
+mlp_activations: ["silu", "linear"]
+vocab_size: 151936
+normalization_layer_epsilon: 1.0e-6
+use_qk_norm: True
+
+# MoE Specific Parameters
+num_experts: 128
+num_experts_per_tok: 8
+base_moe_mlp_dim: 768
+norm_topk_prob: true
+
+# RoPE Settings
+rope_max_timescale: 10_000_000
+
+# General Model Settings
+enable_dropout: False
+"""
+# src/MaxText/configs/models/deepseek2-16b.yml@48445cf00e73064e87886539714a8ba1794ee019
+DEEPSEEK2_16B = """base_emb_dim: 2048
+base_num_query_heads: 16
+base_num_kv_heads: 16
+base_mlp_dim: 10944
+base_moe_mlp_dim: 1408
+base_num_decoder_layers: 27
+first_num_dense_layers: 1
+mlp_activations: ["silu","linear"]
+vocab_size: 102400
+enable_dropout: False
+logits_via_embedding: False
+normalization_layer_epsilon: 1.0e-6
+num_experts: 64
+num_experts_per_tok: 6
+shared_experts: 2
+routed_scaling_factor: 1.0
+routed_score_func: "softmax"
+routed_bias: False
+decoder_block: "deepseek"
+attention_type: "mla"
+q_lora_rank: 0
+kv_lora_rank: 512
+qk_nope_head_dim: 128
+qk_rope_head_dim: 64
+v_head_dim: 128
+rope_type: "yarn"
+rope_max_timescale: 10_000 # DeepSeek uses  "rope_theta": 10000
+max_position_embeddings: 163840
+original_max_position_embeddings: 4096
+rope_factor: 40
+beta_fast: 32
+mscale: 0.707
+rope_interleave: True
+rope_truncate: True
+rope_attention_scaling: False
+"""
+
+
+def _read(text):
+    import yaml
+
+    return maxtext_yml.from_dict(yaml.safe_load(text))
+
+
+# (yml, preset, the fields where the yml's model differs from the preset, and why). Every yml leaves
+# max_target_length to base.yml (2048; the presets train at 4096) and load_balance_loss_weight to
+# base.yml's 0 (the presets take the HF router_aux_loss_coef).
+MOE_YMLS = {
+    # expert_d_ff: MaxText names the experts' width (base_moe_mlp_dim 14336), the preset leaves it at d_ff
+    "mixtral-8x7b": (MIXTRAL_8X7B, dict(seq_len=2048, load_balance_weight=0.0, expert_d_ff=14336)),
+    # the same model (load_balance_weight 0 in the preset too: DeepSeek V3 balances without the loss)
+    "deepseek-v3": (DEEPSEEK3_671B, dict(seq_len=2048)),
+    # MaxText's yml says rope_max_timescale 10_000_000 where the HF config.json has rope_theta 1000000;
+    # d_ff: MaxText sets base_mlp_dim to base_moe_mlp_dim (768) for qwen3_moe, the preset keeps HF's unused
+    # intermediate_size 6144 (no dense layer: neither is a parameter)
+    "qwen3-30b-a3b": (QWEN3_30B_A3B, dict(seq_len=2048, load_balance_weight=0.0, rope_theta=10_000_000.0, d_ff=768)),
+    "deepseek-v2-lite": (DEEPSEEK2_16B, dict(seq_len=2048, load_balance_weight=0.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOE_YMLS))
+def test_moe_and_mla_ymls_are_the_presets(name):
+    from paxsearch.trainer import flops
+
+    text, differences = MOE_YMLS[name]
+    cfg, preset = _read(text), presets.get(name)
+    assert flops.param_count(cfg) == flops.param_count(preset)
+    assert flops.param_count(cfg, active=True) == flops.param_count(preset, active=True)
+    assert {k: getattr(cfg, k) for k in differences} == differences
+    assert cfg == dataclasses.replace(preset, **{k: getattr(cfg, k) for k in differences})
+
+
+def test_deepseek3_yml_maps_mla_and_routing_and_names_its_gaps(yml):
+    cfg = _read(DEEPSEEK3_671B)
+    assert (cfg.attention_type, cfg.head_dim, cfg.q_lora_rank, cfg.v_head_dim, cfg.n_kv_heads) == ("mla", 192, 1536,
+                                                                                                    128, None)
+    assert (cfg.router, cfg.n_shared_experts, cfg.first_dense_layers, cfg.expert_compute) == ("sigmoid", 1, 3,
+                                                                                              "dropless")
+    with pytest.warns(UserWarning) as record:
+        presets.get("maxtext:" + yml(DEEPSEEK3_671B + "n_routing_groups: 8\ntopk_routing_group: 4\n"))
+    (message,) = [str(w.message) for w in record]
+    assert "\n" not in message
+    for gap in ("rope_type yarn", "mscale 1.0", "rope_interleave", "group-limited routing (n_routing_groups 8",
+                "routed_scaling_factor 2.5"):
+        assert gap in message
+    assert "use_qk_norm" not in message and "softmax router" not in message
+    qwen_gaps = maxtext_yml.gaps(__import__("yaml").safe_load(QWEN3_30B_A3B))
+    assert [g.split(" ")[0] for g in qwen_gaps] == ["use_qk_norm"]
+    assert any("unnormalized" in g for g in maxtext_yml.gaps(__import__("yaml").safe_load(DEEPSEEK2_16B)))
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("", dict(expert_compute="dropless", load_balance_weight=0.0)),
+    ("capacity_factor: 1.5\n", dict(expert_compute="dropless")),  # sparse_matmul (base.yml) never drops
+    ("sparse_matmul: false\ncapacity_factor: 1.5\n", dict(expert_compute="capacity", capacity_factor=1.5)),
+    ("sparse_matmul: false\nmegablox: false\n", dict(expert_compute="dropless")),  # capacity_factor -1: no drops
+    ("load_balance_loss_weight: 0.01\n", dict(load_balance_weight=0.02)),  # x num_experts_per_tok 2
+])
+def test_moe_compute_keys(extra, expected):
+    cfg = _read(MIXTRAL_8X7B + extra)
+    assert {k: getattr(cfg, k) for k in expected} == expected
+
+
+@pytest.mark.parametrize("text, extra, message", [
+    (MIXTRAL_8X7B, "interleave_moe_layer_step: 2\n", "interleave_moe_layer_step have no paxsearch equivalent"),
+    (MIXTRAL_8X7B, "attention_type: local_sliding\n", "attention_type 'local_sliding' has no paxsearch equivalent"),
+    (MIXTRAL_8X7B, "attention_type: mla\n", "mla .* deepseek only"),
+    (MIXTRAL_8X7B, "rope_type: linear\n", "rope_type 'linear' has no paxsearch equivalent"),
+    (MIXTRAL_8X7B, "shared_experts: 1\n", "decoder_block mixtral builds neither"),
+    (MIXTRAL_8X7B, "routed_score_func: sigmoid\n", "no paxsearch router"),
+    (MIXTRAL_8X7B.replace("base_moe_mlp_dim: 14336", "base_moe_mlp_dim: 4096"), "", "requires base_moe_mlp_dim"),
+    (MIXTRAL_8X7B.replace("num_experts: 8", "num_experts: 1"), "", "needs num_experts > 1"),
+    (MIXTRAL_8X7B, "num_experts_per_tok: 9\n", "exceeds num_experts 8"),
+    (DEEPSEEK3_671B.replace("routed_bias: True", "routed_bias: False"), "", "sigmoid' with routed_bias False"),
+    (DEEPSEEK3_671B.replace("routed_score_func: \"sigmoid\"", "routed_score_func: \"\""), "", "no paxsearch router"),
+    (DEEPSEEK3_671B.replace("base_num_kv_heads: 128", "base_num_kv_heads: 8"), "", "base_num_kv_heads must be"),
+    (DEEPSEEK3_671B.replace("qk_rope_head_dim: 64", "qk_rope_head_dim: 63"), "", "qk_rope_head_dim must be even"),
+    (QWEN3_30B_A3B.replace("base_moe_mlp_dim: 768\n", ""), "", "base_moe_mlp_dim -1"),
+    (LLAMA3_8B, "shared_experts: 2\n", "without a mixture of experts"),
+])
+def test_moe_and_mla_refusals_in_one_line(text, extra, message):
+    import yaml
+
+    with pytest.raises(ConfigError, match=message) as e:
+        maxtext_yml.from_dict(yaml.safe_load(text + extra))
+    assert "\n" not in str(e.value)
