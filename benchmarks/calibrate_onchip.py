@@ -214,9 +214,10 @@ def main(argv=None) -> int:
                          "'measured_step_s'}}} (benchmarks/data/onchip_v5e_run1_measured.json)")
     ap.add_argument("--fit-half", default="a", help="the half the fit's figure is set from (default a)")
     ap.add_argument("--figures", choices=("table", "measured"), default="table",
-                    help="what 'after' prices the splash kernels at: the table's (trainer/hardware.py's v5e entry) or "
-                         "the chip's own per-kernel rates (hardware.V5E_SPLASH_RATES, by kernel, block and seq: no "
-                         "figure set from any trained point)")
+                    help="what 'after' prices the splash kernels at: the table's (trainer/hardware.py's v5e entry: "
+                         "since run 3 the splash grid, V5E_SPLASH_GRID, by batch x K/V heads and head group) or the "
+                         "chip's seq-only per-kernel rates (hardware.V5E_SPLASH_RATES, by kernel, block and seq; the "
+                         "grid set aside)")
     ap.add_argument("--cache", default="/tmp/calibrate_onchip", help="folder for the planned HLO")
     ap.add_argument("--json", default=None, help="also write the points and the summaries here")
     ap.add_argument("--child", nargs=2, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS)
@@ -236,7 +237,8 @@ def main(argv=None) -> int:
     texts = _plan_all(trained, args.plan, args.cache)
     hw = hardware_for([], "v5e")
     if args.figures == "measured":
-        hw = dataclasses.replace(hw, attention_rates=hardware.attention_table(hardware.V5E_SPLASH_RATES))
+        hw = dataclasses.replace(hw, attention_grid=(),
+                                 attention_rates=hardware.attention_table(hardware.V5E_SPLASH_RATES))
     priced = []
     for p in sorted(trained, key=lambda p: (p.half, p.name)):
         priced.append(price(p.name, p.half, p.measured_step, p.predicted_step, texts[p.name], hw))

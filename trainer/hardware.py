@@ -281,13 +281,16 @@ _V5E_SPLASH = ("measured: fit to the half-a points of the on-chip benchmark, 202
                "0.52, so the d / 128 rule holds within 4% on average and the head-dim-64 points' miss is not the "
                "kernels' rate. With HBM bytes counted as the chip's tiles lay them out (roofline/hlo.py tiled_dims) "
                "and the matmul fusions at their in-step rate, the measured rates price the 19 trained points at 2.7% "
-               "mean / 8.3% max, all held out, so the v5e entry now prices the splash kernels at V5E_SPLASH_RATES and "
-               "keeps this fit only for a kernel without a measured row")
+               "mean / 8.3% max, all held out, so the v5e entry then priced the splash kernels at V5E_SPLASH_RATES; "
+               "since the chip's run 3 it prices them at V5E_SPLASH_GRID (also by head dim, query heads per K/V head "
+               "and batch x K/V heads) and keeps this fit only for a kernel without a measured row")
 # v5e splash kernels' share of peak by kernel, block and seq (heads 8 and 16 averaged; the forward kernel
 # also over its forward-only and forward + backward runs): tests/roofline/test_attention_efficiency.py checks these
 # against the JSON record. A kernel of head dim d < 128 runs at d / 128 of these (Hardware.attention_head_dim;
 # measured at head dim 64 in run 2: 0.46-0.56 of them, mean 0.52, at block 512). The v5e entry's
-# attention_rates since the chip's run 2 (benchmarks/RESULTS.md, 'The v5e entry from the chip's own figures')
+# attention_rates since the chip's run 2 (benchmarks/RESULTS.md, 'The v5e entry from the chip's own figures'); since
+# run 3 the entry's attention_grid (V5E_SPLASH_GRID) prices every kernel it has rows for, which is all three at
+# blocks 128-512, so these serve only a Hardware without the grid (benchmarks/calibrate_onchip.py --figures measured)
 _V5E_SPLASH_SHARES = {
     ("splash_mha_fwd", 512): (0.448, 0.464, 0.477, 0.530),
     ("splash_mha_dkv", 512): (0.662, 0.684, 0.697, 0.745),

@@ -9,8 +9,9 @@ count either: their FLOPs come from the score shape in their backend_config, pri
 benchmark of the kernels on H200 (50.8%). v5e's is fit to the half-a points of the project's own chip
 (benchmarks/calibrate_onchip.py: 51.0% at head dim 128; a splash kernel of head dim 64 at half of it); the
 chip's own per-kernel rates (forward, dK/dV, dQ by block and seq, hardware.V5E_SPLASH_RATES) price a kernel
-by its sequence and block where a Hardware carries them (not the v5e entry: they priced the trained points
-worse than the fit, benchmarks/RESULTS.md). Chips with no measurement keep their matmul rate, and say so."""
+by its sequence and block where a Hardware carries them; since the chip's run 3 the v5e entry prices them by
+the grid (hardware.V5E_SPLASH_GRID: also by head dim, query heads per K/V head and batch x K/V heads).
+Chips with no measurement keep their matmul rate, and say so."""
 import dataclasses
 import json
 import math
@@ -385,3 +386,27 @@ def test_the_stored_cudnn_module_is_what_xla_compiles():
     count = [sorted(R.cudnn_fmha_flops(c, i) for c in m.computations.values() for i in c.instrs
                     if R.cudnn_fmha_flops(c, i)) for m in (fresh, stored)]
     assert count[0] == count[1] == sorted(_cudnn_kernel_flops(**CUDNN))
+
+
+def test_splash_flops_count_the_value_side_at_the_value_head_dim():
+    """MLA's kernels take q/k of 192 and v of 128: the matmuls on the value dim (forward P V, dK/dV's dV and
+    dP, dQ's dP) count at 128, the rest at 192."""
+    from paxsearch.search.planning.roofline import cost
+
+    b, h, s, dqk, dv = 2, 4, 2048, 192, 128
+    text = f"""HloModule m, is_scheduled=true
+
+ENTRY %main (m: s8[1,4,4], q: bf16[{b},{h},{s},{dqk}], k: bf16[{b},{h},{s},{dqk}], v: bf16[{b},{h},{s},{dv}]) -> bf16[{b},{h},{s},{dv}] {{
+  %m = s8[1,4,4]{{2,1,0}} parameter(0)
+  %q = bf16[{b},{h},{s},{dqk}]{{3,2,1,0}} parameter(1)
+  %k = bf16[{b},{h},{s},{dqk}]{{3,2,1,0}} parameter(2)
+  %v = bf16[{b},{h},{s},{dv}]{{3,2,1,0}} parameter(3)
+  %fwd = bf16[{b},{h},{s},{dv}]{{3,2,1,0}} custom-call(%m, %q, %k, %v), custom_call_target="tpu_custom_call", metadata={{op_name="splash_mha_fwd"}}
+  ROOT %splash_mha_dkv_no_residuals.1 = bf16[{b},{h},{s},{dqk}]{{3,2,1,0}} custom-call(%m, %q, %k, %v), custom_call_target="tpu_custom_call"
+}}
+"""
+    module = R.parse_module(text)
+    entry = module.computations[module.entry]
+    dkv = next(i for i in entry.instrs if i.name.startswith("splash_mha_dkv"))
+    causal = 5 / 8  # 4 blocks of 512
+    assert cost.splash_flops(entry, dkv) == pytest.approx(2.0 * s * s * (2 * dqk + 2 * dv) * b * h * causal)

@@ -57,8 +57,10 @@ def test_row_seconds_interpolate_between_the_measured_sizes():
     assert indexed.row_seconds(hw, "scatter", 2048, 32768) == pytest.approx(ns[("scatter", 32768, 2048)])
     mid = indexed.row_seconds(hw, "scatter", 3000, 32768)
     assert ns[("scatter", 32768, 2048)] < mid < ns[("scatter", 32768, 4096)]
-    # held below the smallest row, proportional to the bytes above the largest, held outside the row counts
-    assert indexed.row_seconds(hw, "gather", 64, 32768) == ns[("gather", 32768, 512)]
+    # none below the narrowest measured row (the op keeps its roofline), proportional to the bytes above the
+    # widest, held outside the row counts
+    assert indexed.row_seconds(hw, "gather", 4, 32768) is None and indexed.row_seconds(hw, "scatter", 511, 8192) is None
+    assert indexed.row_seconds(hw, "gather", 512, 32768) == ns[("gather", 32768, 512)]
     assert indexed.row_seconds(hw, "scatter", 32768, 32768) == pytest.approx(2 * ns[("scatter", 32768, 16384)])
     assert indexed.row_seconds(hw, "scatter", 2048, 10 ** 6) == pytest.approx(ns[("scatter", 32768, 2048)])
     between = indexed.row_seconds(hw, "scatter", 2048, 16384)
@@ -144,3 +146,21 @@ def test_ragged_share_takes_the_nearest_measured_shape():
     assert indexed.ragged_share(hw, (1408, 2048), backward=True) == 0.655
     assert indexed.ragged_share(hw, (1024, 4096), backward=False) == 0.606  # nearest: (1024, 2816)
     assert indexed.ragged_share(R.Hardware("x", 1e12, 1e11, 1e10, 1e9), (1024, 1408), False) is None
+
+
+@needs_libtpu
+def test_a_ragged_dots_feature_dims_are_its_weights_not_its_largest_dims():
+    """With fewer rows than the weights' dims (1024 routes against 8 experts of [7168, 2048]), the shape
+    the measured share is looked up by is the weights' (2048, 7168), forward and backward."""
+    rows, k, n, g = 1024, 7168, 2048, 8
+    text = _compiled_text(jax.grad(lambda x, w, s: jnp.sum(jax.lax.ragged_dot(x, w, s).astype(jnp.float32)),
+                                   argnums=(0, 1)),
+                          ((rows, k), jnp.bfloat16), ((g, k, n), jnp.bfloat16), ((g,), jnp.int32))
+    module = R.parse_module(text)
+    found = set()
+    for comp in module.computations.values():
+        for ins in comp.instrs:
+            r = cost._ragged(module, comp, ins)
+            if r is not None and ins.opcode in ("convolution", "custom-call"):
+                found.add(indexed.ragged_dims(*r))
+    assert found == {(n, k)}

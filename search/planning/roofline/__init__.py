@@ -6,7 +6,8 @@ the hardware figures of one chip (Hardware).
 
 Modules: hlo.py (HLO text, call graph, trip counts, which opcodes are collectives), chip.py
 (Hardware: the figures of one chip, and the default hop latencies), cost.py (FLOPs and HBM bytes
-per instruction), collectives.py (replica groups, device layout, the cost of each transfer),
+per instruction), indexed.py (row gathers / scatters and ragged dots at the chip's measured rates),
+collectives.py (replica groups, device layout, the cost of each transfer),
 schedule.py (overlap read from the schedule), model.py (the combination, analyze).
 
 What is counted, per device and per step
@@ -228,10 +229,12 @@ Attention efficiency (Hardware.attention_efficiency, default: the matmul efficie
   are priced at the share of peak those kernels were measured to run at: TPU v6e 30.9%, from
   MaxText's own XProf profile on v6e-8 (jax's splash kernel, blocks 2048, fused backward, at batch
   3 x S 8192 x 32 heads of 128; two trainers running tokamax's faster variant at the same shape
-  measured 39.6%), under half what XLA's large matmul sustains there (79.3%). TPU v5e 51.0%, fit to
-  the half-a points of the project's own chip (benchmarks/calibrate_onchip.py, spaces/onchip_v5e.py). The
-  figure holds at head dim 128 (Hardware.attention_head_dim); a splash kernel of head dim d < 128 runs at
-  d / 128 of it: its QK^T contracts over d and its PV writes d columns of a 128-wide MXU. cuDNN's flash
+  measured 39.6%), under half what XLA's large matmul sustains there (79.3%). TPU v5e: the chip's own
+  per-kernel shares (Hardware.attention_grid, trainer/hardware.py V5E_SPLASH_GRID: by kernel, block, head
+  dim 64 or 128, query heads per K/V head, seq and batch x K/V heads; Hardware.grid_share), else by kernel,
+  block and seq (attention_rates), else 51.0% (fit to the half-a points of the project's chip). A kernel of
+  a head dim d < 128 with no rows of its own runs at d / 128 of the head-dim-128 figure: its QK^T
+  contracts over d and its PV writes d columns of a 128-wide MXU. cuDNN's flash
   attention on H100 / H200: 50.8%, cuDNN 9.19's own benchmark on H200 (BF16, causal, S 4096, head
   dim 128, the forward and backward kernels' device time). Chips with no measurement keep their
   matmul efficiency (trainer/hardware.py says so per chip).
@@ -241,7 +244,14 @@ HBM efficiency (Hardware.hbm_efficiency, default 1), the same for bytes: an op's
   chip, Google's tpu-recipes microbenchmark; assumed for v4 and v5p, which have no measurement
   of their own; GPUs and simulated CPU devices keep 1). Checked on two other ops measured on the
   v5e: XLA's RMSNorm and softmax of (32768, 8192) bf16 come out 4.6%
-  and 4.4% slower than measured. MFU stays against the nominal peak (the MFU convention):
+  and 4.4% slower than measured.
+Row gathers, scatters and ragged dots (indexed.py; TPU v5e only, the chip's own measurements): an op
+  holding gathers or scatters takes at least rows x the measured seconds per row for its kind, row bytes
+  and row count (a TPU scatter moves its rows one at a time: 27 ns a 2 KiB row, 5-9x its bytes' price in a
+  MoE step); rows narrower than the narrowest measured (512 B) keep the roofline. A ragged dot (the TPU's
+  kernel, or its convolution over groups) runs at the measured share of peak of the nearest measured
+  shape, forward or backward (0.48-0.70). Other chips: no figures, the roofline.
+MFU stays against the nominal peak (the MFU convention):
     predicted MFU = model FLOPs per step / devices / predicted step time / peak
   (model FLOPs as in trainer/flops.py).
 """

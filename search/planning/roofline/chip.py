@@ -79,8 +79,9 @@ class Hardware:
                    kv_rows: int) -> tuple[float, int] | None:
         """(share of peak, the head dim it was measured at) of the splash kernel named `kernel` (a custom
         call's name containing a row's kernel name) from attention_grid: the rows of `head_dim` if measured,
-        else of head dim 128 (the caller scales those by head_dim / 128); of the largest measured block not
-        above `block` (the smallest where all are above it, the largest where it is unknown); of `group`
+        else of head dim 128 (the caller scales those by head_dim / 128 below 128, not above); of the
+        largest measured block not above `block` (the smallest where all are above it, the largest where it
+        is unknown); of `group`
         query heads per K/V head (1 filed as 2) if measured, else the nearest measured group. At each
         measured seq, linear in log2(batch x K/V heads) between its measured points, held outside them;
         then linear in log2(seq) between the seqs, held outside. None: no row names the kernel."""

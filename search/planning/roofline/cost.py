@@ -184,7 +184,13 @@ def splash_flops(comp: Computation, ins: Instr) -> float:
     from ....trainer.attention import splash_block  # the block size the kernel was built with
     n = s // splash_block(s) if s % 128 == 0 else 1
     causal = (n + 1) / (2 * n)
-    return matmuls * 2.0 * s * s * d * prod(q[:-2]) * causal
+    # the value head dim: an operand shaped as q but for its heads and last dim (MLA: v 128 against q/k 192)
+    dv = next((k[-1] for k in (shape_dims(operand_shape(comp, o)) for o in ins.operands)
+               if len(k) == len(q) and k[:-3] == q[:-3] and k[-2] == s and k[-1] != d), d)
+    # of the kernel's S x S matmuls, those contracting or writing the value dim: forward P V (1 of 2); dK/dV
+    # dV and dP (2 of 4); dQ dP (1 of 3)
+    on_v = {2: 1, 4: 2, 3: 1}.get(matmuls, matmuls // 2)
+    return 2.0 * s * s * ((matmuls - on_v) * d + on_v * dv) * prod(q[:-2]) * causal
 
 
 # cuDNN flash-attention custom calls (XLA GPU, `__cudnn$fmha...`): XLA cannot see into them
@@ -481,10 +487,12 @@ def int8_matmul(module: HloModule | None, comp: Computation, ins: Instr) -> bool
 def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | None = None) -> float:
     """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
     flash attention on GPU) at the rate those kernels were measured to run at, any other op's at the
-    matmul rate (an int8 x int8 matmul, int8_matmul, at Hardware.int8_speedup times it). A splash kernel
-    with a row in Hardware.attention_rates (per kernel, block and seq:
-    trainer/hardware.py V5E_SPLASH_RATES, the v5e chip's own)
-    runs at its row's share for its sequence and block (Hardware.attention_share), any other at
+    matmul rate (an int8 x int8 matmul, int8_matmul, at Hardware.int8_speedup times it; a ragged dot, with
+    Hardware.ragged_shares, at the measured share of its shape, indexed.ragged_share). A splash kernel with
+    rows in Hardware.attention_grid (trainer/hardware.py V5E_SPLASH_GRID) runs at Hardware.grid_share for its
+    block, head dim, query heads per K/V head (the K/V operand's heads), seq and batch x K/V heads; else,
+    with a row in Hardware.attention_rates (per kernel, block and seq: V5E_SPLASH_RATES), at its row's share
+    for its sequence and block (Hardware.attention_share); any other at
     Hardware.attention_efficiency. One whose head dim d is below Hardware.attention_head_dim (the head
     dim the figures hold for) runs at d / that of it: its QK^T contracts over d and its PV writes d
     columns, so of a 128 x 128 MXU it fills d / 128 (measured at 64 on v5e: 0.46-0.56 of the

@@ -16,15 +16,13 @@ import math
 import re
 
 from .chip import Hardware, log_interp
-from .hlo import Computation, HloModule, Instr, operand_shape, parse_dims, prod, shape_dims
+from .hlo import DTYPE_BYTES, Computation, HloModule, Instr, operand_shape, parse_dims, prod, shape_dims
 
-_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
-             "f64": 8, "s64": 8, "u64": 8}
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
-def _itemsize(shape: str) -> int:
-    return _ITEMSIZE.get(shape.split("[", 1)[0].strip(), 4)
+def _itemsize(shape: str) -> float:
+    return DTYPE_BYTES.get(shape.split("[", 1)[0].strip(), 4)
 
 
 def _window(text: str | None) -> set[int]:
@@ -40,7 +38,7 @@ def index_op(module: HloModule, comp: Computation, ins: Instr) -> tuple[str, int
         window = _window(ins.attr("offset_dims"))
         rows = prod(d for i, d in enumerate(dims) if i not in window)
         width = prod(d for i, d in enumerate(dims) if i in window)
-        return "gather", rows, width * _itemsize(ins.shape), ins.attr("indices_are_sorted") == "true"
+        return "gather", rows, int(width * _itemsize(ins.shape)), ins.attr("indices_are_sorted") == "true"
     if ins.opcode == "scatter" and len(ins.operands) >= 3:
         upd = operand_shape(comp, ins.operands[-1])
         dims = shape_dims(upd)
@@ -50,7 +48,7 @@ def index_op(module: HloModule, comp: Computation, ins: Instr) -> tuple[str, int
         combiner = module.computations.get((ins.attr("to_apply") or "").lstrip("%"))
         root = combiner.root if combiner is not None else None
         kind = "scatter_add" if root is not None and root.opcode == "add" else "scatter"
-        return kind, rows, width * _itemsize(upd), ins.attr("indices_are_sorted") == "true"
+        return kind, rows, int(width * _itemsize(upd)), ins.attr("indices_are_sorted") == "true"
     return None
 
 
@@ -78,9 +76,11 @@ def row_seconds(hw: Hardware, kind: str, row_bytes: int, rows: int, sorted_: boo
     """Seconds per row of a `kind` op moving `rows` rows of `row_bytes` (Hardware.index_rows): at each
     measured row count, linear in log2(row bytes) between the measured sizes, held below the smallest and
     proportional to the bytes above the largest; then linear in log2(rows) between the measured row counts
-    and held outside them. Unsorted indices: x the kind's Hardware.unsorted_index factor. None: no figures."""
+    and held outside them. Unsorted indices: x the kind's Hardware.unsorted_index factor (measured at rows
+    of 2 KiB). None: no figures, or rows narrower than the narrowest measured (the op keeps its roofline:
+    nothing measured says what a row of a few bytes costs)."""
     tables = sorted((n, pts) for k, n, pts in hw.index_rows if k == kind and pts)
-    if not tables or row_bytes <= 0:
+    if not tables or row_bytes <= 0 or row_bytes < min(pts[0][0] for _, pts in tables):
         return None
     per_count = [(n, _interp(pts, row_bytes, True)) for n, pts in tables]
     t = _interp(per_count, max(rows, 1), False)
@@ -108,26 +108,49 @@ def is_backward(ins: Instr) -> bool:
     return m is None or "transpose(" in m.group(1)
 
 
+def _labels(ins: Instr) -> tuple[str, str, str]:
+    labels = ins.attr("dim_labels") or ""
+    if "->" not in labels or "_" not in labels:
+        return "", "", ""
+    lhs, rest = labels.split("_", 1)
+    rhs, out = rest.split("->")
+    return lhs, rhs, out
+
+
+def _mask_rows(comp: Computation, g: int) -> int | None:
+    """The rows of the pred[G, rows] group mask a computation takes (a ragged dot's convolution form), or None."""
+    for i in comp.instrs:
+        dims = shape_dims(i.shape) if i.opcode == "parameter" and i.shape.startswith("pred[") else []
+        if len(dims) == 2 and dims[0] == g:
+            return dims[1]
+    return None
+
+
 def ragged_dims(comp: Computation, ins: Instr) -> tuple[int, int]:
     """The two feature dims K and N of a ragged dot (rows and groups aside), smaller first. The kernel
-    (a custom call): lhs [rows, K] against [G, K, N] -> [rows, N], or a [G, K, N] weight gradient. A
-    convolution over the G groups: of its kernel's and output's dims, G and the rows (the largest) set
-    aside."""
+    (a custom call): lhs [rows, K] against the groups' [G, K, N] (its last operand), or a [G, K, N] weight
+    gradient. A convolution over the G groups: of its contracted dim (the kernel's 'i') and the output's
+    'b' and 'f', the two that are not the rows; the rows are the group mask's (pred[G, rows], which its
+    computation takes), else the output's 'b' (the forward and input-gradient forms)."""
     out = shape_dims(ins.shape)
     if ins.opcode == "convolution" and len(ins.operands) >= 2:
-        labels = ins.attr("dim_labels") or ""
+        _, rhs_l, out_l = _labels(ins)
         rhs = shape_dims(operand_shape(comp, ins.operands[1]))
-        rhs_l, out_l = labels.split("_", 1)[-1].split("->") if "->" in labels else ("", "")
-        dims = ([d for i, d in enumerate(out) if i != out_l.find("0")]
-                + [d for i, d in enumerate(rhs) if i != rhs_l.find("0")])
-        rows = max(dims, default=0)
-        rest = [d for d in dims if d != rows] or [rows]
-        return min(rest), max(rest)
-    if len(out) == 3:
+        if not ({"i"} <= set(rhs_l) and {"b", "f", "0"} <= set(out_l)) or len(rhs) != len(rhs_l) or len(out) != len(
+                out_l):
+            return 0, 0
+        dims = [rhs[rhs_l.index("i")], out[out_l.index("b")], out[out_l.index("f")]]
+        rows = _mask_rows(comp, out[out_l.index("0")]) or dims[1]
+        if rows in dims:
+            dims.remove(rows)
+        else:
+            dims.pop(1)
+        k, n = dims
+    elif len(out) == 3:
         k, n = out[1], out[2]
     else:
-        lhs = shape_dims(operand_shape(comp, ins.operands[-2])) if len(ins.operands) >= 2 else []
-        k, n = (lhs[-1] if lhs else 0), (out[-1] if out else 0)
+        rhs = shape_dims(operand_shape(comp, ins.operands[-1])) if ins.operands else []
+        k, n = (rhs[-2], rhs[-1]) if len(rhs) == 3 else (0, 0)
     return (k, n) if k <= n else (n, k)
 
 
