@@ -63,9 +63,7 @@ _RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general\b')  # jax's primiti
 def _group_mask(comp: Computation | None, g: int) -> bool:
     """Whether a computation takes a pred[G, rows] parameter: the group mask of a ragged dot's masked
     convolution form (libtpu 0.0.42.1 writes the weight gradient so, in a fusion without an op_name)."""
-    return comp is not None and any(
-        i.opcode == "parameter" and i.shape.startswith("pred[") and (shape_dims(i.shape) or [0])[0] == g
-        and len(shape_dims(i.shape)) == 2 for i in comp.instrs)
+    return comp is not None and indexed.mask_rows(comp, g) is not None
 
 
 def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str, comp: Computation | None = None) -> int:

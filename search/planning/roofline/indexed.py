@@ -74,8 +74,8 @@ def _interp(pts, x: float, proportional_above: bool) -> float:
 
 def row_seconds(hw: Hardware, kind: str, row_bytes: int, rows: int, sorted_: bool = True) -> float | None:
     """Seconds per row of a `kind` op moving `rows` rows of `row_bytes` (Hardware.index_rows): at each
-    measured row count, linear in log2(row bytes) between the measured sizes, held below the smallest and
-    proportional to the bytes above the largest; then linear in log2(rows) between the measured row counts
+    measured row count, linear in log2(row bytes) between the measured sizes and proportional to the
+    bytes above the largest; then linear in log2(rows) between the measured row counts
     and held outside them. Unsorted indices: x the kind's Hardware.unsorted_index factor (measured at rows
     of 2 KiB). None: no figures, or rows narrower than the narrowest measured (the op keeps its roofline:
     nothing measured says what a row of a few bytes costs)."""
@@ -117,7 +117,7 @@ def _labels(ins: Instr) -> tuple[str, str, str]:
     return lhs, rhs, out
 
 
-def _mask_rows(comp: Computation, g: int) -> int | None:
+def mask_rows(comp: Computation, g: int) -> int | None:
     """The rows of the pred[G, rows] group mask a computation takes (a ragged dot's convolution form), or None."""
     for i in comp.instrs:
         dims = shape_dims(i.shape) if i.opcode == "parameter" and i.shape.startswith("pred[") else []
@@ -140,7 +140,7 @@ def ragged_dims(comp: Computation, ins: Instr) -> tuple[int, int]:
                 out_l):
             return 0, 0
         dims = [rhs[rhs_l.index("i")], out[out_l.index("b")], out[out_l.index("f")]]
-        rows = _mask_rows(comp, out[out_l.index("0")]) or dims[1]
+        rows = mask_rows(comp, out[out_l.index("0")]) or dims[1]
         if rows in dims:
             dims.remove(rows)
         else:
