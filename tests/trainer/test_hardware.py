@@ -14,7 +14,9 @@ from paxsearch.trainer import flops, hardware
 # what each kind of source says about the number: a document, or how it was obtained
 SOURCE_KINDS = ("https://", "measured:", "estimate:", "assumption:", "model:", "one TensorCore", "2 TensorCores",
                 "a GPU is one JAX device")
-META_FIELDS = {"name", "platform", "device_kinds", "kind_excludes", "attention_rates"}  # rates: each its own Figure
+# tables of measured rates: each row its own Figure (checked below)
+META_FIELDS = {"name", "platform", "device_kinds", "kind_excludes", "attention_rates", "attention_grid", "index_rates",
+               "unsorted_index", "ragged_rates"}
 
 
 @pytest.mark.parametrize("entry", list(hardware.TABLE.values()), ids=list(hardware.TABLE))
@@ -26,8 +28,14 @@ def test_every_figure_of_every_entry_has_a_source(entry):
     for name, figure in entry.figures().items():
         assert isinstance(figure.value, (int, float)) and figure.value > 0, (entry.name, name)
         assert figure.source.strip() and any(k in figure.source for k in SOURCE_KINDS), (entry.name, name)
-    for rate in entry.attention_rates or ():
+    for rate in (entry.attention_rates or ()) + (entry.attention_grid or ()):
         assert 0 < rate.share.value <= 1 and rate.share.source.startswith("measured"), (entry.name, rate)
+    for row in entry.index_rates or ():
+        assert 0 < row.seconds.value < 1e-6 and row.seconds.source.startswith("measured"), (entry.name, row)
+    for kind, factor in entry.unsorted_index or ():
+        assert factor.value >= 1 and factor.source.startswith("measured"), (entry.name, kind)
+    for r in entry.ragged_rates or ():
+        assert all(0 < f.value <= 1 and f.source.startswith("measured") for f in (r.forward, r.backward)), r
     assert entry.hbm_usable_bytes.value <= entry.hbm_bytes.value * 1.01
     assert entry.sources() and all(entry.sources())
 
