@@ -96,9 +96,13 @@ def test_a_compiled_scatter_is_priced_at_its_rows_not_its_bytes():
     per_row = indexed.row_seconds(hw, "scatter", width * 2, rows)
     assert step >= rows * per_row  # 0.88 ms: the bytes alone (134 MB) would be 0.2 ms
     assert step < rows * per_row + 0.5e-3
+    roof = R.analyze(text, hw, num_devices=1)  # the excess over the bytes has its own line in the breakdown
+    assert roof.index_excess_s == pytest.approx(roof.roofline_s - max(roof.compute_s, roof.memory_s), rel=0.05)
+    assert roof.index_excess_s > roof.memory_s and roof.to_dict()["index_excess_s"] == roof.index_excess_s
     no_rows = R.Hardware("v5e", hw.peak_flops, hw.hbm_bandwidth, hw.ici_link_bandwidth, hw.dcn_bandwidth,
                          hbm_efficiency=hw.hbm_efficiency)
     assert R.analyze(text, no_rows, num_devices=1).step_time_s < step / 2
+    assert R.analyze(text, no_rows, num_devices=1).index_excess_s == 0
 
 
 _MASKED = """HloModule m, entry_computation_layout={()->bf16[8,64,128]{2,1,0}}

@@ -250,7 +250,8 @@ Row gathers, scatters and ragged dots (indexed.py; TPU v5e only, the chip's own 
   and row count (a TPU scatter moves its rows one at a time: 27 ns a 2 KiB row, 5-9x its bytes' price in a
   MoE step); rows narrower than the narrowest measured (512 B) keep the roofline. A ragged dot (the TPU's
   kernel, or its convolution over groups) runs at the measured share of peak of the nearest measured
-  shape, forward or backward (0.48-0.70). Other chips: no figures, the roofline.
+  shape, forward or backward (0.48-0.70). Other chips: no figures, the roofline. What the rows add over
+  their ops' roofline is in the step and its own line of the breakdown (Roofline.index_excess_s).
 MFU stays against the nominal peak (the MFU convention):
     predicted MFU = model FLOPs per step / devices / predicted step time / peak
   (model FLOPs as in trainer/flops.py).

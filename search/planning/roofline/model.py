@@ -45,6 +45,9 @@ class Roofline:
     # how many, and their bytes each way per step
     host_round_trips: int = 0
     host_round_trip_bytes: float = 0.0
+    # what row gathers and scatters add over their ops' roofline per step (indexed.py: the chip's measured
+    # seconds per row); in roofline_s and step_time_s, in neither compute_s nor memory_s
+    index_excess_s: float = 0.0
 
     def predicted_mfu(self, model_flops_per_step: float, num_devices: int, peak_flops: float) -> float:
         if self.step_time_s <= 0:
@@ -84,6 +87,7 @@ class Roofline:
             "compiler_excess_s": self.compiler_excess_s,
             "host_round_trips": self.host_round_trips,
             "host_round_trip_bytes": self.host_round_trip_bytes,
+            "index_excess_s": self.index_excess_s,
             "collectives": self.collectives_summary(),
             "trip_counts": dict(self.trip_counts),
             "unknown_trip_counts": list(self.unknown_trip_counts),
@@ -135,7 +139,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     num_devices = num_devices or layout.num_devices or 1
     module = parse_module(hlo_text)
     graph = call_graph(module)
-    flops = bytes_ = compute = memory = roof = 0.0
+    flops = bytes_ = compute = memory = roof = index_excess = 0.0
     estimated, excess = 0, 0.0
     for comp, ins, mult in _running_ops(module, graph):
         costs = op_costs(module, comp, ins, hw)
@@ -148,8 +152,10 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
             excess += max(0.0, estimate - roof_s) * mult
         flops += f * mult
         bytes_ += b * mult
-        compute += f / flop_rate(comp, ins, hw, module) * mult
-        memory += b / hw.sustained_hbm_bandwidth * mult
+        op_compute, op_memory = f / flop_rate(comp, ins, hw, module), b / hw.sustained_hbm_bandwidth
+        compute += op_compute * mult
+        memory += op_memory * mult
+        index_excess += max(0.0, roof_s - max(op_compute, op_memory)) * mult
         roof += t * mult
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
     colls = collectives(module, graph, layout, hw, num_devices, homes)
@@ -166,4 +172,4 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     trips = [moved * graph.multiplier.get(comp, 0.0) for comp, moved in host_round_trips(module)]
     return Roofline(hw.name, flops, bytes_, compute, memory, roof, comm, exposed, roof + exposed,
                     fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how, estimated, excess,
-                    hw.on_chip, len(trips), sum(trips))
+                    hw.on_chip, len(trips), sum(trips), index_excess)
