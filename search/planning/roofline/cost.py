@@ -15,6 +15,7 @@ from .hlo import (
     HloModule,
     Instr,
     collective_kind,
+    fused_walk,
     hbm_shape_bytes,
     operand_shape,
     prod,
@@ -151,6 +152,13 @@ def _splash_query(comp: Computation, ins: Instr) -> list[int] | None:
     return max((d for d in shapes if len(d) >= 3), key=prod, default=None)
 
 
+def _q_shaped(comp: Computation, ins: Instr, q: list[int]) -> list[list[int]]:
+    """The dims of a splash call's operands shaped as its query but for heads and head dim (q itself, K, V,
+    dO, ...): the same rank, batch dims and sequence."""
+    return [k for k in (shape_dims(operand_shape(comp, o)) for o in ins.operands)
+            if len(k) == len(q) and k[:-3] == q[:-3] and k[-2] == q[-2]]
+
+
 def splash_head_dim(comp: Computation, ins: Instr) -> int | None:
     """The head dim of one splash-attention custom call (None for any other instruction)."""
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
@@ -183,8 +191,7 @@ def splash_flops(comp: Computation, ins: Instr) -> float:
     n = s // splash_block(s) if s % 128 == 0 else 1
     causal = (n + 1) / (2 * n)
     # the value head dim: an operand shaped as q but for its heads and last dim (MLA: v 128 against q/k 192)
-    dv = next((k[-1] for k in (shape_dims(operand_shape(comp, o)) for o in ins.operands)
-               if len(k) == len(q) and k[:-3] == q[:-3] and k[-2] == s and k[-1] != d), d)
+    dv = next((k[-1] for k in _q_shaped(comp, ins, q) if k[-1] != d), d)
     # of the kernel's S x S matmuls, those contracting or writing the value dim: forward P V (1 of 2); dK/dV
     # dV and dP (2 of 4); dQ dP (1 of 3)
     on_v = {2: 1, 4: 2, 3: 1}.get(matmuls, matmuls // 2)
@@ -438,14 +445,9 @@ def compiler_cycles(ins: Instr) -> int | None:
     return cycles if cycles > 0 else None
 
 
-def _holds(module: HloModule | None, comp: Computation | None, ins: Instr, test, _depth: int = 0) -> bool:
+def _holds(module: HloModule | None, comp: Computation | None, ins: Instr, test) -> bool:
     """Whether `test(comp, ins)` holds for an instruction or, in a fusion, for one it calls (at any depth)."""
-    if test(comp, ins):
-        return True
-    called = (module.computations.get((ins.attr("calls") or "").lstrip("%"))
-              if module is not None and ins.opcode == "fusion" else None)
-    return called is not None and _depth < 8 and any(_holds(module, called, i, test, _depth + 1)
-                                                        for i in called.instrs)
+    return any(test(c, i) for c, i in fused_walk(module, comp, ins))
 
 
 def uses_mxu(module: HloModule, ins: Instr) -> bool:
@@ -507,8 +509,7 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
     rate = hw.sustained_attention_flops
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
     if q and hw.attention_grid:
-        kv_heads = min((k[-3] for k in (shape_dims(operand_shape(comp, o)) for o in ins.operands)
-                        if len(k) == len(q) and k[-2:] == q[-2:] and k[:-3] == q[:-3]), default=q[-3])
+        kv_heads = min((k[-3] for k in _q_shaped(comp, ins, q) if k[-1] == q[-1]), default=q[-3])
         found = hw.grid_share(ins.name, q[-2], splash_block(comp, ins), q[-1], q[-3] // max(kv_heads, 1),
                               prod(q[:-3]) * kv_heads)
         if found is not None:
@@ -524,19 +525,13 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
     return rate
 
 
-def _ragged(module: HloModule | None, comp: Computation, ins: Instr, _depth: int = 0):
+def _ragged(module: HloModule | None, comp: Computation, ins: Instr):
     """(computation, instruction) of the ragged dot an op is (the TPU's kernel) or holds (a convolution
     over groups, ragged_dot_groups > 1); None for any other op."""
-    if is_ragged_dot_kernel(ins):
-        return comp, ins
-    if ins.opcode == "convolution" and len(ins.operands) >= 2 and ragged_dot_groups(
-            ins, operand_shape(comp, ins.operands[0]), operand_shape(comp, ins.operands[1]), comp) > 1:
-        return comp, ins
-    called = (module.computations.get((ins.attr("calls") or "").lstrip("%"))
-              if module is not None and ins.opcode == "fusion" and _depth < 8 else None)
-    if called is None:
-        return None
-    return next((r for i in called.instrs if (r := _ragged(module, called, i, _depth + 1)) is not None), None)
+    def ragged(c: Computation, i: Instr) -> bool:
+        return is_ragged_dot_kernel(i) or (i.opcode == "convolution" and len(i.operands) >= 2 and ragged_dot_groups(
+            i, operand_shape(c, i.operands[0]), operand_shape(c, i.operands[1]), c) > 1)
+    return next(((c, i) for c, i in fused_walk(module, comp, ins) if ragged(c, i)), None)
 
 
 def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:

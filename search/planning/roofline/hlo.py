@@ -256,6 +256,17 @@ def collective_kind(opcode: str) -> str | None:
     return base if base in COLLECTIVES else None
 
 
+def fused_walk(module: HloModule | None, comp: Computation | None, ins: Instr, _depth: int = 0):
+    """(computation, instruction) of an instruction and, for a fusion, of every instruction it calls, at
+    any depth (8 at most)."""
+    yield comp, ins
+    if module is None or ins.opcode != "fusion" or _depth >= 8:
+        return
+    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    for i in called.instrs if called is not None else ():
+        yield from fused_walk(module, called, i, _depth + 1)
+
+
 # ----------------------------------------------------------------------------- call graph
 
 def callees(ins: Instr) -> list[tuple[str, str]]:

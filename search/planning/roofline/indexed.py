@@ -16,7 +16,7 @@ import math
 import re
 
 from .chip import Hardware, log_interp
-from .hlo import DTYPE_BYTES, Computation, HloModule, Instr, operand_shape, parse_dims, prod, shape_dims
+from .hlo import DTYPE_BYTES, Computation, HloModule, Instr, fused_walk, operand_shape, parse_dims, prod, shape_dims
 
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
@@ -52,17 +52,9 @@ def index_op(module: HloModule, comp: Computation, ins: Instr) -> tuple[str, int
     return None
 
 
-def index_ops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 0) -> list[tuple[str, int, int, bool]]:
+def index_ops(module: HloModule, comp: Computation, ins: Instr) -> list[tuple[str, int, int, bool]]:
     """The gathers and scatters an instruction is or (a fusion) holds, at any depth."""
-    own = index_op(module, comp, ins)
-    if own is not None:
-        return [own]
-    if ins.opcode != "fusion" or _depth >= 8:
-        return []
-    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
-    if called is None:
-        return []
-    return [op for i in called.instrs for op in index_ops(module, called, i, _depth + 1)]
+    return [op for c, i in fused_walk(module, comp, ins) if (op := index_op(module, c, i)) is not None]
 
 
 def _interp(pts, x: float, proportional_above: bool) -> float:
