@@ -549,7 +549,7 @@ def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
         return None
     f, b = work
     roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw, module))
-    rows = indexed.index_seconds(module, comp, ins, hw) if hw.index_rows else None
+    rows = indexed.index_seconds(module, comp, ins, hw)
     if rows is not None:
         roof = max(roof, rows)
     return f, b, roof, compiler_estimate(module, ins, hw) if estimate else None
