@@ -59,9 +59,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 OUT_FILE = "chip_figures.json"
-SECTIONS = ("matmul", "splash", "hbm", "index", "host", "overhead")
+SECTIONS = ("matmul", "splash", "hbm", "index", "gmm", "host", "overhead")
 # each section's cap in seconds (chip); the whole run also stops at --budget-s
-CAPS = {"matmul": 35.0, "splash": 50.0, "hbm": 15.0, "index": 30.0, "host": 20.0, "overhead": 10.0}
+CAPS = {"matmul": 35.0, "splash": 50.0, "hbm": 15.0, "index": 30.0, "gmm": 40.0, "host": 20.0, "overhead": 10.0}
 MiB = 2 ** 20
 
 
@@ -428,7 +428,7 @@ def splash_cases(tiny: bool, interpret: bool, tokens: int = 8192, seqs: tuple[in
 
 SPLASH_GRID_RECORDS = tuple(f"chip_figures_v5e_2026-12-07{run}.json" for run in (
     "", "_run2", "_run3_splash_gqa", "_run3_splash32k", "_run3_splash_grid1", "_run3_splash_grid2",
-    "_run3_splash_grid3"))
+    "_run3_splash_grid3", "_run4_splash_g3"))
 
 
 def splash_group(heads: int, kv_heads: int) -> int:
@@ -489,15 +489,17 @@ def hbm_cases(tiny: bool) -> list[Case]:
     return cases
 
 
-def index_cases(tiny: bool) -> list[Case]:
-    """Row gathers, scatters and scatter-adds (trainer/moe.py's dispatch and combine) and ragged dots."""
+def index_cases(tiny: bool, rows: tuple[int, ...] = (8192, 32768), widths: tuple[int, ...] = (256, 1024, 4096),
+                ragged: bool = True) -> list[Case]:
+    """Row gathers, scatters and scatter-adds (trainer/moe.py's dispatch and combine) of `rows` rows of
+    `widths` elements (bf16 and f32; random indices at width 1024), and ragged dots (`ragged`)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     cases: list[Case] = []
     grid = [(512, 64, "bfloat16", True)] if tiny else [
-        (n, w, dt, srt) for n in (8192, 32768) for w in (256, 1024, 4096) for dt in ("bfloat16", "float32")
+        (n, w, dt, srt) for n in rows for w in widths for dt in ("bfloat16", "float32")
         for srt in (True, False) if srt or (w == 1024 and dt == "bfloat16")]
     for n, w, dt, srt in grid:
         dtype = jnp.dtype(dt)
@@ -530,7 +532,7 @@ def index_cases(tiny: bool) -> list[Case]:
                           dict(kind="scatter_add", **params), bytes=3 * moved + 4 * n))
     # ragged dots: routes x d_model against G experts' [d_model, width], groups of equal size
     for n, d, f, g in ([(512, 64, 128, 4)] if tiny else [(32768, 1024, 1408, 8), (16384, 2048, 1408, 8),
-                                                         (32768, 1024, 2816, 16)]):
+                                                         (32768, 1024, 2816, 16)] if ragged else []):
         sizes = jnp.full((g,), n // g, jnp.int32)
         lhs = jax.ShapeDtypeStruct((n, d), jnp.bfloat16)
         rhs = jax.ShapeDtypeStruct((g, d, f), jnp.bfloat16)
@@ -548,6 +550,45 @@ def index_cases(tiny: bool) -> list[Case]:
                           dict(pass_="fwd", **params), flops=work))
         cases.append(Case(f"index_ragged_dot_fwd_bwd_n{n}_d{d}_f{f}_g{g}", "index", rd_bwd, (lhs, rhs),
                           dict(pass_="fwd_bwd", **params), flops=3 * work))
+    return cases
+
+
+GMM_SHAPES = ((32768, 1024, 1408, 8), (16384, 4096, 14336, 8), (49152, 7168, 2048, 32))
+GMM_TILES = ((512, 1024, 1024), (128, 128, 128))
+
+
+def gmm_cases(tiny: bool, interpret: bool, shapes: tuple = GMM_SHAPES, tiles: tuple = GMM_TILES) -> list[Case]:
+    """Grouped matmuls of routes x d_model against G experts' [d_model, width] (groups of equal size), forward
+    and forward + backward, two ways: jax.lax.ragged_dot (what the TPU compiler makes of it) and the Pallas
+    megablox kernel (jax.experimental.pallas.ops.tpu.megablox.ops.gmm, MaxText's `megablox=True`) at each
+    tiling (tm, tk, tn; MaxText's default 512, 1024, 1024). FLOPs: 2 x rows x d x f forward, 3 x that with
+    the backward (the routed work only, as the roofline counts a grouped matmul)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.megablox import ops as mblx
+
+    cases: list[Case] = []
+    for n, d, f, g in ([(256, 128, 128, 2)] if tiny else shapes):
+        sizes = jnp.full((g,), n // g, jnp.int32)
+        lhs = jax.ShapeDtypeStruct((n, d), jnp.bfloat16)
+        rhs = jax.ShapeDtypeStruct((g, d, f), jnp.bfloat16)
+        work = matmul_flops(n, d, f)
+        ways: list[tuple[str, Callable, dict]] = [("ragged_dot", lambda x, w, sizes=sizes: jax.lax.ragged_dot(
+            x, w, sizes), {})]
+        for tm, tk, tn in ([(128, 128, 128)] if tiny else tiles):
+            tiling = (min(tm, n), min(tk, d), min(tn, f))
+            ways.append((f"megablox_t{tm}x{tk}x{tn}", lambda x, w, sizes=sizes, tiling=tiling: mblx.gmm(
+                x, w, sizes, jnp.bfloat16, tiling, None, None, False, interpret), dict(tiling=list(tiling))))
+        for way, fn, extra in ways:
+            def fwd_bwd(x, w, fn=fn):
+                out, vjp = jax.vjp(fn, x, w)
+                return vjp(out)
+
+            params = dict(kind=way.split("_t")[0], rows=n, d=d, f=f, groups=g, **extra)
+            tag = f"{way}_n{n}_d{d}_f{f}_g{g}"
+            cases.append(Case(f"gmm_fwd_{tag}", "gmm", fn, (lhs, rhs), dict(pass_="fwd", **params), flops=work))
+            cases.append(Case(f"gmm_fwd_bwd_{tag}", "gmm", fwd_bwd, (lhs, rhs), dict(pass_="fwd_bwd", **params),
+                              flops=3 * work))
     return cases
 
 
@@ -698,6 +739,11 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
+def _dims(text: str) -> tuple[tuple[int, ...], ...]:
+    """"1x2x3,4x5x6" -> ((1, 2, 3), (4, 5, 6))."""
+    return tuple(tuple(int(v) for v in part.split("x")) for part in text.split(",") if part.strip())
+
+
 def figures_of(devices) -> tuple[float, float, str]:
     """(peak FLOP/s, HBM bytes/s, hardware name) of the device: trainer/hardware.py's (a CPU's measured)."""
     from paxsearch.search.planning.predict import hardware_for
@@ -720,6 +766,13 @@ def main(argv=None) -> int:
     ap.add_argument("--splash-seqs", default="1024,2048,4096,8192", help="splash: sequence lengths, comma-separated")
     ap.add_argument("--splash-kv-heads", default="0",
                     help="splash: K/V heads, comma-separated (0: as many as the query heads; fewer: GQA)")
+    ap.add_argument("--index-rows", default="8192,32768", help="index: rows moved, comma-separated")
+    ap.add_argument("--index-widths", default="256,1024,4096", help="index: row widths (elements), comma-separated")
+    ap.add_argument("--index-no-ragged", action="store_true", help="index: no ragged-dot cases")
+    ap.add_argument("--gmm-shapes", default=",".join("x".join(map(str, s)) for s in GMM_SHAPES),
+                    help="gmm: rows x d_model x width x groups, comma-separated")
+    ap.add_argument("--gmm-tiles", default=",".join("x".join(map(str, t)) for t in GMM_TILES),
+                    help="gmm: megablox tilings tm x tk x tn, comma-separated")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
 
@@ -751,15 +804,20 @@ def main(argv=None) -> int:
         deadline = min(budget_end, t + CAPS[section] * (10 if args.tiny else 1))
         log(f"{section}: until +{deadline - t_start:.0f} s")
         try:
-            if section in ("matmul", "splash", "hbm", "index"):
-                if section == "splash" and interpret and not args.tiny:
-                    raise RuntimeError("the splash kernels need a TPU (the CPU runs them interpreted only with --tiny)")
+            if section in ("matmul", "splash", "hbm", "index", "gmm"):
+                if section in ("splash", "gmm") and interpret and not args.tiny:
+                    raise RuntimeError(f"the {section} kernels need a TPU (the CPU runs them interpreted only with "
+                                       "--tiny)")
                 cases = (matmul_cases(args.tiny) if section == "matmul" else
                          splash_cases(args.tiny, interpret, tokens=args.splash_tokens, seqs=_ints(args.splash_seqs),
                                       head_dims=_ints(args.splash_head_dims),
                                       blocks=_ints(args.splash_blocks), heads=_ints(args.splash_heads),
                                       kv_heads=_ints(args.splash_kv_heads)) if section == "splash" else
-                         hbm_cases(args.tiny) if section == "hbm" else index_cases(args.tiny))
+                         hbm_cases(args.tiny) if section == "hbm" else
+                         gmm_cases(args.tiny, interpret, _dims(args.gmm_shapes), _dims(args.gmm_tiles))
+                         if section == "gmm" else
+                         index_cases(args.tiny, _ints(args.index_rows), _ints(args.index_widths),
+                                     not args.index_no_ragged))
                 compile_cases(cases, log)
                 # the section's cap is for running: compiling (in threads, ahead of time) is not held against it
                 deadline = min(budget_end, time.perf_counter() + CAPS[section] * (10 if args.tiny else 1))

@@ -304,20 +304,23 @@ V5E_SPLASH_RATES = tuple(
     for (kernel, block), shares in _V5E_SPLASH_SHARES.items()
     for seq, share in zip((1024, 2048, 4096, 8192), shares, strict=True))
 _V5E_INDEX_RUN = ("measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07: benchmarks/data/"
-                  "chip_figures_v5e_2026-12-07_run3_index.json, section 'index' (benchmarks/RESULTS.md, 'MoE "
-                  "dispatch and ragged dots on the chip': `python3 benchmarks/chip_figures.py --out $OUT/index "
-                  "--sections index` on the chip), each program's device time from a jax.profiler trace")
+                  "chip_figures_v5e_2026-12-07_run3_index.json (rows of 512 B-16 KiB) and _run4_index_narrow.json "
+                  "(rows of 128 and 256 B, bf16), section 'index' (benchmarks/RESULTS.md, 'MoE dispatch and ragged "
+                  "dots on the chip' and run 4: `python3 benchmarks/chip_figures.py --out $OUT/index --sections index "
+                  "[--index-widths 64,128 --index-no-ragged]` on the chip), each program's device time from a "
+                  "jax.profiler trace")
 # v5e row gathers / scatters / scatter-adds, seconds per row by rows moved and row bytes (sorted indices, the table
-# 1.25 x the rows): tests/roofline/test_indexed.py checks these against the JSON record
+# 1.25 x the rows): tests/roofline/test_indexed.py checks these against the JSON records. Rows of 128 and 256 B are
+# bf16 rows (run 4; f32 rows of the same bytes ran 5-40% faster, bf16 is what a MoE layer moves)
 _V5E_INDEX_NS = {
-    ("gather", 8192): (3.28, 2.93, 3.94, 6.39, 12.67, 72.28),
-    ("scatter", 8192): (10.35, 14.38, 26.97, 42.96, 150.29, 192.47),
-    ("scatter_add", 8192): (12.56, 16.59, 32.6, 48.63, 134.2, 178.72),
-    ("gather", 32768): (3.12, 2.84, 3.85, 21.78, 60.91, 72.23),
-    ("scatter", 32768): (10.48, 13.71, 26.82, 37.38, 138.63, 191.79),
-    ("scatter_add", 32768): (10.25, 12.1, 22.67, 24.59, 81.28, 103.39),
+    ("gather", 8192): (2.57, 1.99, 3.28, 2.93, 3.94, 6.39, 12.67, 72.28),
+    ("scatter", 8192): (4.76, 5.74, 10.35, 14.38, 26.97, 42.96, 150.29, 192.47),
+    ("scatter_add", 8192): (7.72, 7.62, 12.56, 16.59, 32.6, 48.63, 134.2, 178.72),
+    ("gather", 32768): (2.34, 1.88, 3.12, 2.84, 3.85, 21.78, 60.91, 72.23),
+    ("scatter", 32768): (4.62, 5.8, 10.48, 13.71, 26.82, 37.38, 138.63, 191.79),
+    ("scatter_add", 32768): (7.57, 7.51, 10.25, 12.1, 22.67, 24.59, 81.28, 103.39),
 }
-INDEX_ROW_BYTES = (512, 1024, 2048, 4096, 8192, 16384)
+INDEX_ROW_BYTES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 V5E_INDEX_RATES = tuple(
     IndexRate(kind, rows, b, Figure(ns * 1e-9, f"{_V5E_INDEX_RUN}; {kind}, {rows} rows of {b} bytes"))
     for (kind, rows), per_row in _V5E_INDEX_NS.items() for b, ns in zip(INDEX_ROW_BYTES, per_row, strict=True))
@@ -335,7 +338,7 @@ V5E_RAGGED_RATES = tuple(
     for k, n, rows, g, f, b in ((1024, 1408, 32768, 8, 0.476, 0.700), (2048, 1408, 16384, 8, 0.607, 0.655),
                                 (1024, 2816, 32768, 16, 0.606, 0.613)))
 _V5E_SPLASH_GRID_RUN = (
-    "measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, runs 1-3 of "
+    "measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, runs 1-4 of "
     "benchmarks/chip_figures.py (benchmarks/RESULTS.md, 'Splash kernels by batch x K/V heads and head group'): "
     "benchmarks/data/chip_figures_v5e_2026-12-07*.json (benchmarks/chip_figures.py SPLASH_GRID_RECORDS), jax's "
     "splash kernels, causal, each kernel's device time from a jax.profiler trace, its FLOPs the roofline's count; "
@@ -359,15 +362,16 @@ _V5E_SPLASH_GRID = {
         (4096, 32, 0.365), (8192, 8, 0.344), (8192, 16, 0.343),
     ),
     ('splash_mha_dkv', 512, 64, 3): (
-        (1024, 32, 0.393), (1024, 128, 0.32), (2048, 16, 0.39), (2048, 64, 0.315), (4096, 8, 0.386),
-        (4096, 32, 0.31), (8192, 4, 0.329), (8192, 16, 0.308),
+        (1024, 32, 0.393), (1024, 128, 0.32), (2048, 16, 0.39), (2048, 64, 0.315), (4096, 8, 0.386), (4096, 32, 0.31),
+        (8192, 4, 0.329), (8192, 16, 0.308),
     ),
     ('splash_mha_dkv', 512, 128, 2): (
         (1024, 64, 0.697), (1024, 128, 0.65), (2048, 32, 0.717), (2048, 64, 0.66), (4096, 16, 0.728),
         (4096, 32, 0.667), (8192, 8, 0.774), (8192, 16, 0.685),
     ),
     ('splash_mha_dkv', 512, 128, 3): (
-        (1024, 128, 0.632), (2048, 64, 0.615), (4096, 32, 0.604), (8192, 16, 0.597),
+        (1024, 32, 0.646), (1024, 128, 0.632), (2048, 16, 0.639), (2048, 64, 0.615), (4096, 8, 0.642),
+        (4096, 32, 0.604), (8192, 4, 0.752), (8192, 16, 0.597),
     ),
     ('splash_mha_dq', 128, 128, 2): (
         (1024, 64, 0.094), (1024, 128, 0.087), (2048, 32, 0.091), (2048, 64, 0.086), (4096, 16, 0.09),
@@ -390,7 +394,8 @@ _V5E_SPLASH_GRID = {
         (4096, 32, 0.619), (8192, 8, 0.752), (8192, 16, 0.63),
     ),
     ('splash_mha_dq', 512, 128, 3): (
-        (1024, 128, 0.539), (2048, 64, 0.529), (4096, 32, 0.544), (8192, 16, 0.557),
+        (1024, 32, 0.578), (1024, 128, 0.539), (2048, 16, 0.578), (2048, 64, 0.529), (4096, 8, 0.59),
+        (4096, 32, 0.544), (8192, 4, 0.672), (8192, 16, 0.557),
     ),
     ('splash_mha_fwd', 128, 128, 2): (
         (1024, 64, 0.053), (1024, 128, 0.051), (2048, 32, 0.052), (2048, 64, 0.051), (4096, 16, 0.052),
@@ -413,7 +418,8 @@ _V5E_SPLASH_GRID = {
         (4096, 32, 0.475), (8192, 8, 0.53), (8192, 16, 0.499),
     ),
     ('splash_mha_fwd', 512, 128, 3): (
-        (1024, 128, 0.424), (2048, 64, 0.442), (4096, 32, 0.448), (8192, 16, 0.459),
+        (1024, 32, 0.452), (1024, 128, 0.424), (2048, 16, 0.47), (2048, 64, 0.442), (4096, 8, 0.482),
+        (4096, 32, 0.448), (8192, 4, 0.543), (8192, 16, 0.459),
     ),
 }
 V5E_SPLASH_GRID = tuple(

@@ -1,5 +1,6 @@
 """Row gathers, scatters and ragged dots priced at the chip's measured rates (search/planning/roofline/
-indexed.py; the v5e figures in trainer/hardware.py from benchmarks/data/chip_figures_v5e_2026-12-07_run3_index.json).
+indexed.py; the v5e figures in trainer/hardware.py from benchmarks/data/chip_figures_v5e_2026-12-07_run3_index.json,
+rows of 128 and 256 B from _run4_index_narrow.json).
 A TPU scatter moves its update rows one at a time: its bytes at the HBM roofline price it 5-9x too fast."""
 import json
 import os
@@ -19,12 +20,18 @@ from ..search_util import needs_libtpu
 
 RECORD = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "data",
                       "chip_figures_v5e_2026-12-07_run3_index.json")
+NARROW = RECORD.replace("_run3_index", "_run4_index_narrow")
 
 
 @pytest.fixture(scope="module")
 def record():
+    """Run 3's cases and run 4's bf16 rows narrower than 512 B (its f32 rows of 256 and 512 B are not in the table)."""
     with open(RECORD) as f:
-        return json.load(f)["sections"]["index"]["cases"]
+        cases = json.load(f)["sections"]["index"]["cases"]
+    with open(NARROW) as f:
+        narrow = json.load(f)["sections"]["index"]["cases"]
+    assert {c["row_bytes"] for c in narrow if c["dtype"] == "bfloat16"} == {128, 256}
+    return cases + [c for c in narrow if c["dtype"] == "bfloat16"]
 
 
 def test_the_v5e_figures_are_the_records(record):
@@ -33,7 +40,7 @@ def test_the_v5e_figures_are_the_records(record):
     spec = hardware.TABLE["v5e"]
     table = {(r.kind, r.rows, r.row_bytes): r.seconds.value for r in spec.index_rates}
     sorted_cases = [c for c in record if c["kind"] != "ragged_dot" and c["sorted"]]
-    assert len(table) == len(sorted_cases) == 36
+    assert len(table) == len(sorted_cases) == 48
     for c in sorted_cases:
         assert table[(c["kind"], c["rows"], c["row_bytes"])] == pytest.approx(c["device_s"] / c["rows"], rel=0.005)
     for kind, factor in spec.unsorted_index:
@@ -59,8 +66,11 @@ def test_row_seconds_interpolate_between_the_measured_sizes():
     assert ns[("scatter", 32768, 2048)] < mid < ns[("scatter", 32768, 4096)]
     # none below the narrowest measured row (the op keeps its roofline), proportional to the bytes above the
     # widest, held outside the row counts
-    assert indexed.row_seconds(hw, "gather", 4, 32768) is None and indexed.row_seconds(hw, "scatter", 511, 8192) is None
+    assert indexed.row_seconds(hw, "gather", 4, 32768) is None and indexed.row_seconds(hw, "scatter", 127, 8192) is None
     assert indexed.row_seconds(hw, "gather", 512, 32768) == ns[("gather", 32768, 512)]
+    assert indexed.row_seconds(hw, "scatter", 128, 32768) == ns[("scatter", 32768, 128)]
+    # a narrow scatter costs less a row than a 512 B one, but far more than its bytes (256 B at 819 GB/s: 0.3 ns)
+    assert 1e-9 < indexed.row_seconds(hw, "scatter", 256, 32768) < ns[("scatter", 32768, 512)]
     assert indexed.row_seconds(hw, "scatter", 32768, 32768) == pytest.approx(2 * ns[("scatter", 32768, 16384)])
     assert indexed.row_seconds(hw, "scatter", 2048, 10 ** 6) == pytest.approx(ns[("scatter", 32768, 2048)])
     between = indexed.row_seconds(hw, "scatter", 2048, 16384)
