@@ -157,6 +157,9 @@ class DeviceSpec:
     unsorted_index: tuple[tuple[str, Figure], ...] | None = None
     # jax.lax.ragged_dot (a dropless MoE layer's grouped matmuls) by shape; None: at the matmul rate
     ragged_rates: tuple[RaggedRate, ...] | None = None
+    # the Pallas megablox grouped-matmul kernels (gmm / tgmm, MaxText's megablox=True) at the trainer's tiling by
+    # shape; None: at the matmul rate
+    megablox_rates: tuple[RaggedRate, ...] | None = None
 
     def index_table(self) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
         """index_rates as the roofline reads them (Hardware.index_rows): per kind and rows,
@@ -337,6 +340,19 @@ V5E_RAGGED_RATES = tuple(
                          f"rows x {k} against {g} groups' [{k}, {n}]"))
     for k, n, rows, g, f, b in ((1024, 1408, 32768, 8, 0.476, 0.700), (2048, 1408, 16384, 8, 0.607, 0.655),
                                 (1024, 2816, 32768, 16, 0.606, 0.613)))
+_V5E_GMM_RUN = ("measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, run 4: benchmarks/data/"
+                "chip_figures_v5e_2026-12-07_run4_gmm.json, section 'gmm' (`python3 benchmarks/chip_figures.py --out "
+                "$OUT/gmm --sections gmm` on the chip), each program's device time from a jax.profiler trace")
+# the megablox kernels (jax.experimental.pallas.ops.tpu.megablox.ops.gmm, tiling 512 x 1024 x 1024, MaxText's
+# default and the trainer's) by (k, n): forward, and backward = 2 x its FLOPs over (forward + backward) - forward.
+# At tiling 128^3 (megablox's own default) the same shapes ran at 0.05-0.06 of peak; jax.lax.ragged_dot at
+# 0.44-0.67 forward (V5E_RAGGED_RATES: 1024 x 1408 measured again in run 4, the same 0.476 / 0.700)
+V5E_MEGABLOX_RATES = tuple(
+    RaggedRate(k, n, Figure(f, f"{_V5E_GMM_RUN}; megablox forward, {rows} rows x {k} against {g} groups' [{k}, {n}]"),
+               Figure(b, f"{_V5E_GMM_RUN}; megablox backward (forward + backward less the forward), {rows} rows x {k} "
+                         f"against {g} groups' [{k}, {n}]"))
+    for k, n, rows, g, f, b in ((1024, 1408, 32768, 8, 0.633, 0.590), (4096, 14336, 16384, 8, 0.923, 0.909),
+                                (7168, 2048, 49152, 32, 0.925, 0.867)))
 _V5E_SPLASH_GRID_RUN = (
     "measured on the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, runs 1-4 of "
     "benchmarks/chip_figures.py (benchmarks/RESULTS.md, 'Splash kernels by batch x K/V heads and head group'): "
@@ -502,7 +518,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         attention_rates=s.get("attention_rates"),
         peak_int8_ops=Figure(*s["int8"]) if "int8" in s else None,
         attention_grid=s.get("attention_grid"), index_rates=s.get("index_rates"),
-        unsorted_index=s.get("unsorted_index"), ragged_rates=s.get("ragged_rates"))
+        unsorted_index=s.get("unsorted_index"), ragged_rates=s.get("ragged_rates"),
+        megablox_rates=s.get("megablox_rates"))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -537,7 +554,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "matmul": (0.88, _V5E_MATMUL_IN_STEP), "hbm_eff": (0.803, _SCALE_HBM), "attention": (0.510, _V5E_SPLASH),
         "attention_rates": V5E_SPLASH_RATES, "int8": (393e12, _CLOUD + "v5e (393 TOPs int8 per chip)"),
         "attention_grid": V5E_SPLASH_GRID, "index_rates": V5E_INDEX_RATES, "unsorted_index": V5E_UNSORTED_INDEX,
-        "ragged_rates": V5E_RAGGED_RATES,
+        "ragged_rates": V5E_RAGGED_RATES, "megablox_rates": V5E_MEGABLOX_RATES,
         "collectives": (_V5E_ICI_SHARE, _SCALING_AG)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",

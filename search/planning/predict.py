@@ -94,6 +94,8 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
                         unsorted_index=tuple((k, f.value) for k, f in entry.unsorted_index or ()),
                         ragged_shares=tuple((r.k, r.n, r.forward.value, r.backward.value)
                                             for r in entry.ragged_rates or ()),
+                        megablox_shares=tuple((r.k, r.n, r.forward.value, r.backward.value)
+                                              for r in entry.megablox_rates or ()),
                         int8_speedup=(entry.peak_int8_ops.value / entry.peak_bf16_flops.value
                                       if entry.peak_int8_ops else 1.0),
                         host_bandwidth=entry.host_bandwidth.value if entry.host_bandwidth else None,

@@ -2,6 +2,7 @@
 indexed.py; the v5e figures in trainer/hardware.py from benchmarks/data/chip_figures_v5e_2026-12-07_run3_index.json,
 rows of 128 and 256 B from _run4_index_narrow.json).
 A TPU scatter moves its update rows one at a time: its bytes at the HBM roofline price it 5-9x too fast."""
+import dataclasses
 import json
 import os
 
@@ -178,3 +179,54 @@ def test_a_ragged_dots_feature_dims_are_its_weights_not_its_largest_dims():
             if r is not None and ins.opcode in ("convolution", "custom-call"):
                 found.add(indexed.ragged_dims(*r))
     assert found == {(n, k)}
+
+
+def test_the_megablox_figures_are_the_record():
+    """hardware.V5E_MEGABLOX_RATES: the megablox kernels at tiling 512 x 1024 x 1024 of run 4's record, forward and
+    backward (forward + backward less the forward) as for ragged_dot."""
+    with open(RECORD.replace("_run3_index", "_run4_gmm")) as f:
+        doc = json.load(f)
+    peak = doc["peak_flops"]
+    by = {(c["kind"], tuple(c.get("tiling") or ()), c["d"], c["f"], c["pass_"]): c for c in doc["sections"]["gmm"]["cases"]}
+    rates = hardware.TABLE["v5e"].megablox_rates
+    assert len(rates) == 3
+    for r in rates:
+        fwd, both = (by[("megablox", (512, 1024, 1024), r.k, r.n, p)] for p in ("fwd", "fwd_bwd"))
+        assert r.forward.value == pytest.approx(fwd["flops"] / fwd["device_s"] / peak, abs=0.001)
+        back = (both["flops"] - fwd["flops"]) / (both["device_s"] - fwd["device_s"]) / peak
+        assert r.backward.value == pytest.approx(back, abs=0.001)
+        # the kernel at MaxText's tiles beats jax.lax.ragged_dot at every measured shape forward
+        rd = by[("ragged_dot", (), r.k, r.n, "fwd")]
+        assert fwd["device_s"] < rd["device_s"]
+    assert hardware.TABLE["v5p"].megablox_rates is None  # no v5p chip measured: the matmul rate
+
+
+@needs_libtpu
+def test_the_megablox_kernels_are_grouped_matmuls_at_their_measured_share():
+    """Compiled for a v5e: the forward (gmm), the lhs gradient (gmm of the transposed weights) and the weight
+    gradient (tgmm) are each a tpu_custom_call counted at 2 x rows x K x N and priced at the megablox share of
+    their shape and direction; without megablox figures, at the matmul rate."""
+    from jax.experimental.pallas.ops.tpu.megablox import ops as mblx
+
+    rows, k, n, g = 4096, 1024, 1408, 8
+    sizes = jnp.full((g,), rows // g, jnp.int32)
+
+    def fwd_bwd(x, w):
+        out, vjp = jax.vjp(lambda a, b: mblx.gmm(a, b, sizes, jnp.bfloat16, (512, 1024, 1024)), x, w)
+        return vjp(out)
+
+    text = _compiled_text(fwd_bwd, ((rows, k), jnp.bfloat16), ((g, k, n), jnp.bfloat16))
+    module = R.parse_module(text)
+    hw = hardware_for([], "v5e")
+    kernels = [(comp, ins) for comp in module.computations.values() for ins in comp.instrs
+               if cost.is_megablox_kernel(ins)]
+    assert len(kernels) == 3
+    assert {indexed.is_backward(ins) for _, ins in kernels} == {False, True}
+    for comp, ins in kernels:
+        assert cost.is_ragged_dot_kernel(ins) and cost.uses_mxu(module, ins)
+        assert cost.instr_flops(module, comp, ins) == 2.0 * rows * k * n
+        assert indexed.ragged_dims(comp, ins) == (k, n)
+        share = 0.590 if indexed.is_backward(ins) else 0.633
+        assert cost.flop_rate(comp, ins, hw, module) == pytest.approx(hw.peak_flops * share)
+        plain = dataclasses.replace(hw, megablox_shares=())
+        assert cost.flop_rate(comp, ins, plain, module) == plain.sustained_flops

@@ -46,6 +46,9 @@ class Hardware:
     unsorted_index: tuple[tuple[str, float], ...] = ()
     # jax.lax.ragged_dot's share of peak by shape: ((k, n, forward, backward), ...); () at the matmul rate
     ragged_shares: tuple[tuple[int, int, float, float], ...] = ()
+    # the same for the Pallas megablox kernels (gmm / tgmm; roofline/cost.py is_megablox_kernel); () at the
+    # matmul rate
+    megablox_shares: tuple[tuple[int, int, float, float], ...] = ()
     # share of the links' bandwidth a collective between devices of one slice / node sustains (GPU: NCCL's
     # bus bandwidth over the ring model's, sourced); DCN transfers are priced at dcn_bandwidth as given
     ici_efficiency: float = 1.0

@@ -59,6 +59,8 @@ def _window(ins: Instr) -> list[dict]:
 
 
 _RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general\b')  # jax's primitive of jax.lax.ragged_dot
+# the megablox kernels' pallas_call, under jax's jit of gmm (forward, lhs gradient) or tgmm (weight gradient)
+_MEGABLOX = re.compile(r'op_name="[^"]*jit\(t?gmm\)\)*/pallas_call')
 
 
 def _group_mask(comp: Computation | None, g: int) -> bool:
@@ -254,12 +256,21 @@ def cudnn_fmha_flops(comp: Computation, ins: Instr) -> float:
     return 2.0 * b * h * scores * per_score
 
 
+def is_megablox_kernel(ins: Instr) -> bool:
+    """Whether an instruction is one of the Pallas megablox kernels (trainer/moe.py with
+    ModelConfig.grouped_matmul "megablox"): a tpu_custom_call under jit(gmm) or jit(tgmm) whose last two
+    operands are the two matrices, as the TPU's ragged-dot kernel's."""
+    return (ins.opcode == "custom-call" and len(ins.operands) >= 3 and bool(_MEGABLOX.search(ins.attrs))
+            and not ins.shape.startswith(("(", "s32")))
+
+
 def is_ragged_dot_kernel(ins: Instr) -> bool:
     """Whether an instruction is the TPU's ragged-dot kernel: on v5p the compiler writes jax.lax.ragged_dot
     as a tpu_custom_call (named ragged-dot-..., its op_name ragged_dot_general) over the group metadata
-    and the two matrices (its last two operands); not its group-metadata call (one s32 operand)."""
-    return (ins.opcode == "custom-call" and len(ins.operands) >= 3 and bool(_RAGGED_DOT.search(ins.attrs))
-            and not ins.shape.startswith(("(", "s32")))
+    and the two matrices (its last two operands); not its group-metadata call (one s32 operand). The
+    megablox kernels (is_megablox_kernel) have the same operands and count the same."""
+    return (ins.opcode == "custom-call" and len(ins.operands) >= 3 and bool(
+        _RAGGED_DOT.search(ins.attrs) or _MEGABLOX.search(ins.attrs)) and not ins.shape.startswith(("(", "s32")))
 
 
 def ragged_dot_kernel_flops(comp: Computation, ins: Instr) -> float:
@@ -488,7 +499,8 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
     """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
     flash attention on GPU) at the rate those kernels were measured to run at, any other op's at the
     matmul rate (an int8 x int8 matmul, int8_matmul, at Hardware.int8_speedup times it; a ragged dot, with
-    Hardware.ragged_shares, at the measured share of its shape, indexed.ragged_share). A splash kernel with
+    Hardware.ragged_shares, the megablox kernels with Hardware.megablox_shares, at the measured share of its
+    shape, indexed.ragged_share). A splash kernel with
     rows in Hardware.attention_grid (trainer/hardware.py V5E_SPLASH_GRID) runs at Hardware.grid_share for its
     block, head dim, query heads per K/V head (the K/V operand's heads), seq and batch x K/V heads; else,
     with a row in Hardware.attention_rates (per kernel, block and seq: V5E_SPLASH_RATES), at its row's share
@@ -498,9 +510,10 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
     columns, so of a 128 x 128 MXU it fills d / 128 (measured at 64 on v5e: 0.46-0.56 of the
     head-dim-128 rates, mean 0.52)."""
     if not is_attention_kernel(ins):
-        ragged = _ragged(module, comp, ins) if hw.ragged_shares else None
+        ragged = _ragged(module, comp, ins) if hw.ragged_shares or hw.megablox_shares else None
         if ragged is not None:
-            share = indexed.ragged_share(hw, indexed.ragged_dims(*ragged), indexed.is_backward(ins))
+            share = indexed.ragged_share(hw, indexed.ragged_dims(*ragged), indexed.is_backward(ins),
+                                         is_megablox_kernel(ragged[1]))
             if share is not None:
                 return hw.peak_flops * share
         if hw.int8_speedup != 1.0 and int8_matmul(module, comp, ins):

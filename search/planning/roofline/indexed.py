@@ -146,12 +146,14 @@ def ragged_dims(comp: Computation, ins: Instr) -> tuple[int, int]:
     return (k, n) if k <= n else (n, k)
 
 
-def ragged_share(hw: Hardware, dims: tuple[int, int], backward: bool) -> float | None:
-    """The measured share of peak of a ragged dot with feature dims `dims` (Hardware.ragged_shares: the
-    measured shape nearest in log2 of both dims), its forward or backward figure; None: no figures."""
-    if not hw.ragged_shares or min(dims) <= 0:
+def ragged_share(hw: Hardware, dims: tuple[int, int], backward: bool, megablox: bool = False) -> float | None:
+    """The measured share of peak of a ragged dot with feature dims `dims` (Hardware.ragged_shares, or
+    Hardware.megablox_shares for the megablox kernels: the measured shape nearest in log2 of both dims), its
+    forward or backward figure; None: no figures."""
+    table = hw.megablox_shares if megablox else hw.ragged_shares
+    if not table or min(dims) <= 0:
         return None
     lk, ln = math.log2(dims[0]), math.log2(dims[1])
-    _, _, fwd, bwd = min(hw.ragged_shares, key=lambda r: (math.log2(min(r[0], r[1])) - lk) ** 2
+    _, _, fwd, bwd = min(table, key=lambda r: (math.log2(min(r[0], r[1])) - lk) ** 2
                          + (math.log2(max(r[0], r[1])) - ln) ** 2)
     return bwd if backward else fwd
