@@ -25,9 +25,10 @@ Expert compute (ModelConfig.expert_compute), on each device's tokens:
   The grouped matmul (MoE.grouped_matmul, set per platform by plan.make_model): "ragged_dot" on TPU
   and GPU, where it is one ragged-dot instruction; "blocks" on XLA:CPU, which has none (JAX lowers
   ragged_dot there as a dense matmul of every row with every expert's weights, masked: n_experts /
-  experts_per_token x the work, 3 s a moe-tiny step against 1 s): each expert's rows padded to a
-  multiple of BLOCK rows, one batched matmul of the blocks with their expert's weights, at most
-  (local experts x BLOCK) padding rows of extra work. Both give the same values.
+  experts_per_token x the work, 3 s a moe-tiny step against 1 s): the routes laid out with each
+  expert's rows from the start of a block of BLOCK rows, the whole MLP one batched matmul per weight
+  of the blocks with their expert's weights, at most (local experts x BLOCK) padding rows of extra
+  work. Both give the same values.
   jax.lax.ragged_all_to_all would send each device only its tokens, but XLA:CPU in jax 0.10.2
   cannot run it ("HLO opcode ragged-all-to-all is not supported by XLA:CPU"), so the tests here
   could not hold it to the same loss; it is not used.
@@ -35,7 +36,16 @@ Expert compute (ModelConfig.expert_compute), on each device's tokens:
   device's (token, choice) pairs, first choices before second ones, in token order; the rest are
   dropped (their share is the `dropped_fraction` metric). Dispatch is a [experts, C, d_model]
   buffer; under expert parallelism it goes to the experts' devices with jax.lax.all_to_all and back.
-Both run inside jax.shard_map over the whole mesh: tokens split over the batch axes (data, fsdp,
+Dispatch and combine (_through_buffer) are row gathers in both directions, forward and backward: a
+TPU runs a scatter (and a scatter-add: what autodiff makes of a gather, and what segment_sum is) a
+row at a time (v5e: 27 ns a 2 KiB row, 23 for a scatter-add, against 3.9 for a gather; ~40-60 ms of
+a 280 ms step of an 8-expert model). Each buffer row knows its route (or none) and each route its
+buffer row (or none): the tokens go in as x[token of each row], come back as the sum over a token's
+k routes of weight x out[row of the route], and each of these is a custom_vjp (_gather_rows) whose
+gradient is the gather the other way. What is left to scatter is int32 index maps (the inverse of
+the sort, each capacity slot's route), the router's [tokens, experts] top-k, and on XLA:CPU the
+"blocks" matmul's sum of each block's copy of its expert's weights.
+Dropless and capacity run inside jax.shard_map over the whole mesh: tokens split over the batch axes (data, fsdp,
 expert) and context, expert weights over expert (experts) and tensor (their hidden dim; a psum over
 tensor sums the partial outputs); XLA all-gathers the weights' fsdp shards before the layer, as for
 any fsdp weight. Without a mesh (shape-only uses, e.g. a parameter count) the same code runs with
@@ -47,6 +57,7 @@ gradient accumulation (check / check_train refuse both in one line).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -296,83 +307,148 @@ def _mlp(c: ModelConfig, grouped, x, w_in, w_up, w_out):
 
 def _dropless(c: ModelConfig, x_TD, top_w, top_i, w_in, w_up, w_out, axes: dict):
     """Every route computed: the (token, choice) pairs of this device's experts sorted by expert,
-    grouped matmuls (jax.lax.ragged_dot), the outputs weighted and summed back per token."""
+    grouped matmuls (jax.lax.ragged_dot, or the "blocks" layout), the outputs weighted and summed
+    back per token; rows in and out by _through_buffer (gathers both ways)."""
     k, n_local = c.experts_per_token, w_in.shape[0]
     expert, p = axes.get("expert"), axes.get("expert_size", 1)
     first = 0
     if expert and p > 1:  # every device's tokens and routes, this device's experts
         x_TD, top_w, top_i = (jax.lax.all_gather(a, expert, axis=0, tiled=True) for a in (x_TD, top_w, top_i))
         first = jax.lax.axis_index(expert) * n_local
+    routes = top_i.size  # token-major: route r is token r // k's choice r % k
     local_e = top_i.reshape(-1) - first
     mine = (local_e >= 0) & (local_e < n_local)
     key = jnp.where(mine, local_e, n_local)  # other devices' routes sort last, outside every group
-    order = jnp.argsort(key, stable=True)
+    order = jnp.argsort(key, stable=True)  # sorted position -> route
+    # route -> sorted position (an int32 scatter of one index a route)
+    position = jnp.zeros_like(order).at[order].set(jnp.arange(routes, dtype=order.dtype), unique_indices=True)
     group_sizes = jnp.bincount(key, length=n_local + 1)[:n_local].astype(jnp.int32)
-    token = order // k
-    xs = x_TD[token]
+    n_mine = jnp.sum(group_sizes)
     if axes.get("grouped_matmul") == "blocks":
-        ys = _mlp(c, _blocks_matmul(group_sizes, xs.shape[0]), xs, w_in, w_up, w_out)
-    else:
-        ys = _mlp(c, lambda lhs, rhs: jax.lax.ragged_dot(lhs, rhs, group_sizes), xs, w_in, w_up, w_out)
-    weight = (top_w.reshape(-1) * mine)[order]  # 0 for the rows outside the groups
-    y_TD = jax.ops.segment_sum(ys.astype(jnp.float32) * weight[:, None], token, num_segments=x_TD.shape[0])
+        row_of_sorted, sorted_of_row, grouped = _blocks_layout(group_sizes, routes)
+        place = row_of_sorted[position]
+        src = order.at[sorted_of_row].get(mode="fill", fill_value=routes)
+    else:  # the buffer is the sorted routes, this device's first; the others' rows stay empty
+        place = jnp.where(position < n_mine, position, routes)
+        src = jnp.where(jnp.arange(routes) < n_mine, order, routes)
+        grouped = lambda lhs, rhs: jax.lax.ragged_dot(lhs, rhs, group_sizes)
+    y_TD = _through_buffer(x_TD, top_w.reshape(-1), place, src, k,
+                           lambda xs: _mlp(c, grouped, xs, w_in, w_up, w_out))
     if expert and p > 1:  # each device's tokens back, summed over the devices' experts
         y_TD = jax.lax.psum_scatter(y_TD, expert, scatter_dimension=0, tiled=True)
     return y_TD
 
 
-def _blocks_matmul(group_sizes, rows: int):
-    """`grouped(lhs, rhs)`: lhs's first sum(group_sizes) rows in groups (sorted), rhs [groups, K, N];
-    the rows of group g times rhs[g], the rows after the groups 0, as jax.lax.ragged_dot, through
-    blocks of BLOCK rows that each hold one group's rows (the groups' starts padded to a block)."""
+def _blocks_layout(group_sizes, rows: int):
+    """The "blocks" grouped matmul's buffer for `rows` routes sorted by group (the groups first, then
+    rows of no group): each group's rows from the start of a block of BLOCK rows, the rest of its last
+    block empty. (padded row of each sorted row [rows] (n_blocks x BLOCK: none), sorted row of each padded
+    row [n_blocks x BLOCK] (rows: none), `grouped(lhs, rhs)`: lhs's blocks of one group g each times rhs[g],
+    as one batched matmul)."""
     groups = group_sizes.shape[0]
     block = min(BLOCK, rows)
     n_blocks = -(-(rows + groups * (block - 1)) // block)  # the padded rows, however the rows fall
     padded = -(-group_sizes // block) * block
     padded_end = jnp.cumsum(padded)
-    padded_start, start = padded_end - padded, jnp.cumsum(group_sizes) - group_sizes
+    padded_start = padded_end - padded
+    end = jnp.cumsum(group_sizes)
+    start = end - group_sizes
     row = jnp.arange(rows)
-    group = jnp.searchsorted(jnp.cumsum(group_sizes), row, side="right")  # == groups past the last group
-    in_group = group < groups
+    group = jnp.searchsorted(end, row, side="right")  # == groups past the last group
     g = jnp.minimum(group, groups - 1)
-    slot = jnp.where(in_group, padded_start[g] + row - start[g], n_blocks * block)  # out of range: dropped
-    # each block's group (blocks past the last group: group 0, on zero rows)
-    block_group = jnp.searchsorted(padded_end, jnp.arange(n_blocks) * block, side="right")
+    row_of_sorted = jnp.where(group < groups, padded_start[g] + row - start[g], n_blocks * block)
+    padded_row = jnp.arange(n_blocks * block)
+    padded_group = jnp.searchsorted(padded_end, padded_row, side="right")  # == groups past the last block
+    pg = jnp.minimum(padded_group, groups - 1)
+    offset = padded_row - padded_start[pg]
+    filled = (padded_group < groups) & (offset < group_sizes[pg])
+    sorted_of_row = jnp.where(filled, start[pg] + offset, rows)
+    # each block's group (blocks past the last group: group 0, on empty rows)
+    block_group = padded_group[::block]
     block_group = jnp.where(block_group < groups, block_group, 0)
 
     def grouped(lhs, rhs):
-        blocks = jnp.zeros((n_blocks * block, lhs.shape[1]), lhs.dtype).at[slot].set(lhs, mode="drop")
-        out = jnp.einsum("nbk,nkf->nbf", blocks.reshape(n_blocks, block, -1), rhs[block_group])
-        return out.reshape(n_blocks * block, -1).at[slot].get(mode="fill", fill_value=0)
+        out = jnp.einsum("nbk,nkf->nbf", lhs.reshape(n_blocks, block, -1), rhs[block_group])
+        return out.reshape(n_blocks * block, -1)
 
-    return grouped
+    return row_of_sorted, sorted_of_row, grouped
 
 
 def _capacity(c: ModelConfig, x_TD, top_w, top_i, w_in, w_up, w_out, axes: dict):
     """At most capacity() routes per expert from this device, first choices first; the rest
-    dropped. (output T x D, dropped routes)."""
+    dropped; rows in and out of the [experts, C, D] buffer by _through_buffer (gathers both ways).
+    (output T x D, dropped routes)."""
     t, d = x_TD.shape
     k, n_e, n_local = c.experts_per_token, c.n_experts, w_in.shape[0]
     expert, p = axes.get("expert"), axes.get("expert_size", 1)
     cap = capacity(t, c)
+    slots = n_e * cap
     e_flat = top_i.T.reshape(-1)  # choice-major: every token's first choice before any second one
-    w_flat = top_w.T.reshape(-1)
-    token = jnp.tile(jnp.arange(t), k)
     onehot = jax.nn.one_hot(e_flat, n_e, dtype=jnp.int32)
     position = jnp.sum((jnp.cumsum(onehot, axis=0) - 1) * onehot, axis=1)  # in its expert's queue
     keep = position < cap
-    slot = jnp.where(keep, position, cap)  # out of range: dropped by the scatter, 0 from the gather
-    buf_ECD = jnp.zeros((n_e, cap, d), x_TD.dtype).at[e_flat, slot].set(x_TD[token], mode="drop")
-    if expert and p > 1:  # to the experts' devices: [source device x local experts, C, D]
-        buf_ECD = jax.lax.all_to_all(buf_ECD, expert, 0, 0, tiled=True)
-        buf = buf_ECD.reshape(p, n_local, cap, d).swapaxes(0, 1).reshape(n_local, p * cap, d)
-    else:
-        buf = buf_ECD
-    grouped = lambda lhs, rhs: jnp.einsum("ecd,edf->ecf", lhs, rhs)
-    out = _mlp(c, grouped, buf, w_in, w_up, w_out)
-    if expert and p > 1:  # and back to the tokens' devices
-        out = out.reshape(n_local, p, cap, d).swapaxes(0, 1).reshape(n_e, cap, d)
-        out = jax.lax.all_to_all(out, expert, 0, 0, tiled=True)
-    y_route = out.at[e_flat, slot].get(mode="fill", fill_value=0).astype(jnp.float32)
-    y_TD = jax.ops.segment_sum(y_route * (w_flat * keep)[:, None], token, num_segments=t)
+    slot = e_flat * cap + position  # in the buffer, where kept
+    route = jnp.arange(t * k)
+    # each slot's route, token-major (r % t's choice r // t): an int32 scatter of one index a route; the
+    # dropped routes aim past the slots, each at its own index, and are left out
+    src = jnp.full((slots,), t * k, route.dtype).at[jnp.where(keep, slot, slots + route)].set(
+        (route % t) * k + route // t, mode="drop", unique_indices=True)
+    place = jnp.where(keep, slot, slots).reshape(k, t).T.reshape(-1)  # each token-major route's slot
+
+    def compute(xs):
+        buf_ECD = xs.reshape(n_e, cap, d)
+        if expert and p > 1:  # to the experts' devices: [source device x local experts, C, D]
+            buf_ECD = jax.lax.all_to_all(buf_ECD, expert, 0, 0, tiled=True)
+            buf = buf_ECD.reshape(p, n_local, cap, d).swapaxes(0, 1).reshape(n_local, p * cap, d)
+        else:
+            buf = buf_ECD
+        out = _mlp(c, lambda lhs, rhs: jnp.einsum("ecd,edf->ecf", lhs, rhs), buf, w_in, w_up, w_out)
+        if expert and p > 1:  # and back to the tokens' devices
+            out = out.reshape(n_local, p, cap, d).swapaxes(0, 1).reshape(n_e, cap, d)
+            out = jax.lax.all_to_all(out, expert, 0, 0, tiled=True)
+        return out.reshape(slots, d)
+
+    y_TD = _through_buffer(x_TD, top_w.reshape(-1), place, src, k, compute)
     return y_TD, jnp.sum(~keep).astype(jnp.float32)
+
+
+def _through_buffer(x_TD, w_route, place, src, k: int, compute):
+    """The routes' rows through an expert buffer and back: buffer row b holds the token of route
+    src[b] (token-major routes, T x k of them; src[b] = T x k: an empty row of zeros), `compute` maps
+    the buffer's rows to the experts' outputs, and token t gets the sum over its k routes r of
+    weight w_route[r] x the output at row place[r] (place[r] >= the buffer's rows: none, 0). place
+    and src are inverse maps between the routes and the rows that hold them. Both directions, and
+    their gradients, are row gathers (_gather_rows): no scatter of d_model-wide rows."""
+    t = x_TD.shape[0]
+    token = jnp.where(src < t * k, src // k, t)  # each buffer row's token (t: none)
+    xs = _gather_rows(x_TD, token, place, 1, k)
+    ys = compute(xs)
+    weight = _gather_rows(w_route, src, place, 1, 1)  # each buffer row's routing weight (0: empty)
+    return _gather_rows(ys.astype(jnp.float32) * weight[:, None], place, token, k, 1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _gather_rows(x, index, back_index, fan: int, back_fan: int):
+    """out[i] = sum over j < fan of x[index[i x fan + j]] (an index >= len(x): a zero row), whose
+    gradient is the same op the other way: dx[n] = sum over j < back_fan of dout[back_index[n x
+    back_fan + j]]. back_index must list, for each row n of x, every (i, j) that reads it (by i; its
+    other entries >= len(out)): the caller's inverse map. Autodiff of a plain gather would give a
+    scatter-add, which a TPU runs a row at a time (~27 ns a 2 KiB row, against ~4 for a gather)."""
+    return _summed_rows(x, index, fan)
+
+
+def _summed_rows(x, index, fan: int):
+    rows = x.at[index].get(mode="fill", fill_value=0)
+    return rows if fan == 1 else rows.reshape(-1, fan, *x.shape[1:]).sum(axis=1)
+
+
+def _gather_rows_fwd(x, index, back_index, fan: int, back_fan: int):
+    return _summed_rows(x, index, fan), (index, back_index)
+
+
+def _gather_rows_bwd(fan: int, back_fan: int, res, dout):
+    index, back_index = res
+    return _gather_rows(dout, back_index, index, back_fan, fan), None, None
+
+
+_gather_rows.defvjp(_gather_rows_fwd, _gather_rows_bwd)

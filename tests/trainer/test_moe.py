@@ -7,7 +7,6 @@ import dataclasses
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -147,24 +146,6 @@ def test_moe_layer_alone_routes_top_k_and_sums_the_weighted_experts():
     np.testing.assert_allclose(np.asarray(y).reshape(-1, m.d_model), want, rtol=1e-5, atol=1e-6)
     load = np.bincount(np.argsort(-probs, 1)[:, :TOP_K].ravel(), minlength=N_EXPERTS) / (len(xs) * TOP_K)
     assert float(stats["load_balance_loss"]) == pytest.approx(N_EXPERTS * np.sum(load * probs.mean(0)), rel=1e-5)
-
-
-@pytest.mark.parametrize("block", [4, moe_lib.BLOCK])  # blocks smaller than the rows, and the default
-@pytest.mark.parametrize("sizes", [(5, 0, 17, 3), (0, 0, 0, 0), (40, 0, 0, 0), (1, 2, 3, 4)])
-def test_blocks_grouped_matmul_equals_ragged_dot(sizes, block, monkeypatch):
-    """XLA:CPU's grouped matmul (blocks of rows of one group each) against jax.lax.ragged_dot:
-    values and gradients, with empty groups, rows after the last group, one group of every row."""
-    monkeypatch.setattr(moe_lib, "BLOCK", block)
-    rows, k, n = 40, 8, 6
-    group_sizes = jnp.asarray(sizes, jnp.int32)
-    lhs = jax.random.normal(jax.random.key(0), (rows, k))
-    rhs = jax.random.normal(jax.random.key(1), (len(sizes), k, n))
-    ragged = lambda a, b: jnp.sum(jnp.sin(jax.lax.ragged_dot(a, b, group_sizes)))
-    blocks = lambda a, b: jnp.sum(jnp.sin(moe_lib._blocks_matmul(group_sizes, rows)(a, b)))
-    np.testing.assert_allclose(moe_lib._blocks_matmul(group_sizes, rows)(lhs, rhs),
-                               jax.lax.ragged_dot(lhs, rhs, group_sizes), rtol=1e-5, atol=1e-5)
-    for want, got in zip(jax.grad(ragged, (0, 1))(lhs, rhs), jax.grad(blocks, (0, 1))(lhs, rhs), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_sigmoid_router_bias_picks_experts_and_learns_from_the_load():
