@@ -59,9 +59,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 OUT_FILE = "chip_figures.json"
-SECTIONS = ("matmul", "splash", "hbm", "index", "gmm", "host", "overhead")
+SECTIONS = ("matmul", "proj", "splash", "hbm", "index", "gmm", "host", "overhead")
 # each section's cap in seconds (chip); the whole run also stops at --budget-s
-CAPS = {"matmul": 35.0, "splash": 50.0, "hbm": 15.0, "index": 30.0, "gmm": 40.0, "host": 20.0, "overhead": 10.0}
+CAPS = {"matmul": 35.0, "proj": 30.0, "splash": 50.0, "hbm": 15.0, "index": 30.0,
+        "gmm": 40.0, "host": 20.0, "overhead": 10.0}
 MiB = 2 ** 20
 
 
@@ -371,6 +372,45 @@ def matmul_cases(tiny: bool) -> list[Case]:
         mm("vocab", 8192, d, 32000, "unembedding [M, d] x [d, 32000]")
     mm("vocabgrad", 8192, 32000, 2048, "unembedding input gradient [M, 32000] x [32000, d]")
     heads(16, 2048, 128)
+    return cases
+
+
+PROJ_HEAD_DIMS = (64, 128)
+
+
+def projection_cases(tiny: bool, head_dims: tuple[int, ...] = PROJ_HEAD_DIMS, tokens: int = 8192,
+                     d_models: tuple[int, ...] = (768, 1536), heads: int = 12) -> list[Case]:
+    """The attention projections as the trainer writes them, per head dim: q [tokens, d_model] x [d_model, heads,
+    head dim] -> [tokens, heads, head dim] and out [tokens, heads, head dim] x [heads, head dim, d_model], each
+    forward and with its backward (both gradients), beside the same FLOPs as one plain [tokens, d_model] x
+    [d_model, heads x head dim] matmul. At a head dim below the 128 lanes of a TPU tile the [.., heads, head dim]
+    arrays are laid out padded (T(8,128): 64 takes 128 lanes)."""
+    import jax
+    import jax.numpy as jnp
+
+    bf16 = jnp.bfloat16
+    cases: list[Case] = []
+    for d_model in ((128,) if tiny else d_models):
+        for k in ((32,) if tiny else head_dims):
+            t, h = (256 if tiny else tokens), (2 if tiny else heads)
+            x = jax.ShapeDtypeStruct((t, d_model), bf16)
+            a = jax.ShapeDtypeStruct((t, h, k), bf16)
+            wq = jax.ShapeDtypeStruct((d_model, h, k), bf16)
+            wo = jax.ShapeDtypeStruct((h, k, d_model), bf16)
+            flat = jax.ShapeDtypeStruct((d_model, h * k), bf16)
+            work = matmul_flops(t, d_model, h * k)
+            for name, fn, shapes in (("q", lambda x_, w: jnp.einsum("td,dhk->thk", x_, w), (x, wq)),
+                                     ("out", lambda a_, w: jnp.einsum("thk,hkd->td", a_, w), (a, wo)),
+                                     ("flat", lambda x_, w: x_ @ w, (x, flat))):
+                def both(p, q, fn=fn):
+                    out, vjp = jax.vjp(fn, p, q)
+                    return vjp(out)
+
+                params = dict(kind=f"projection {name}", tokens=t, d_model=d_model, heads=h, head_dim=k)
+                cases.append(Case(f"proj_{name}_fwd_t{t}_d{d_model}_h{h}_k{k}", "proj", fn, shapes,
+                                  dict(pass_="fwd", **params), flops=work))
+                cases.append(Case(f"proj_{name}_fwd_bwd_t{t}_d{d_model}_h{h}_k{k}", "proj", both, shapes,
+                                  dict(pass_="fwd_bwd", **params), flops=3 * work))
     return cases
 
 
@@ -804,11 +844,12 @@ def main(argv=None) -> int:
         deadline = min(budget_end, t + CAPS[section] * (10 if args.tiny else 1))
         log(f"{section}: until +{deadline - t_start:.0f} s")
         try:
-            if section in ("matmul", "splash", "hbm", "index", "gmm"):
+            if section in ("matmul", "proj", "splash", "hbm", "index", "gmm"):
                 if section in ("splash", "gmm") and interpret and not args.tiny:
                     raise RuntimeError(f"the {section} kernels need a TPU (the CPU runs them interpreted only with "
                                        "--tiny)")
                 cases = (matmul_cases(args.tiny) if section == "matmul" else
+                         projection_cases(args.tiny) if section == "proj" else
                          splash_cases(args.tiny, interpret, tokens=args.splash_tokens, seqs=_ints(args.splash_seqs),
                                       head_dims=_ints(args.splash_head_dims),
                                       blocks=_ints(args.splash_blocks), heads=_ints(args.splash_heads),

@@ -99,7 +99,7 @@ def test_index_cases_and_gqa_splash_cases(tmp_path):
     assert gqa[0].shapes[1].shape == (16, 4, 2048, 64) and gqa[0].params["kv_heads"] == 4  # 5 does not divide 12
     narrow = chip_figures.index_cases(tiny=False, rows=(32768,), widths=(64, 128), ragged=False)
     assert {c.params["row_bytes"] for c in narrow} == {128, 256, 512} and len(narrow) == 12
-    doc = _run("chip_figures.py", tmp_path, "--sections", "index,gmm")
+    doc = _run("chip_figures.py", tmp_path, "--sections", "index,gmm,proj")
     cases = doc["sections"]["index"]["cases"]
     assert {c["kind"] for c in cases} == kinds and all("error" not in c and c["device_s"] > 0 for c in cases)
     # grouped matmuls two ways (the megablox kernel interpreted on the CPU), forward and with the backward
@@ -107,6 +107,12 @@ def test_index_cases_and_gqa_splash_cases(tmp_path):
     assert {(c["kind"], c["pass_"]) for c in gmm} == {(k, p) for k in ("ragged_dot", "megablox")
                                                       for p in ("fwd", "fwd_bwd")}
     assert all("error" not in c and c["device_s"] > 0 for c in gmm)
+    # the attention projections per head dim, beside the same FLOPs as one plain matmul
+    proj = doc["sections"]["proj"]["cases"]
+    assert {(c["kind"], c["pass_"]) for c in proj} == {(f"projection {k}", p) for k in ("q", "out", "flat")
+                                                       for p in ("fwd", "fwd_bwd")}
+    assert all("error" not in c and c["device_s"] > 0 for c in proj) and len({c["flops"] for c in proj}) == 2
+    assert len(chip_figures.projection_cases(False)) == 2 * 2 * 3 * 2  # d_models x head dims x ways x passes
     full_gmm = chip_figures.gmm_cases(False, True)
     assert len(full_gmm) == 2 * 3 * len(chip_figures.GMM_SHAPES)  # ragged_dot + 2 tilings, 2 passes
     assert {tuple(c.params.get("tiling", ())) for c in full_gmm} == {(), (512, 1024, 1024), (128, 128, 128)}
