@@ -124,6 +124,10 @@ class ModelConfig:
     # rest dropped (the dropped fraction is a metric)
     expert_compute: str = "dropless"
     capacity_factor: float = 1.25
+    # the dropless experts' grouped matmul (trainer/moe.py): "auto" (jax.lax.ragged_dot on TPU and GPU,
+    # blocks of rows on XLA:CPU), "ragged_dot", or "megablox": the Pallas megablox kernel (MaxText's
+    # megablox=True; TPU only, tiling 512 x 1024 x 1024 as MaxText's default). "capacity" takes "auto" only.
+    grouped_matmul: str = "auto"
     # Attention (trainer/mla.py for "mla"): "mha", the Q/K/V projections per head above (multi-head,
     # grouped-query or multi-query by n_kv_heads); "mla", DeepSeek's multi-head latent attention
     # (MaxText's attention_type): queries through a rank-q_lora_rank latent (0: one projection, as
@@ -156,10 +160,11 @@ ATTENTIONS = ("dot_product", "flash", "auto")
 QUANTIZATIONS = ("none", "int8", "int8_fwd")  # trainer/quant.py checks it
 ROUTERS = ("softmax", "sigmoid")  # trainer/moe.py checks these two
 EXPERT_COMPUTES = ("dropless", "capacity")
+GROUPED_MATMULS = ("auto", "ragged_dot", "megablox")  # trainer/moe.py checks them
 # ModelConfig's mixture-of-experts fields: left out of a dense model's stored form (to_dict), so
 # that its stored config reads as before they existed
 MOE_FIELDS = ("n_experts", "experts_per_token", "n_shared_experts", "expert_d_ff", "first_dense_layers",
-              "moe_every", "router", "load_balance_weight", "expert_compute", "capacity_factor")
+              "moe_every", "router", "load_balance_weight", "expert_compute", "capacity_factor", "grouped_matmul")
 
 
 ATTENTION_TYPES = ("mha", "mla")

@@ -33,6 +33,9 @@ base_moe_mlp_dim -> expert_d_ff. Token dropping: MaxText drops tokens only on it
 (sparse_matmul false) with capacity_factor > 0 (expert capacity ceil(k x tokens / experts) x
 capacity_factor): expert_compute "capacity" with that capacity_factor; otherwise (sparse_matmul true,
 megablox or not: kernels, not the model; or capacity_factor <= 0) every token is computed: "dropless".
+megablox: true set in the yml (with the dropless experts) -> grouped_matmul "megablox" (the same Pallas
+kernel); left to base.yml's true, or false: grouped_matmul "auto" (the kernel is no part of the model,
+and "auto" runs on every platform).
 load_balance_loss_weight (base.yml: 0) -> load_balance_weight x num_experts_per_tok: MaxText's loss is
 experts x sum_e d_e P_e with d_e the mean number of a token's k routes going to e (k x our f_e).
 
@@ -207,6 +210,8 @@ def from_dict(doc: dict, where: str = "MaxText yml") -> ModelConfig:
     n_experts = _int(d, "num_experts")
     if n_experts > 1:
         fields.update(_moe(d, where, block, n_experts, d_ff))
+        if doc.get("megablox") is True and fields["expert_compute"] == "dropless":  # set in the yml, not base.yml's
+            fields["grouped_matmul"] = "megablox"
         if block == "qwen3_moe":
             d_ff = fields["expert_d_ff"]  # MaxText sets base_mlp_dim to base_moe_mlp_dim: no dense MLP remains
     elif block in MOE_BLOCKS:

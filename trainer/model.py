@@ -113,7 +113,7 @@ class Block(nn.Module):
     mlp_grad_barrier: bool = False  # grads_behind_barrier on the MLP activation (XLA:CPU speed)
     context: int = 1  # context parallelism: the sequence in trainer/context.py's layout over this many shards
     moe: bool = False  # the MLP is a mixture of experts (trainer/moe.py); the layer then returns its MoE stats
-    moe_grouped_matmul: str = "ragged_dot"  # moe.MoE.grouped_matmul ("blocks" on XLA:CPU)
+    moe_grouped_matmul: str = "ragged_dot"  # moe.MoE.grouped_matmul (moe.grouped_matmul() of model.grouped_matmul)
 
     @nn.compact
     def __call__(self, x_BSE, segment_ids_BS, positions_BS):
@@ -268,7 +268,7 @@ class TransformerLM(nn.Module):
     # the model then takes and returns sequences in the load-balanced layout (step.make_loss_sums
     # puts the batch into it); plan.make_model sets it from the mesh
     context_shards: int = 1
-    # a MoE layer's grouped matmul (moe.MoE.grouped_matmul): "blocks" for XLA:CPU, set by plan.make_model
+    # a MoE layer's grouped matmul (moe.MoE.grouped_matmul): moe.grouped_matmul(), set by plan.make_model
     moe_grouped_matmul: str = "ragged_dot"
 
     @nn.compact

@@ -22,13 +22,17 @@ Expert compute (ModelConfig.expert_compute), on each device's tokens:
   (jax.lax.ragged_dot). Under expert parallelism (the mesh axis `expert`) the tokens and their
   routes are all-gathered over the expert axis, each device runs its own experts' groups, and the
   outputs come back summed by a reduce-scatter (psum_scatter): capacity-free and exact.
-  The grouped matmul (MoE.grouped_matmul, set per platform by plan.make_model): "ragged_dot" on TPU
-  and GPU, where it is one ragged-dot instruction; "blocks" on XLA:CPU, which has none (JAX lowers
+  The grouped matmul (ModelConfig.grouped_matmul, resolved per platform by grouped_matmul() in
+  plan.make_model): "auto" is "ragged_dot" on TPU and GPU, where it is one ragged-dot instruction;
+  "megablox" (TPU only) is the Pallas megablox kernel as MaxText's megablox=True (gmm, its gradient gmm
+  and tgmm; tiling MEGABLOX_TILING, MaxText's default, the k and n tiles clamped to the matrices; the
+  sorted routes padded to a multiple of the row tile, the rows after the groups set to 0, which the
+  kernel leaves unwritten); "auto" on XLA:CPU is "blocks", as XLA:CPU has no ragged dot (JAX lowers
   ragged_dot there as a dense matmul of every row with every expert's weights, masked: n_experts /
   experts_per_token x the work, 3 s a moe-tiny step against 1 s): the routes laid out with each
   expert's rows from the start of a block of BLOCK rows, the whole MLP one batched matmul per weight
   of the blocks with their expert's weights, at most (local experts x BLOCK) padding rows of extra
-  work. Both give the same values.
+  work. All give the same values (to the order of the sums).
   jax.lax.ragged_all_to_all would send each device only its tokens, but XLA:CPU in jax 0.10.2
   cannot run it ("HLO opcode ragged-all-to-all is not supported by XLA:CPU"), so the tests here
   could not hold it to the same loss; it is not used.
@@ -65,7 +69,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from .config import EXPERT_COMPUTES, ROUTERS, ModelConfig, expert_width, is_moe_layer, moe_layers
+from .config import EXPERT_COMPUTES, GROUPED_MATMULS, ROUTERS, ModelConfig, expert_width, is_moe_layer, moe_layers
 from .errors import ConfigError
 
 __all__ = ["MoE", "check", "check_train", "capacity", "drops_per_device", "expert_width", "is_moe_layer",
@@ -73,7 +77,12 @@ __all__ = ["MoE", "check", "check_train", "capacity", "drops_per_device", "exper
 COLLECTION = "moe_stats"  # what TransformerLM sows: the step's MoE metrics (step.py reads them)
 STATS = ("load_balance_loss", "dropped_fraction", "routing_bias_objective")
 BATCH_AXES = ("data", "fsdp", "expert")  # the mesh axes a MoE layer's tokens split over (with context)
-GROUPED_MATMULS = ("ragged_dot", "blocks")
+GROUPED_MATMUL_IMPLS = ("ragged_dot", "blocks", "megablox")  # MoE.grouped_matmul: grouped_matmul() picks one
+# (row tile, contraction tile, output tile) of the megablox kernel: MaxText's defaults (tile_batch_seq 512,
+# tile_embed_dim 1024, tile_mlp_dim 1024; the same for wi and wo), at which the roofline's measured v5e rates
+# were taken (trainer/hardware.py V5E_MEGABLOX_RATES)
+MEGABLOX_TILING = (512, 1024, 1024)
+_MEGABLOX_INTERPRET = False  # the kernel in Pallas's interpret mode (tests on CPU only)
 # rows of a block of the "blocks" grouped matmul. Each block copies its expert's weights (and its weight gradient
 # is summed back from the copies), so small blocks trade padding for weight traffic: one MoE layer's value and
 # gradient (d_model 256, SwiGLU width 1024, 8 experts, top 2; one CPU device) took 320 / 208 / 194 ms at 32 / 128 /
@@ -125,6 +134,13 @@ def check(m: ModelConfig, sizes: dict[str, int] | None = None) -> None:
     if m.expert_compute not in EXPERT_COMPUTES:
         raise ConfigError(f"unknown model.expert_compute {m.expert_compute!r}; choose one of "
                           f"{', '.join(EXPERT_COMPUTES)}")
+    if m.grouped_matmul not in GROUPED_MATMULS:
+        raise ConfigError(f"unknown model.grouped_matmul {m.grouped_matmul!r}; choose one of "
+                          f"{', '.join(GROUPED_MATMULS)}")
+    if m.grouped_matmul != "auto" and m.expert_compute != "dropless":
+        raise ConfigError(f"model.grouped_matmul={m.grouped_matmul!r} is the dropless experts' grouped matmul; "
+                          f"expert_compute={m.expert_compute!r} runs batched matmuls: use grouped_matmul='auto' or "
+                          "expert_compute='dropless'")
     if m.expert_compute == "capacity" and not m.capacity_factor > 0:
         raise ConfigError(f"model.capacity_factor must be > 0 with expert_compute='capacity', got {m.capacity_factor}")
     if not m.load_balance_weight >= 0:
@@ -147,6 +163,20 @@ def check(m: ModelConfig, sizes: dict[str, int] | None = None) -> None:
                           "use stage=1 and split the devices over expert, fsdp or data")
 
 
+def grouped_matmul(m: ModelConfig, platform: str) -> str:
+    """The grouped matmul (MoE.grouped_matmul, one of GROUPED_MATMUL_IMPLS) that model.grouped_matmul
+    means on `platform`: "auto" is "blocks" on XLA:CPU and "ragged_dot" elsewhere; "megablox" runs on
+    TPU only (ConfigError, one line, elsewhere)."""
+    if m.grouped_matmul == "megablox" and m.n_experts:
+        if platform != "tpu":
+            raise ConfigError(f"model.grouped_matmul='megablox' is a TPU kernel (Pallas) and cannot run on {platform}; "
+                              "use grouped_matmul='auto' (or 'ragged_dot')")
+        return "megablox"
+    if m.grouped_matmul == "ragged_dot":
+        return "ragged_dot"
+    return "blocks" if platform == "cpu" else "ragged_dot"
+
+
 def check_train(cfg) -> None:
     """What a MoE model's train step does not do yet: gradient accumulation (its load-balancing
     loss is a step-wide statistic); ConfigError, one line."""
@@ -165,7 +195,7 @@ class MoE(nn.Module):
     B x S x E output and the layer's statistics (STATS)."""
 
     cfg: ModelConfig
-    grouped_matmul: str = "ragged_dot"  # "ragged_dot" | "blocks" (XLA:CPU: see the module doc)
+    grouped_matmul: str = "ragged_dot"  # GROUPED_MATMUL_IMPLS (grouped_matmul(): see the module doc)
 
     @nn.compact
     def __call__(self, h_BSE):
@@ -271,8 +301,10 @@ def _sharded(c: ModelConfig, mesh, h_BSE, router, bias, w_in, w_up, w_out, group
     def body(h, router, bias, w_in, w_up, w_out):
         return _local(c, h, router, bias, w_in, w_up, w_out, axes)
 
+    # the megablox kernel's pallas_call declares no varying mesh axes for its output: shard_map cannot check
+    # them (as MaxText's, its shard_map then runs unchecked)
     fn = jax.shard_map(body, mesh=mesh, in_specs=(x_spec, P(), P(), w_spec, w_spec, wo_spec),
-                       out_specs=(x_spec, sums_spec))
+                       out_specs=(x_spec, sums_spec), check_vma=grouped_matmul != "megablox")
     return fn(h_BSE, router, bias, w_in, w_up, w_out)
 
 
@@ -324,14 +356,19 @@ def _dropless(c: ModelConfig, x_TD, top_w, top_i, w_in, w_up, w_out, axes: dict)
     position = jnp.zeros_like(order).at[order].set(jnp.arange(routes, dtype=order.dtype), unique_indices=True)
     group_sizes = jnp.bincount(key, length=n_local + 1)[:n_local].astype(jnp.int32)
     n_mine = jnp.sum(group_sizes)
-    if axes.get("grouped_matmul") == "blocks":
+    impl = axes.get("grouped_matmul", "ragged_dot")
+    if impl == "blocks":
         row_of_sorted, sorted_of_row, grouped = _blocks_layout(group_sizes, routes)
         place = row_of_sorted[position]
         src = order.at[sorted_of_row].get(mode="fill", fill_value=routes)
-    else:  # the buffer is the sorted routes, this device's first; the others' rows stay empty
-        place = jnp.where(position < n_mine, position, routes)
-        src = jnp.where(jnp.arange(routes) < n_mine, order, routes)
-        grouped = lambda lhs, rhs: jax.lax.ragged_dot(lhs, rhs, group_sizes)
+    else:  # the buffer is the sorted routes, this device's first (the others' rows stay empty), for megablox
+        # padded to a multiple of its row tile
+        tm = MEGABLOX_TILING[0]
+        rows = -(-routes // tm) * tm if impl == "megablox" else routes
+        place = jnp.where(position < n_mine, position, rows)
+        src = jnp.where(jnp.arange(rows) < n_mine, jnp.pad(order, (0, rows - routes)), routes)
+        grouped = (_megablox_matmul(group_sizes, n_mine) if impl == "megablox"
+                   else lambda lhs, rhs: jax.lax.ragged_dot(lhs, rhs, group_sizes))
     y_TD = _through_buffer(x_TD, top_w.reshape(-1), place, src, k,
                            lambda xs: _mlp(c, grouped, xs, w_in, w_up, w_out))
     if expert and p > 1:  # each device's tokens back, summed over the devices' experts
@@ -372,6 +409,22 @@ def _blocks_layout(group_sizes, rows: int):
         return out.reshape(n_blocks * block, -1)
 
     return row_of_sorted, sorted_of_row, grouped
+
+
+def _megablox_matmul(group_sizes, n_mine):
+    """`grouped(lhs, rhs)` as jax.lax.ragged_dot, through the Pallas megablox kernel (gmm, its gradient
+    gmm and tgmm): lhs's rows a multiple of MEGABLOX_TILING's row tile, the k and n tiles clamped to
+    the matrices (as MaxText). The kernel leaves the rows after the groups unwritten: set to 0 here."""
+    from jax.experimental.pallas.ops.tpu.megablox import ops as megablox
+
+    def grouped(lhs, rhs):
+        m, k = lhs.shape
+        tm, tk, tn = MEGABLOX_TILING
+        tiling = (min(tm, m), min(tk, k), min(tn, rhs.shape[2]))
+        out = megablox.gmm(lhs, rhs, group_sizes, lhs.dtype, tiling, None, None, False, _MEGABLOX_INTERPRET)
+        return jnp.where((jnp.arange(m) < n_mine)[:, None], out, 0)
+
+    return grouped
 
 
 def _capacity(c: ModelConfig, x_TD, top_w, top_i, w_in, w_up, w_out, axes: dict):

@@ -29,6 +29,7 @@ from . import attention as attention_lib
 from . import flops as flops_lib
 from . import hardware, sharding, validate
 from . import mesh as mesh_lib
+from . import moe as moe_lib
 from . import pipeline as pipeline_lib
 from . import placement as placement_lib
 from . import step as step_lib
@@ -104,7 +105,7 @@ def make_model(cfg: TrainConfig, platform: str, stages: int = 1, context: int = 
     (the mesh's context axis) the sequence split over it (trainer/context.py)."""
     model = step_lib.make_model(cfg).clone(attention_impl=attention_lib.implementation(cfg.model, platform),
                                            mlp_grad_barrier=platform == "cpu", context_shards=context,
-                                           moe_grouped_matmul="blocks" if platform == "cpu" else "ragged_dot")
+                                           moe_grouped_matmul=moe_lib.grouped_matmul(cfg.model, platform))
     if stages > 1:
         model = model.clone(pipeline_stages=stages, pipeline_microbatches=cfg.pipeline.microbatches,
                             pipeline_repeats=cfg.pipeline.repeats,

@@ -28,6 +28,8 @@ Correspondences (ours -> MaxText):
   quantization_local_shard_count=0 (MaxText's weight-gradient matmul in bf16, its input-gradient
   matmul still int8), approximated. AQT rounds the gradients stochastically, ours to nearest.
 - optimizer: AdamW with linear warm-up and cosine decay to end_lr_ratio on both sides.
+- model.grouped_matmul megablox (a mixture of experts) -> sparse_matmul=true, megablox=true (the
+  same kernel at the same tiling, MaxText's default tiles).
 """
 from __future__ import annotations
 
@@ -124,6 +126,8 @@ def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str,
     ]
     if m.vocab_tiles > 1:
         keys.append(("num_vocab_tiling", str(m.vocab_tiles)))
+    if m.n_experts and m.grouped_matmul == "megablox":  # the dropless experts through the Pallas megablox kernel
+        keys += [("sparse_matmul", "true"), ("megablox", "true")]
     if m.quantization == "int8":
         keys += [("quantization", "int8"), ("quantization_local_shard_count", "1")]
     elif m.quantization == "int8_fwd":

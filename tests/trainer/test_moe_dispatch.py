@@ -15,6 +15,8 @@ from paxsearch.trainer import moe as moe_lib
 from paxsearch.trainer import step as step_lib
 from paxsearch.trainer.config import ModelConfig
 
+from ..search_util import needs_libtpu
+
 # d_model 48 is no other dimension of the layer (width 24, 8 experts, 10 tokens, 20 routes), so a scatter
 # whose updates have a dimension of 48 is one of d_model-wide rows
 D_MODEL, WIDTH, N_EXPERTS, TOP_K, TOKENS = 48, 24, 8, 2, 10
@@ -212,3 +214,124 @@ def test_layer_gradient_holds_no_scatter_of_model_wide_rows(compute, expert):
             mp.setattr(moe_lib, "_dropless", lambda *a: plain(*a)[0])
             mp.setattr(moe_lib, "_capacity", plain)
             assert len(_wide_row_scatters(_layer_gradient_text(model, "ragged_dot"))) >= 2
+
+
+@pytest.mark.parametrize("routes,n_local", [("random", N_EXPERTS // 2), ("first_two", N_EXPERTS)])
+def test_megablox_gives_ragged_dots_values_and_gradients_in_interpret_mode(routes, n_local, monkeypatch):
+    """The megablox grouped matmul (Pallas's interpret mode on CPU, row tile 8: 20 routes padded to
+    24 rows) against the plain formulation with ragged_dot: values and gradients, float32, with rows
+    of other devices' experts (which the kernel leaves unwritten) and empty groups."""
+    monkeypatch.setattr(moe_lib, "_MEGABLOX_INTERPRET", True)
+    monkeypatch.setattr(moe_lib, "MEGABLOX_TILING", (8, 128, 128))
+    rng = np.random.default_rng(2)
+    c = dataclasses.replace(MODEL, grouped_matmul="megablox")
+    x = jnp.asarray(rng.normal(size=(TOKENS, D_MODEL)), jnp.float32)
+    top_w, top_i = _routes(routes, rng)
+    args = (x, top_w, *_weights(rng, n_local))
+    probe = jnp.asarray(rng.normal(size=(TOKENS, D_MODEL)), jnp.float32)
+    new = lambda x, w, *ws: moe_lib._dropless(c, x, w, top_i, *ws, {"grouped_matmul": "megablox"})
+    plain = lambda x, w, *ws: _plain_dropless(c, x, w, top_i, *ws)
+    got, want = new(*args), plain(*args)
+    assert float(jnp.max(jnp.abs(want))) > 0 and bool(jnp.all(jnp.isfinite(got)))
+    assert _relative_gap(got, want) < 1e-6
+    grad = lambda f: jax.grad(lambda *a: jnp.sum(jnp.sin(f(*a)) * probe), argnums=tuple(range(5)))(*args)
+    got_g, want_g = grad(new), grad(plain)
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in got_g)
+    assert _relative_gap(got_g, want_g) < 1e-6
+
+
+def test_megablox_under_expert_parallelism_in_interpret_mode(monkeypatch):
+    """Megablox inside the layer's shard_map (unchecked: the kernel declares no varying axes), fsdp 2 x
+    expert 4, interpret mode: the value and gradients of the layer without a mesh (ragged_dot)."""
+    monkeypatch.setattr(moe_lib, "_MEGABLOX_INTERPRET", True)
+    monkeypatch.setattr(moe_lib, "MEGABLOX_TILING", (8, 128, 128))
+    m = dataclasses.replace(MODEL, grouped_matmul="megablox")
+    layer = moe_lib.MoE(m)
+    x = jax.random.normal(jax.random.key(1), (8, 5, D_MODEL))
+    p = step_lib.unbox(layer.init(jax.random.key(2), x)["params"])
+    probe = jax.random.normal(jax.random.key(3), x.shape)
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()).reshape(2, 4), ("fsdp", "expert"))
+
+    def objective(impl, mesh):
+        def f(p, x):
+            w = (p["router"], None, p["wi"], p["wi_up"], p["wo"])
+            y, sums = (moe_lib._local(m, x, *w, {"grouped_matmul": impl}) if mesh is None
+                       else moe_lib._sharded(m, mesh, x, *w, impl))
+            return jnp.sum(jnp.sin(y) * probe) + 0.1 * jnp.sum(sums["prob_sums"])
+        return jax.jit(jax.value_and_grad(f, (0, 1)))(p, x)
+
+    want, got = objective("ragged_dot", None), objective("megablox", mesh)
+    assert _relative_gap(got, want) < 1e-5  # the reduce-scatter sums in another order than one device
+    assert float(jnp.max(jnp.abs(got[1][0]["wi"]))) > 0
+
+
+def test_grouped_matmul_by_platform_and_refusals_in_one_line():
+    """model.grouped_matmul: "auto" is blocks on CPU and ragged_dot elsewhere; megablox runs on TPU and
+    is refused elsewhere, naming the fix (plan.make_model, before anything compiles); unknown values,
+    and a grouped matmul with the capacity experts, are refused by the static checks."""
+    from paxsearch.trainer import plan as plan_lib
+    from paxsearch.trainer.config import TrainConfig
+    from paxsearch.trainer.errors import ConfigError
+
+    megablox = dataclasses.replace(MODEL, grouped_matmul="megablox")
+    assert [moe_lib.grouped_matmul(MODEL, p) for p in ("cpu", "gpu", "tpu")] == ["blocks", "ragged_dot", "ragged_dot"]
+    assert moe_lib.grouped_matmul(dataclasses.replace(MODEL, grouped_matmul="ragged_dot"), "cpu") == "ragged_dot"
+    assert moe_lib.grouped_matmul(megablox, "tpu") == "megablox"
+    assert plan_lib.make_model(TrainConfig(model=megablox), "tpu").moe_grouped_matmul == "megablox"
+    for platform in ("cpu", "gpu"):
+        with pytest.raises(ConfigError, match=f"grouped_matmul='megablox' is a TPU kernel .* cannot run on {platform}; "
+                                              "use grouped_matmul='auto'") as e:
+            plan_lib.make_model(TrainConfig(model=megablox), platform)
+        assert "\n" not in str(e.value)
+    cases = [(dict(grouped_matmul="gmm"), "unknown model.grouped_matmul 'gmm'; choose one of auto, ragged_dot, "
+                                          "megablox"),
+             (dict(grouped_matmul="megablox", expert_compute="capacity"), "use grouped_matmul='auto' or "
+                                                                          "expert_compute='dropless'")]
+    for fields, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)) as e:
+            moe_lib.check(dataclasses.replace(MODEL, **fields))
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_megablox_plans_for_a_tpu_topology():
+    """moe-tiny (2 layers: one MoE) with grouped_matmul megablox, planned for v5e-4 (libtpu, no TPU; the
+    HLO passes), fsdp 2 x expert 2: the step compiles with the Pallas kernels (3 matmuls x forward, lhs
+    gradient, weight gradient) where "auto" has ragged dots, at about the same memory."""
+    from paxsearch.search.planning import hlo_passes
+    from paxsearch.search.planning import topology as topo
+    from paxsearch.trainer import presets
+    from paxsearch.trainer.config import MeshConfig, TrainConfig, mesh_shape
+
+    plans = {}
+    for choice in ("megablox", "auto"):
+        model = dataclasses.replace(presets.get("moe-tiny"), grouped_matmul=choice, n_layers=2)
+        cfg = TrainConfig(model=model, mesh=MeshConfig(ici=mesh_shape(fsdp=2, expert=2)), per_device_batch=2)
+        plans[choice] = hlo_passes.build_plan_program(cfg, topo.topology_devices("v5e-4"), "v5e-4").plan
+    kernels = lambda plan: len(re.findall(r'op_name="[^"]*jit\(t?gmm\)\)*/pallas_call', plan.hlo_text))
+    assert kernels(plans["megablox"]) == 9 and kernels(plans["auto"]) == 0
+    assert "ragged_dot_general" in plans["auto"].hlo_text and "ragged_dot_general" not in plans["megablox"].hlo_text
+    assert plans["megablox"].peak_bytes == pytest.approx(plans["auto"].peak_bytes, rel=0.1)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("megablox: true\n", "megablox"),
+    ("", "auto"),  # base.yml's megablox true: a kernel, no part of the model
+    ("megablox: false\n", "auto"),
+    ("megablox: true\nsparse_matmul: false\ncapacity_factor: 1.5\n", "auto"),  # MaxText's dense matmul: capacity
+])
+def test_maxtext_megablox_key_both_ways(extra, expected):
+    """A MaxText yml's megablox set true (dropless) reads as grouped_matmul megablox, and the MaxText export
+    of such a model writes sparse_matmul and megablox true; "auto" writes neither."""
+    from paxsearch.search.export import maxtext
+    from paxsearch.trainer.config import MeshConfig, TrainConfig, mesh_shape
+
+    from .test_maxtext_yml import MIXTRAL_8X7B, _read
+
+    model = _read(MIXTRAL_8X7B + extra)
+    assert model.grouped_matmul == expected
+    keys = dict(maxtext.overrides(TrainConfig(model=model, mesh=MeshConfig(ici=mesh_shape(fsdp=8)),
+                                              per_device_batch=1), "tpu", 8)[0])
+    exported = {k: keys[k] for k in ("sparse_matmul", "megablox") if k in keys}
+    assert exported == ({"sparse_matmul": "true", "megablox": "true"} if expected == "megablox" else {})
