@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import itertools
 import json
 import os
 import sys
@@ -77,9 +78,10 @@ def onchip_config(name: str):
     points = space.decision("point").values
     if name not in points:
         raise SystemExit(f"--onchip {name}: not a point of spaces/{ONCHIP_SPACE}; e.g. {', '.join(points[:3])}")
-    halves = space.decision("half").values
-    half = next(h for h in halves if not space.excluded({"point": name, "half": h}))
-    return fdl.build(space.config({"point": name, "half": half}))
+    others = [d for d in ("half", "kind") if d in {x.name for x in space.all_decisions}]
+    choice = next(c for c in itertools.product(*(space.decision(d).values for d in others))
+                  if not space.excluded({"point": name, **dict(zip(others, c, strict=True))}))
+    return fdl.build(space.config({"point": name, **dict(zip(others, choice, strict=True))}))
 
 
 def describe(name: str) -> str:

@@ -1,4 +1,4 @@
-"""onchip_v5e: 79 fixed points on one TPU v5e chip, planned here and trained there (issue 41).
+"""onchip_v5e: 97 fixed points on one TPU v5e chip, planned here and trained there (issue 41).
 
 The same space file gives the planner's side and the chip's side of benchmarks/bench_onchip.py:
 
@@ -10,11 +10,13 @@ The same space file gives the planner's side and the chip's side of benchmarks/b
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=b --run-dir runs/onchip-b
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=c --run-dir runs/onchip-c
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=d --run-dir runs/onchip-d
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=e --run-dir runs/onchip-e
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=d --set kind=moe --run-dir runs/onchip-d-moe
     python benchmarks/bench_onchip.py --plan runs/onchip-plan --chip runs/onchip-a --chip runs/onchip-b
 
 Decisions: `point`, a name from POINTS (each a whole trainer config: the model, sequence length,
-attention, remat, batch, accumulation, vocab tiling, offload and flag set), and `half`, "a" or
-"b" or "c", which the constraint ties to each point. The first 44 points alternate between a and b
+attention, remat, batch, accumulation, vocab tiling, offload and flag set), `half` ("a" to "e") and `kind`
+("dense" or "moe"), which the constraint ties to each point. The first 44 points alternate between a and b
 (so both hold every kind of point); "b" was the held-out half of run 1, when one splash figure was fit
 to half a. Since then no hardware figure is set from any point: the v5e entry comes from the chip's
 own kernel and matmul measurements (benchmarks/chip_figures.py, chip_profile.py). Half c, 21 points
@@ -23,6 +25,10 @@ bfloat16 twin at four sizes, 1B with bfloat16 parameters, plain attention at hea
 Half d, 14 points added in the third session after the chip's row gathers, scatters and ragged dots were
 measured and priced, and before any of them was trained: MoE at new shapes (16 experts, capacity and dropless,
 batch, sequence, remat), head dims 64 and 128 at new batches and sequences, int8 at two new shapes.
+Half e, 18 points added in the fifth session after the chip's run 4 (grouped matmuls, splash group 3 at head
+dim 128 by batch, rows of 128-256 B) was priced in and planned before any of them was trained: dense at new
+batch / sequence / remat combinations of every size, head dim 64 at new batches, int8 at three new shapes, MoE
+at new batches, sequences and expert counts, and two with the Pallas megablox kernel as the grouped matmul.
 
 Llama-style models (GQA, gated SiLU MLP, RoPE, vocabulary 32000, bfloat16 activations,
 float32 parameters and AdamW moments), sizes 0.11B-1.45B; sequences 1k-8k; dot-product and
@@ -54,7 +60,8 @@ OFFLOAD_INPUT = custom(decoder_input="offload")
 
 # name -> fields; defaults: seq 2048, flash, remat "none", batch 4, accum 1, tiles 1, no offload, flags default
 _BASE = dict(seq=2048, attention="flash", remat="none", batch=4, accum=1, tiles=1, offload_state=False,
-             offload_params=False, flags="default", param_dtype="float32", quantization="none", moe="")
+             offload_params=False, flags="default", param_dtype="float32", quantization="none", moe="",
+             grouped_matmul="auto")
 _POINTS = [
     # m100: small matmuls, the per-step overhead shows
     ("m100-s1k-dp-b8", dict(model="m100", seq=1024, attention="dot_product", batch=8)),
@@ -154,16 +161,47 @@ _POINTS_D = [
     ("m500-s4k-fl-b4-full-int8", dict(model="m500", seq=4096, remat="full", quantization="int8")),
     ("m350-s1k-fl-b32-full-int8", dict(model="m350", seq=1024, batch=32, remat="full", quantization="int8")),
 ]
-POINTS = {name: {**_BASE, **fields} for name, fields in _POINTS + _POINTS_C + _POINTS_D}
+# Half e (fifth session): 18 new points, all held out, added after the chip's run 4 figures were priced in and
+# planned before any was trained.
+_POINTS_E = [
+    ("m500-s8k-fl-b1-dots", dict(model="m500", seq=8192, batch=1, remat="dots")),
+    ("m350-s2k-fl-b12-full", dict(model="m350", batch=12, remat="full")),
+    ("m900-s2k-fl-b6-bf16p-full", dict(model="m900", batch=6, remat="full", param_dtype="bfloat16")),
+    ("m100-s2k-fl-b12-full", dict(model="m100", batch=12, remat="full")),
+    ("m100-s4k-fl-b4-full", dict(model="m100", seq=4096, remat="full")),
+    ("m100-s2k-dp-b4-full", dict(model="m100", attention="dot_product", remat="full")),
+    ("m1500-s4k-fl-b2-bf16p-full", dict(model="m1500", seq=4096, batch=2, remat="full", param_dtype="bfloat16")),
+    ("m350-s8k-fl-b2-full", dict(model="m350", seq=8192, batch=2, remat="full")),
+    ("m500-s2k-fl-b6-minimal", dict(model="m500", batch=6, remat="minimal")),
+    ("m900-s2k-fl-b8-bf16p-full-int8", dict(model="m900", batch=8, remat="full", param_dtype="bfloat16",
+                                            quantization="int8")),
+    ("m100-s4k-fl-b8-full-int8", dict(model="m100", seq=4096, batch=8, remat="full", quantization="int8")),
+    ("m500-s8k-fl-b2-full-int8", dict(model="m500", seq=8192, batch=2, remat="full", quantization="int8")),
+    ("moe8-s2k-b6-cap", dict(model="moe8", batch=6, remat="full", moe="capacity")),
+    ("moe16-s4k-b2-dropless", dict(model="moe16", seq=4096, batch=2, remat="full", moe="dropless")),
+    ("moe16-s1k-b16-cap", dict(model="moe16", seq=1024, batch=16, remat="full", moe="capacity")),
+    ("moe8-s2k-b12-dropless", dict(model="moe8", batch=12, remat="full", moe="dropless")),
+    ("moe8-s2k-b8-dropless-megablox", dict(model="moe8", batch=8, remat="full", moe="dropless",
+                                           grouped_matmul="megablox")),
+    ("moe8-s4k-b4-dropless-megablox", dict(model="moe8", seq=4096, batch=4, remat="full", moe="dropless",
+                                           grouped_matmul="megablox")),
+]
+POINTS = {name: {**_BASE, **fields} for name, fields in _POINTS + _POINTS_C + _POINTS_D + _POINTS_E}
 HALF = {**{name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}, **{name: "c" for name, _ in _POINTS_C},
-        **{name: "d" for name, _ in _POINTS_D}}
+        **{name: "d" for name, _ in _POINTS_D}, **{name: "e" for name, _ in _POINTS_E}}
 
 STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=len(POINTS), target="tpu:v5e-1",
              count_flops=False, timeout=600)
 
 
+def kind(name: str) -> str:
+    """"moe" for a mixture-of-experts point, else "dense": `--set kind=moe` with a half retrains its MoE points
+    alone (after a change to the trainer's MoE layer)."""
+    return "moe" if POINTS[name]["moe"] else "dense"
+
+
 def constraint(d: dict) -> bool:
-    return HALF[d["point"]] == d["half"]
+    return HALF[d["point"]] == d["half"] and kind(d["point"]) == d["kind"]
 
 
 def model_config(p: dict):
@@ -173,21 +211,22 @@ def model_config(p: dict):
                       seq_len=p["seq"], dtype="bfloat16", scan_layers=True,
                       activation="silu", mlp="gated", position="rope", attention=p["attention"],
                       vocab_tiles=p["tiles"], param_dtype=p["param_dtype"], quantization=p["quantization"],
-                      **_moe_fields(p["moe"], p["model"]))
+                      **_moe_fields(p["moe"], p["model"], p["grouped_matmul"]))
 
 
-def _moe_fields(compute: str, model: str) -> dict:
+def _moe_fields(compute: str, model: str, grouped_matmul: str = "auto") -> dict:
     """The MoE fields of a point: none for a dense one."""
     if not compute:
         return {}
     experts = 16 if model == "moe16" else 8
     return dict(n_experts=experts, experts_per_token=2, expert_d_ff=1408 * 8 // experts, expert_compute=compute,
-                capacity_factor=1.25)
+                capacity_factor=1.25, grouped_matmul=grouped_matmul)
 
 
 def space():
     p = POINTS[pg.oneof(list(POINTS), name="point")]
-    pg.oneof(["a", "b", "c", "d"], name="half")
+    pg.oneof(["a", "b", "c", "d", "e"], name="half")
+    pg.oneof(["dense", "moe"], name="kind")
     return fdl.Config(
         TrainConfig,
         model=model_config(p),
