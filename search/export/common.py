@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...trainer.config import MESH_AXES, TrainConfig, full_shape
+from ...trainer.mesh import BATCH_AXES
 from ..errors import UserError
 
 
@@ -44,7 +45,8 @@ def axis_sizes(cfg: TrainConfig, num_devices: int) -> tuple[dict[str, int], dict
 
 
 def global_batch(cfg: TrainConfig, ici: dict[str, int], dcn: dict[str, int]) -> int:
-    """Rows per optimizer step: global_batch, or per_device_batch x the batch axes (data x fsdp)."""
+    """Rows per optimizer step: global_batch, or per_device_batch x the batch axes (data x fsdp x
+    expert, trainer/mesh.py BATCH_AXES)."""
     if cfg.global_batch is not None:
         return int(cfg.global_batch)
-    return int(cfg.per_device_batch or 0) * math.prod(ici[a] * dcn[a] for a in ("data", "fsdp"))
+    return int(cfg.per_device_batch or 0) * math.prod(ici[a] * dcn[a] for a in BATCH_AXES)

@@ -15,7 +15,8 @@ Correspondences (ours -> MaxText):
 - batch: MaxText's per_device_batch_size counts every chip (tensor, stage and context too) and
   one microbatch of gradient accumulation: global_batch / (grad_accum_steps x chips).
 - mesh axes data, stage, fsdp, context, tensor -> ici_/dcn_ data, pipeline, fsdp, context,
-  tensor _parallelism (every axis written, for base.yml's dcn_data_parallelism is -1).
+  tensor _parallelism (every axis written, for base.yml's dcn_data_parallelism is -1; expert too
+  for a mixture of experts).
 - pipeline: num_pipeline_microbatches, num_layers_per_pipeline_stage = n_layers / (stages x
   repeats) (MaxText's repeats are n_layers / (stages x that): circular when > 1).
 - remat: full -> full; every tagged policy (qkv_proj, minimal, offload, custom) -> remat_policy=
@@ -28,16 +29,50 @@ Correspondences (ours -> MaxText):
   quantization_local_shard_count=0 (MaxText's weight-gradient matmul in bf16, its input-gradient
   matmul still int8), approximated. AQT rounds the gradients stochastically, ours to nearest.
 - optimizer: AdamW with linear warm-up and cosine decay to end_lr_ratio on both sides.
-- model.grouped_matmul megablox (a mixture of experts) -> sparse_matmul=true, megablox=true (the
-  same kernel at the same tiling, MaxText's default tiles).
+
+Mixtures of experts (model.n_experts > 0) and multi-head latent attention (attention_type "mla"):
+the inverse of trainer/maxtext_yml.py, which reads these keys back into the same ModelConfig (the
+expert width spelled out: expert_d_ff 0 comes back as d_ff). Per field (ModelConfig.MOE_FIELDS):
+- decoder_block: deepseek when the model has shared experts, leading dense layers, the sigmoid
+  router or MLA (the block MaxText builds them in); otherwise mixtral when the experts are d_ff
+  wide (MaxText requires base_moe_mlp_dim = base_mlp_dim there), qwen3_moe when not (MaxText then
+  sets base_mlp_dim to base_moe_mlp_dim: our d_ff is used by no layer of such a model).
+- n_experts -> num_experts, experts_per_token -> num_experts_per_tok, expert_d_ff (0: d_ff) ->
+  base_moe_mlp_dim, n_shared_experts -> shared_experts and first_dense_layers ->
+  first_num_dense_layers (deepseek; MaxText's one shared MLP of shared_experts x base_moe_mlp_dim is
+  our n_shared_experts experts, the same parameters and FLOPs).
+- router softmax: the mixtral / qwen3_moe blocks' own routing (softmax of the top-k logits = ours);
+  in the deepseek block routed_score_func=softmax, routed_bias=false, approximated (that block leaves
+  the top-k softmax weights unnormalized). sigmoid: routed_score_func=sigmoid, routed_bias=true,
+  approximated (MaxText takes the weights before the bias only under a model_name deepseek3-*, which
+  this export does not set, and moves the bias by routed_bias_update_rate, base.yml 0, not by our
+  load error).
+- load_balance_weight -> load_balance_loss_weight = load_balance_weight / experts_per_token (MaxText's
+  loss counts a token's k routes, k x ours); approximated when > 0 (MaxText's is per sequence).
+- expert_compute dropless -> sparse_matmul=true, capacity_factor=-1; capacity -> sparse_matmul=false
+  with capacity_factor, approximated (MaxText sizes each sequence's expert buffers, ours each
+  device's: the same slots in all, other tokens dropped).
+- grouped_matmul megablox -> megablox=true (the same Pallas kernel at MaxText's default tiles);
+  auto and ragged_dot -> megablox=false (jax.lax.ragged_dot, what "auto" is on TPU and GPU; it is
+  read back as "auto").
+- the mesh axis expert -> ici_/dcn_expert_parallelism.
+- refused in one line (no MaxText key): moe_every > 1 (MaxText's MoE blocks make every layer after
+  the dense ones MoE), mlp dense with experts (MaxText's experts are always gated: wi_0, wi_1), a
+  parallel block with experts (MaxText's default block has no MoE layer), and MLA in a dense model
+  (MaxText builds MLA in its deepseek block only, whose layers are MoE).
+- MLA: attention_type=mla, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+  v_head_dim one to one, head_dim their query/key sum (MaxText's MLA ignores it), and
+  max_position_embeddings = original_max_position_embeddings = seq_len, so that MaxText applies no
+  YaRN softmax scale (it does whenever the first exceeds the second, as base.yml has them).
 """
 from __future__ import annotations
 
+import math
 import shlex
 
 from ...trainer import flagsets
 from ...trainer import remat as remat_lib
-from ...trainer.config import TrainConfig
+from ...trainer.config import ModelConfig, TrainConfig, expert_width
 from .common import ExportRefused, Notes, axis_sizes, global_batch
 
 TRAIN_MODULE = "maxtext.trainers.pre_train.train"
@@ -57,6 +92,11 @@ ACTIVATIONS = {"gelu": "gelu", "silu": "silu", "relu": "relu"}  # flax.linen nam
 
 def _bool(v: bool) -> str:
     return "true" if v else "false"
+
+
+def _number(v: float) -> str:
+    """An integral value as an integer (MaxText's integer keys, e.g. rope_max_timescale), else exactly."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
 def _custom_remat(choices: dict[str, str]) -> list[tuple[str, str]]:
@@ -93,12 +133,91 @@ def remat_keys(name: str, notes: Notes) -> list[tuple[str, str]]:
                         "dots or a custom:... policy")
 
 
+def decoder_block(m: ModelConfig) -> str:
+    """MaxText's decoder_block for model `m` (the module docstring); ExportRefused, one line, for a
+    mixture of experts or an MLA model that no MaxText block builds."""
+    if not m.n_experts:
+        if m.attention_type == "mla":
+            raise ExportRefused("model.attention_type='mla' in a dense model (n_experts=0) has no MaxText form: "
+                                "MaxText builds multi-head latent attention only in its deepseek decoder block, whose "
+                                "layers after first_num_dense_layers are MoE; set model.n_experts > 0 or "
+                                "attention_type='mha'")
+        return "default" if m.block == "parallel" else "llama2"
+    if m.block == "parallel":
+        raise ExportRefused("model.block='parallel' with a mixture of experts (n_experts > 0) has no MaxText form: its "
+                            "parallel ('default') decoder block has no MoE layer; use block='sequential'")
+    if m.mlp != "gated":
+        raise ExportRefused(f"model.mlp={m.mlp!r} with a mixture of experts has no MaxText form: MaxText's experts are "
+                            "always gated (wi_0, wi_1); use mlp='gated' to export to MaxText")
+    if m.moe_every != 1:
+        raise ExportRefused(f"model.moe_every={m.moe_every} (dense and MoE layers interleaved) has no MaxText form: "
+                            "its MoE decoder blocks make every layer after first_num_dense_layers MoE; use "
+                            "moe_every=1 (and first_dense_layers for leading dense layers)")
+    if m.n_shared_experts or m.first_dense_layers or m.router == "sigmoid" or m.attention_type == "mla":
+        return "deepseek"
+    return "mixtral" if expert_width(m) == m.d_ff else "qwen3_moe"
+
+
+def _per_route(weight: float, k: int) -> str:
+    """MaxText's load_balance_loss_weight for our `weight` with k routes a token: weight / k, written
+    so that k x the value read back is `weight` exactly where a neighbouring float allows it."""
+    x = weight / k
+    for v in (x, math.nextafter(x, math.inf), math.nextafter(x, -math.inf)):
+        if k * v == weight:
+            return repr(v)
+    return repr(x)
+
+
+def moe_keys(m: ModelConfig, block: str, notes: Notes) -> list[tuple[str, str]]:
+    """The mixture-of-experts keys of `m` in decoder block `block` (empty for a dense model; the
+    module docstring has the mapping and the approximations, each a note)."""
+    if not m.n_experts:
+        return []
+    k = m.experts_per_token
+    keys = [("num_experts", str(m.n_experts)), ("num_experts_per_tok", str(k)),
+            ("base_moe_mlp_dim", str(expert_width(m)))]
+    if block == "deepseek":
+        keys += [("shared_experts", str(m.n_shared_experts)), ("first_num_dense_layers", str(m.first_dense_layers))]
+        if m.router == "sigmoid":
+            keys += [("routed_score_func", "sigmoid"), ("routed_bias", "true")]
+            notes.approx("model.router='sigmoid'", "MaxText's deepseek block takes the routing weights before the "
+                                                   "routing bias only under a model_name deepseek3-*, which this "
+                                                   "export leaves 'default' (its weights include the bias), and moves "
+                                                   "the bias by routed_bias_update_rate (base.yml 0), ours by the "
+                                                   "load error (trainer/moe.py)")
+        else:
+            keys += [("routed_score_func", "softmax"), ("routed_bias", "false")]
+            notes.approx("model.router='softmax'", "MaxText's deepseek block keeps the top-k softmax weights "
+                                                   "unnormalized; ours renormalizes them to sum to 1")
+    keys.append(("load_balance_loss_weight", _per_route(m.load_balance_weight, k)))
+    if m.load_balance_weight:
+        notes.approx(f"model.load_balance_weight={m.load_balance_weight:g}",
+                     f"MaxText's load_balance_loss_weight (= ours / experts_per_token {k}: it counts each of a "
+                     "token's routes) weighs a loss taken per sequence; ours is over the step's tokens")
+    if m.expert_compute == "capacity":
+        keys += [("sparse_matmul", "false"), ("capacity_factor", repr(float(m.capacity_factor)))]
+        notes.approx(f"model.capacity_factor={m.capacity_factor:g}",
+                     "MaxText's expert capacity is per sequence (ceil(k x seq_len / experts) x capacity_factor "
+                     "slots), ours per device's tokens: the same slots in all, other tokens dropped")
+    else:
+        keys += [("sparse_matmul", "true"), ("capacity_factor", "-1.0"),
+                 ("megablox", _bool(m.grouped_matmul == "megablox"))]
+    return keys
+
+
+def mla_keys(m: ModelConfig) -> list[tuple[str, str]]:
+    """The multi-head latent attention keys of `m` (empty for attention_type "mha")."""
+    if m.attention_type != "mla":
+        return []
+    keys = [("attention_type", "mla")]
+    keys += [(name, str(getattr(m, name))) for name in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                        "qk_rope_head_dim", "v_head_dim")]
+    # equal: MaxText's MLA scales the softmax by YaRN's mscale whenever the first exceeds the second
+    return keys + [("max_position_embeddings", str(m.seq_len)), ("original_max_position_embeddings", str(m.seq_len))]
+
+
 def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str, str]]:
     m = cfg.model
-    if m.attention_type == "mla":
-        raise ExportRefused("model.attention_type='mla' (multi-head latent attention) is not exported to MaxText: "
-                            "MaxText builds it only in its deepseek decoder block, with that block's MoE layers and "
-                            "YaRN RoPE, which this export does not write; export a model with attention_type='mha'")
     if m.position != "rope":
         raise ExportRefused(f"model.position={m.position!r} (learned absolute positions) has no MaxText form: its "
                             "decoder blocks use RoPE; use position='rope' to export to MaxText")
@@ -112,13 +231,14 @@ def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str,
     if m.attention_block != 128 and attention == "flash":
         notes.drop(f"model.attention_block={m.attention_block}", "the block of our CPU blockwise attention; "
                                                                  "MaxText's flash kernels choose their own blocks")
+    block = decoder_block(m)
     keys = [
-        ("decoder_block", "default" if m.block == "parallel" else "llama2"),
+        ("decoder_block", block),
         ("base_emb_dim", str(m.d_model)), ("base_num_query_heads", str(m.n_heads)),
         ("base_num_kv_heads", str(m.kv_heads)), ("head_dim", str(m.head_dim)), ("base_mlp_dim", str(m.d_ff)),
         ("base_num_decoder_layers", str(m.n_layers)), ("mlp_activations", "[" + ",".join(acts) + "]"),
         ("vocab_size", str(m.vocab_size)), ("max_target_length", str(m.seq_len)),
-        ("logits_via_embedding", _bool(m.tie_embeddings)), ("rope_max_timescale", f"{m.rope_theta:g}"),
+        ("logits_via_embedding", _bool(m.tie_embeddings)), ("rope_max_timescale", _number(m.rope_theta)),
         # our RMSNorm's epsilon (trainer/model.py); MaxText divides tied logits by sqrt(d_model) unless told not to
         ("normalization_layer_epsilon", NORM_EPSILON), ("normalize_embedding_logits", "false"),
         ("dtype", m.dtype), ("weight_dtype", m.param_dtype), ("scan_layers", _bool(m.scan_layers)),
@@ -126,8 +246,7 @@ def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str,
     ]
     if m.vocab_tiles > 1:
         keys.append(("num_vocab_tiling", str(m.vocab_tiles)))
-    if m.n_experts and m.grouped_matmul == "megablox":  # the dropless experts through the Pallas megablox kernel
-        keys += [("sparse_matmul", "true"), ("megablox", "true")]
+    keys += moe_keys(m, block, notes) + mla_keys(m)
     if m.quantization == "int8":
         keys += [("quantization", "int8"), ("quantization_local_shard_count", "1")]
     elif m.quantization == "int8_fwd":
@@ -140,8 +259,9 @@ def model_keys(cfg: TrainConfig, platform: str, notes: Notes) -> list[tuple[str,
 
 def mesh_keys(cfg: TrainConfig, num_devices: int, num_slices: int, notes: Notes) -> list[tuple[str, str]]:
     ici, dcn = axis_sizes(cfg, num_devices)
-    keys = [(f"ici_{theirs}_parallelism", str(ici[ours])) for ours, theirs in AXES.items()]
-    keys += [(f"dcn_{theirs}_parallelism", str(dcn[ours])) for ours, theirs in AXES.items()]
+    axes = {**AXES, "expert": "expert"} if cfg.model.n_experts else AXES  # our expert axis is MaxText's
+    keys = [(f"ici_{theirs}_parallelism", str(ici[ours])) for ours, theirs in axes.items()]
+    keys += [(f"dcn_{theirs}_parallelism", str(dcn[ours])) for ours, theirs in axes.items()]
     if num_slices > 1:
         keys.append(("num_slices", str(num_slices)))
     rows = global_batch(cfg, ici, dcn)
@@ -271,8 +391,18 @@ def yaml_overrides(cfg: TrainConfig, platform: str, num_devices: int, num_slices
         lines.append(f"# run with {k}={shlex.quote(v)}")
     lines += ['base_config: "base.yml"', f'run_name: "{run_name}"']
     for k, v in keys:
-        lines.append(f"{k}: {v if v[:1] == '[' or _plain(v) else repr(v)}")
+        lines.append(f"{k}: {_yaml_float(v) if v[:1] == '[' or _plain(v) else repr(v)}")
     return "\n".join(lines) + "\n"
+
+
+def _yaml_float(v: str) -> str:
+    """`v` as YAML reads it back: a number in exponent form gets its point ("1e-06" -> "1.0e-06"), without
+    which YAML 1.1 (PyYAML, MaxText's loader) reads a string."""
+    low = v.lower()
+    if "e" in low and "." not in low and low.lstrip("+-")[:1].isdigit():
+        mantissa, exponent = low.split("e", 1)
+        return f"{mantissa}.0e{exponent if exponent[:1] in '+-' else '+' + exponent}"
+    return v
 
 
 def _plain(v: str) -> bool:

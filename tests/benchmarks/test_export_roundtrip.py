@@ -5,6 +5,7 @@ FLOPs within 1% and memory within 5%. Needs /work/mt312 (a Python 3.12 venv hold
 without it they are skipped with the reason."""
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -55,6 +56,15 @@ def test_every_exported_key_is_a_maxtext_key():
                       remat="custom:decoder_input=offload,mlp1=device")
     keys, _ = maxtext.overrides(cfg, "tpu", 16, 2)
     assert sorted(k for k, _ in keys if k not in known) == []
+    # mixtures of experts (the mixtral, qwen3_moe and deepseek blocks; dropless, capacity, megablox; the expert
+    # axis) and multi-head latent attention
+    mixtral = presets.get("mixtral-8x7b")
+    for model in (mixtral, dataclasses.replace(mixtral, expert_compute="capacity"),
+                  dataclasses.replace(mixtral, grouped_matmul="megablox"), presets.get("qwen3-30b-a3b"),
+                  presets.get("deepseek-v3"), presets.get("deepseek-v2-lite")):
+        moe = TrainConfig(model=model, mesh=MeshConfig(ici=mesh_shape(fsdp=-1, expert=4)), per_device_batch=1)
+        keys, _ = maxtext.overrides(moe, "tpu", 16)
+        assert sorted(k for k, _ in keys if k not in known) == [], model
 
 
 @pytest.mark.slow

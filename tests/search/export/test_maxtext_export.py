@@ -168,3 +168,127 @@ def test_yaml_overrides_parse_as_the_same_values():
     for k, v in keys:
         if k != "mlp_activations":
             assert str(doc[k]).lower() == v.lower() or float(doc[k]) == float(v), (k, doc[k], v)
+
+
+# --- mixtures of experts and multi-head latent attention: the inverse of trainer/maxtext_yml.py ---
+
+MIXTRAL = presets.get("mixtral-8x7b")  # softmax top-2, dropless, experts d_ff wide
+MOE_CASES = {
+    "mixtral-dropless": (MIXTRAL, dict(decoder_block="mixtral", num_experts="8", num_experts_per_tok="2",
+                                       base_moe_mlp_dim="14336", sparse_matmul="true", capacity_factor="-1.0",
+                                       megablox="false", load_balance_loss_weight="0.01")),
+    "mixtral-capacity": (dataclasses.replace(MIXTRAL, expert_compute="capacity", capacity_factor=1.25),
+                         dict(decoder_block="mixtral", sparse_matmul="false", capacity_factor="1.25")),
+    "mixtral-megablox": (dataclasses.replace(MIXTRAL, grouped_matmul="megablox"),
+                         dict(decoder_block="mixtral", sparse_matmul="true", megablox="true")),
+    # sigmoid router, a shared expert, 3 leading dense layers, MLA with a query latent
+    "deepseek-v3": (presets.get("deepseek-v3"),
+                    dict(decoder_block="deepseek", num_experts="256", num_experts_per_tok="8", base_mlp_dim="18432",
+                         base_moe_mlp_dim="2048", shared_experts="1", first_num_dense_layers="3",
+                         routed_score_func="sigmoid", routed_bias="true", load_balance_loss_weight="0.0",
+                         attention_type="mla", q_lora_rank="1536", kv_lora_rank="512", qk_nope_head_dim="128",
+                         qk_rope_head_dim="64", v_head_dim="128", head_dim="192", base_num_kv_heads="128",
+                         max_position_embeddings="4096", original_max_position_embeddings="4096")),
+    # softmax router in the deepseek block, 2 shared experts, MLA without a query latent
+    "deepseek-v2-lite": (presets.get("deepseek-v2-lite"),
+                         dict(decoder_block="deepseek", shared_experts="2", first_num_dense_layers="1",
+                              routed_score_func="softmax", routed_bias="false", q_lora_rank="0")),
+    # experts narrower than d_ff and nothing else of DeepSeek's: Qwen3's block
+    "qwen3-moe": (presets.get("qwen3-30b-a3b"), dict(decoder_block="qwen3_moe", base_moe_mlp_dim="768")),
+}
+# what model_keys writes that is no part of a MaxText model yml (trainer/maxtext_yml.py reads neither)
+NOT_IN_MODEL_YML = ("attention", "normalize_embedding_logits")
+
+
+def moe_config(model, ici=None, **kw) -> TrainConfig:
+    return TrainConfig(model=model, mesh=MeshConfig(ici=ici or mesh_shape(fsdp=-1)), per_device_batch=1, **kw)
+
+
+def read_back(cfg: TrainConfig):
+    """The exported yml's model keys (as YAML gives them to MaxText) read by trainer/maxtext_yml.py:
+    (ModelConfig, the gaps it names)."""
+    yaml = pytest.importorskip("yaml")
+    from paxsearch.search.export.common import Notes
+    from paxsearch.trainer import maxtext_yml
+
+    doc = yaml.safe_load(maxtext.yaml_overrides(cfg, "tpu", 8, run_name="r"))
+    names = [k for k, _ in maxtext.model_keys(cfg, "tpu", Notes()) if k not in NOT_IN_MODEL_YML]
+    model_doc = {k: doc[k] for k in names}
+    return maxtext_yml.from_dict(model_doc), maxtext_yml.gaps(model_doc)
+
+
+@pytest.mark.parametrize("name", MOE_CASES)
+def test_moe_and_mla_keys_read_back_as_the_same_model(name):
+    from paxsearch.trainer.config import expert_width
+
+    model, want_keys = MOE_CASES[name]
+    k, notes = keys_of(moe_config(model))
+    assert {key: k.get(key) for key in want_keys} == want_keys
+    back, gaps = read_back(moe_config(model))
+    # the same ModelConfig, the expert width spelled out (expert_d_ff 0 means d_ff); MaxText's qwen3_moe block
+    # sets base_mlp_dim to the experts' width, and our d_ff is used by no layer of an all-MoE model
+    same = dataclasses.replace(model, expert_d_ff=expert_width(model))
+    if k["decoder_block"] == "qwen3_moe":
+        assert not (model.first_dense_layers or model.n_shared_experts)
+        same = dataclasses.replace(same, d_ff=expert_width(model))
+    assert back == same
+    # every gap the reader names is an approximation the export wrote down
+    if any("softmax router" in g for g in gaps):
+        assert any(n.startswith("approximated model.router='softmax'") for n in notes), notes
+    if any("load-balancing loss is per sequence" in g for g in gaps):
+        assert any(n.startswith("approximated model.load_balance_weight=") for n in notes), notes
+    assert len(gaps) <= sum(n.startswith("approximated model.") for n in notes)
+
+
+def test_per_route_load_balance_weight_reads_back_exactly():
+    # MaxText counts a token's k routes: its weight is ours / k, and k x it must give ours back
+    for weight, k in ((0.001, 6), (0.01, 2), (0.02, 8), (0.003, 7), (0.0, 8)):
+        model = dataclasses.replace(presets.get("deepseek-v2-lite"), load_balance_weight=weight, experts_per_token=k)
+        assert read_back(moe_config(model))[0].load_balance_weight == weight
+
+
+def test_moe_approximations_are_visible():
+    _, notes = keys_of(moe_config(presets.get("deepseek-v3")))
+    assert any(n.startswith("approximated model.router='sigmoid'") and "deepseek3" in n for n in notes), notes
+    _, notes = keys_of(moe_config(MOE_CASES["mixtral-capacity"][0]))
+    assert any(n.startswith("approximated model.capacity_factor=1.25") and "per sequence" in n for n in notes)
+    text = maxtext.yaml_overrides(moe_config(MIXTRAL), "tpu", 8, run_name="r")
+    assert "# approximated model.load_balance_weight=0.02" in text  # a comment in the yml itself
+
+
+def test_dense_export_has_no_moe_or_mla_keys():
+    k, _ = keys_of(small())
+    moe = ("num_experts", "num_experts_per_tok", "base_moe_mlp_dim", "megablox", "sparse_matmul", "capacity_factor",
+           "attention_type", "ici_expert_parallelism", "q_lora_rank")
+    assert [key for key in moe if key in k] == []
+
+
+def test_expert_axis_and_batch():
+    # 8 chips: fsdp 2 x expert 4, both batch axes (trainer/mesh.py BATCH_AXES): 3 rows a device -> 24 rows
+    cfg = moe_config(MIXTRAL, ici=mesh_shape(fsdp=2, expert=4))
+    cfg = dataclasses.replace(cfg, per_device_batch=3)
+    k, _ = keys_of(cfg)
+    assert (k["ici_expert_parallelism"], k["ici_fsdp_parallelism"], k["dcn_expert_parallelism"]) == ("4", "2", "1")
+    assert k["per_device_batch_size"] == "3"  # 24 rows over 8 chips
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(moe_every=2, scan_layers=False), r"model.moe_every=2 \(dense and MoE layers interleaved\).*use moe_every=1"),
+    (dict(mlp="dense"), r"model.mlp='dense' with a mixture of experts.*always gated.*use mlp='gated'"),
+    (dict(block="parallel"), r"model.block='parallel' with a mixture of experts.*use block='sequential'"),
+    (dict(n_experts=0, attention_type="mla", head_dim=192, n_kv_heads=None),
+     r"model.attention_type='mla' in a dense model.*set model.n_experts > 0 or attention_type='mha'"),
+])
+def test_moe_fields_without_a_maxtext_key_are_refused_in_one_line(fields, message):
+    with pytest.raises(ExportRefused, match=message) as e:
+        maxtext.overrides(moe_config(dataclasses.replace(MIXTRAL, **fields)), "tpu", 8)
+    assert "\n" not in str(e.value)
+
+
+def test_moe_command_line_carries_the_keys(tmp_path):
+    cfg = moe_config(presets.get("deepseek-v3"))
+    text = maxtext.command(cfg, "tpu", 8, run_name="ds")
+    for key in ("decoder_block=deepseek", "num_experts=256", "routed_score_func=sigmoid", "attention_type=mla",
+                "megablox=false"):
+        assert f"  {key} \\" in text
+    assert "# approximated model.router='sigmoid'" in text
