@@ -14,6 +14,17 @@ What has no Paxml field is refused (ExportRefused, one line) when it changes the
 K/V heads, a parallel block, RoPE's theta other than 10000; and dropped with a comment line
 when it does not: context parallelism is refused (it changes the mesh), offload, ZeRO-1,
 vocabulary tiling, custom remat policies that match no AutodiffCheckpointType.
+
+Mixtures of experts (model.n_experts > 0) and multi-head latent attention (model.attention_type
+'mla') are refused, naming `--to maxtext` (which writes both). MLA has no Praxis layer. Praxis's
+MoE layer (praxis.layers.transformers.TransformerFeedForwardMoe: num_experts, num_groups,
+unadjusted_expert_capacity_factor, gating_func, moe_load_balance_loss_weight) has no exact mapping
+of ours: its gating is GShard top-2 (or expert choice), not a softmax top-k for any k; it always
+drops tokens past a capacity per routing group (num_groups, typically one a device), where our
+"dropless" drops none and our "capacity" counts per device; its load-balancing loss is GShard's
+(first choices' density); it has no sigmoid router, shared experts or leading dense layers; and
+the C4 experiments this class derives from set no MoE field. An approximate export would train a
+different model under the same name, so there is none.
 """
 from __future__ import annotations
 
@@ -58,9 +69,12 @@ def checkpoint_policy(name: str, notes: Notes) -> str:
 def fields(cfg: TrainConfig, num_devices: int, notes: Notes) -> tuple[str, list[tuple[str, str]]]:
     """(base class, [(field, Python expression)]) of the experiment class for `cfg`."""
     m = cfg.model
+    if m.n_experts:
+        raise ExportRefused(f"model.n_experts={m.n_experts} (a mixture of experts) has no exact Paxml form (Praxis's "
+                            "MoE layer routes GShard top-2 with per-group capacity); export with --to maxtext")
     if m.attention_type == "mla":
         raise ExportRefused("model.attention_type='mla' (multi-head latent attention) has no layer in Paxml's "
-                            "TransformerLm experiments; export a model with attention_type='mha'")
+                            "TransformerLm experiments; export with --to maxtext, or search attention_type='mha'")
     if m.kv_heads != m.n_heads:
         raise ExportRefused(f"model.n_kv_heads={m.n_kv_heads} (grouped K/V heads) has no field in Paxml's "
                             "TransformerLm experiments; export with --to maxtext, or search n_kv_heads=None")

@@ -81,3 +81,21 @@ def test_an_int8_config_says_its_quantization_is_dropped():
     text = paxml.snippet(small(model=dataclasses.replace(small().model, quantization="int8")), "tpu", 16)
     assert "# dropped model.quantization='int8'" in text
     assert "quantization" not in paxml.snippet(small(), "tpu", 16)
+
+
+@pytest.mark.parametrize("model, message", [
+    # a mixture of experts, softmax top-2 dropless (Mixtral's routing), shrunk
+    (presets.replace("mixtral-8x7b", n_layers=2, d_model=256, n_heads=4, n_kv_heads=None, head_dim=64, d_ff=512,
+                     seq_len=256, vocab_size=1024),
+     r"^model.n_experts=8 \(a mixture of experts\) has no exact Paxml form .*; export with --to maxtext$"),
+    # DeepSeek-V2-Lite: MoE and MLA; the MoE is named first
+    (presets.get("deepseek-v2-lite"), r"^model.n_experts=64 .*--to maxtext$"),
+    # MLA in a dense model
+    (dataclasses.replace(presets.get("deepseek-v2-lite"), n_experts=0),
+     r"^model.attention_type='mla' .*; export with --to maxtext, or search attention_type='mha'$"),
+])
+def test_moe_and_mla_are_refused_not_exported_dense(model, message):
+    """Neither is written as a dense Llama-style class: one line naming the field and --to maxtext."""
+    with pytest.raises(ExportRefused, match=message) as e:
+        paxml.snippet(small(model=model, mesh=MeshConfig(ici=mesh_shape(fsdp=-1))), "tpu", 16)
+    assert "\n" not in str(e.value)
