@@ -28,6 +28,11 @@ Decoder blocks (MaxText's decoder_block, read in its layers/decoders.py and mode
   attention_type "mla" is multi-head latent attention (trainer/mla.py), the deepseek block only:
   q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim map one to one, head_dim
   is qk_nope_head_dim + qk_rope_head_dim (MaxText's MLA ignores the head_dim key), K/V heads = heads.
+Experts' MLPs: MaxText's routed experts are always gated (RoutedMoE: wi_0, wi_1 and wo, the first of
+mlp_activations applied to wi_0's output times wi_1's), whatever mlp_activations says; its dense MLPs
+(the leading dense layers, the shared experts) follow mlp_activations. So a MoE yml with a single
+activation [act] is read as gated experts (mlp "gated") when it has neither leading dense layers nor
+shared experts, and refused otherwise (our `mlp` is one form for all three).
 MoE keys: num_experts -> n_experts, num_experts_per_tok -> experts_per_token (base.yml: 1),
 base_moe_mlp_dim -> expert_d_ff. Token dropping: MaxText drops tokens only on its dense-matmul path
 (sparse_matmul false) with capacity_factor > 0 (expert capacity ceil(k x tokens / experts) x
@@ -48,7 +53,9 @@ original_max_position_embeddings / max_position_embeddings / rope_truncate / rop
 YaRN's interleaved RoPE layout (rope_interleave), MLA's mscale softmax scale (which MaxText applies
 whenever max_position_embeddings > original_max_position_embeddings, as base.yml has them), llama3.1
 RoPE scaling (rope_type llama3.1), group-limited routing (n_routing_groups, topk_routing_group),
-routed_scaling_factor != 1, the deepseek softmax router's unnormalized weights, Qwen3's QK-norm
+routed_scaling_factor != 1, the deepseek softmax router's unnormalized weights, how the sigmoid
+router's bias moves (MaxText: routed_bias_update_rate x sign(mean load - load) added each step
+outside the optimizer, none at its base.yml 0; ours: the optimizer, on the load error), Qwen3's QK-norm
 (use_qk_norm: 2 x head_dim RMSNorm scales a layer, no matmul), MaxText's per-sequence
 load-balancing loss (ours is over the step's tokens), and normalization_layer_epsilon (our RMSNorm's
 epsilon is fixed at 1e-6). Any other value with no paxsearch equivalent (a decoder block, an
@@ -71,7 +78,8 @@ BASE_DEFAULTS: dict[str, Any] = {
     "vocab_size": 32_000,
     # mixture of experts
     "num_experts": 1, "num_experts_per_tok": 1, "base_moe_mlp_dim": -1, "first_num_dense_layers": 0,
-    "shared_experts": 0, "routed_score_func": "", "routed_bias": False, "routed_scaling_factor": 1.0,
+    "shared_experts": 0, "routed_score_func": "", "routed_bias": False, "routed_bias_update_rate": 0.0,
+    "routed_scaling_factor": 1.0,
     "n_routing_groups": -1, "topk_routing_group": -1, "norm_topk_prob": False, "capacity_factor": -1.0,
     "sparse_matmul": True, "megablox": True, "load_balance_loss_weight": 0.0,
     # attention
@@ -163,6 +171,12 @@ def gaps(doc: dict, where: str = "MaxText yml") -> tuple[str, ...]:
                    "not scaled here")
     if d["decoder_block"] == "deepseek" and d["routed_score_func"] == "softmax":
         out.append("deepseek block's softmax router keeps the top-k weights unnormalized: renormalized here")
+    if d["routed_bias"] and d["num_experts"] > 1:
+        rate = d["routed_bias_update_rate"]
+        how = (f"MaxText adds {rate} x sign(mean load - load) to each expert's routing bias a step, outside the "
+               "optimizer" if rate else "MaxText's routing bias gets no load-balancing update")
+        out.append(f"routed_bias_update_rate {rate} ({how}): here the optimizer moves the bias by the load error "
+                   "(trainer/moe.py)")
     if d["use_qk_norm"]:
         out.append("use_qk_norm true (RMSNorm scales on each query and key head): not in this model")
     if d["load_balance_loss_weight"] and d["num_experts"] > 1:
@@ -200,7 +214,8 @@ def from_dict(doc: dict, where: str = "MaxText yml") -> ModelConfig:
     for key in ("logits_via_embedding", "routed_bias", "norm_topk_prob", "sparse_matmul", "megablox", "use_qk_norm",
                 "rope_interleave", "rope_truncate", "rope_attention_scaling"):
         _bool(d, key)
-    for key in ("routed_scaling_factor", "capacity_factor", "load_balance_loss_weight", "mscale", "rope_factor",
+    for key in ("routed_scaling_factor", "routed_bias_update_rate", "capacity_factor", "load_balance_loss_weight",
+                "mscale", "rope_factor",
                 "beta_fast", "beta_slow", "max_position_embeddings", "original_max_position_embeddings"):
         _number(d, key)
     for key in ("n_routing_groups", "topk_routing_group"):
@@ -214,6 +229,11 @@ def from_dict(doc: dict, where: str = "MaxText yml") -> ModelConfig:
             fields["grouped_matmul"] = "megablox"
         if block == "qwen3_moe":
             d_ff = fields["expert_d_ff"]  # MaxText sets base_mlp_dim to base_moe_mlp_dim: no dense MLP remains
+        if len(acts) == 1 and (fields["n_shared_experts"] or fields["first_dense_layers"]):
+            raise ConfigError(f"{where}: mlp_activations {acts!r} with shared_experts {fields['n_shared_experts']} / "
+                              f"first_num_dense_layers {fields['first_dense_layers']}: MaxText's routed experts are "
+                              "always gated (wi_0, wi_1) and its dense MLPs are not, which one model.mlp cannot hold; "
+                              f"use mlp_activations [{acts[0]}, linear]")
     elif block in MOE_BLOCKS:
         raise ConfigError(f"{where}: decoder_block {block} builds mixture-of-experts layers and needs num_experts "
                           f"> 1, got {n_experts}")
@@ -240,7 +260,8 @@ def from_dict(doc: dict, where: str = "MaxText yml") -> ModelConfig:
             vocab_size=_int(d, "vocab_size"), d_model=_int(d, "base_emb_dim"),
             n_layers=_int(d, "base_num_decoder_layers"), n_heads=heads, n_kv_heads=None if kv == heads else kv,
             head_dim=head_dim, d_ff=d_ff, seq_len=_int(d, "max_target_length"),
-            mlp="gated" if len(acts) == 2 else "dense", activation=acts[0], block=BLOCKS[block], position="rope",
+            mlp="gated" if len(acts) == 2 or n_experts > 1 else "dense",  # routed experts: always gated
+            activation=acts[0], block=BLOCKS[block], position="rope",
             rope_theta=float(theta), tie_embeddings=d["logits_via_embedding"], dtype="bfloat16",
             param_dtype="float32", scan_layers=True, attention="auto", **fields)
     except ConfigError as e:
@@ -285,8 +306,9 @@ def _moe(d: dict, where: str, block: str, n_experts: int, d_ff: int) -> dict[str
         n_experts=n_experts, experts_per_token=k, expert_d_ff=width, n_shared_experts=shared, first_dense_layers=dense,
         router=router, load_balance_weight=float(k * d["load_balance_loss_weight"]),
         expert_compute="capacity" if capacity else "dropless")
-    if d["load_balance_loss_weight"] < 0:
-        raise ConfigError(f"{where}: load_balance_loss_weight {d['load_balance_loss_weight']} must be >= 0")
+    for key in ("load_balance_loss_weight", "routed_bias_update_rate"):
+        if d[key] < 0:
+            raise ConfigError(f"{where}: {key} {d[key]} must be >= 0")
     if capacity:
         fields["capacity_factor"] = float(d["capacity_factor"])
     return fields

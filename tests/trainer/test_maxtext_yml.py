@@ -270,7 +270,7 @@ def test_deepseek3_yml_maps_mla_and_routing_and_names_its_gaps(yml):
     (message,) = [str(w.message) for w in record]
     assert "\n" not in message
     for gap in ("rope_type yarn", "mscale 1.0", "rope_interleave", "group-limited routing (n_routing_groups 8",
-                "routed_scaling_factor 2.5"):
+                "routed_scaling_factor 2.5", "routed_bias_update_rate 0.0 (MaxText's routing bias gets no"):
         assert gap in message
     assert "use_qk_norm" not in message and "softmax router" not in message
     qwen_gaps = maxtext_yml.gaps(__import__("yaml").safe_load(QWEN3_30B_A3B))
@@ -306,6 +306,10 @@ def test_moe_compute_keys(extra, expected):
     (DEEPSEEK3_671B.replace("qk_rope_head_dim: 64", "qk_rope_head_dim: 63"), "", "qk_rope_head_dim must be even"),
     (QWEN3_30B_A3B.replace("base_moe_mlp_dim: 768\n", ""), "", "base_moe_mlp_dim -1"),
     (LLAMA3_8B, "shared_experts: 2\n", "without a mixture of experts"),
+    # MaxText's routed experts are gated, its shared experts and dense layers follow mlp_activations
+    (DEEPSEEK3_671B.replace('["silu","linear"]', "[silu]"), "", r"mlp_activations \['silu'\] with shared_experts 1 / "
+     r"first_num_dense_layers 3: .*always gated .*; use mlp_activations \[silu, linear\]"),
+    (DEEPSEEK3_671B, "routed_bias_update_rate: -0.001\n", "routed_bias_update_rate -0.001 must be >= 0"),
 ])
 def test_moe_and_mla_refusals_in_one_line(text, extra, message):
     import yaml
@@ -313,3 +317,32 @@ def test_moe_and_mla_refusals_in_one_line(text, extra, message):
     with pytest.raises(ConfigError, match=message) as e:
         maxtext_yml.from_dict(yaml.safe_load(text + extra))
     assert "\n" not in str(e.value)
+
+
+def test_single_activation_moe_is_read_as_maxtexts_gated_experts():
+    """MaxText's RoutedMoE builds wi_0 and wi_1 for every expert whatever mlp_activations says (the
+    first activation gates): a MoE yml with [silu] and no dense MLP is the [silu, linear] model."""
+    gated = _read(MIXTRAL_8X7B)
+    single = _read(MIXTRAL_8X7B.replace('["silu","linear"]', "[silu]"))
+    assert (single.mlp, single.activation) == ("gated", "silu") and single == gated
+    qwen = _read(QWEN3_30B_A3B.replace('["silu", "linear"]', "[gelu]"))
+    assert (qwen.mlp, qwen.activation) == ("gated", "gelu")
+    # a dense model keeps the single activation's dense MLP
+    assert _read(LLAMA3_8B.replace('["silu","linear"]', "[relu]")).mlp == "dense"
+
+
+@pytest.mark.parametrize("rate, words", [("0.001", "MaxText adds 0.001 x sign(mean load - load)"),
+                                         ("0.0", "gets no load-balancing update")])
+def test_routed_bias_update_rate_is_read_and_named_as_a_gap(yml, rate, words):
+    """DeepSeek's aux-loss-free bias update: MaxText's fixed-step rule has no knob here (the optimizer
+    moves our bias), so the key is accepted and named in the gaps, not refused or ignored."""
+    import yaml
+
+    text = DEEPSEEK3_671B + f"routed_bias_update_rate: {rate}\n"
+    (gap,) = [g for g in maxtext_yml.gaps(yaml.safe_load(text)) if g.startswith("routed_bias_update_rate")]
+    assert words in gap and "optimizer moves the bias" in gap
+    with pytest.warns(UserWarning, match=f"routed_bias_update_rate {rate}"):
+        assert maxtext_yml.load(yml(text)) == _read(DEEPSEEK3_671B)
+    # no routing bias: MaxText applies no update whatever the rate, and no gap is named
+    no_bias = DEEPSEEK2_16B + f"routed_bias_update_rate: {rate}\n"
+    assert not [g for g in maxtext_yml.gaps(yaml.safe_load(no_bias)) if "routed_bias" in g]
