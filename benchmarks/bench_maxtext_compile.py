@@ -97,7 +97,11 @@ def maxtext_common_argv(base_yml: str, target: str, m, per_device_batch: int, re
 def moe_maxtext_argv(row: published.MoePublished, base_yml: str, gmm: str = "ragged_dot") -> list[str]:
     """MaxText 0.2.5 overrides (configs/base.yml keys) for a MoE row: the common ones with the Mixtral block
     (decoder_block mixtral: RMSNorm pre-norm, SwiGLU experts, softmax top-k router renormalized), then the
-    experts, the expert compute and the row's mesh by axis name (our expert axis is MaxText's)."""
+    experts, the expert compute and the row's mesh by axis name (our expert axis is MaxText's).
+    load_balance_loss_weight is ours / experts_per_token, the convention of search/export/maxtext.py's writer and
+    trainer/maxtext_yml.py's reader (MaxText's loss counts each of a token's k routes: k x ours unweighted)."""
+    from paxsearch.search.export.maxtext import _per_route
+
     m = published.moe_model(row)
     if m.n_shared_experts or m.first_dense_layers or m.moe_every != 1 or m.router != "softmax" or m.mlp != "gated":
         raise ValueError(f"{row.name}: the mixtral block holds no shared expert, leading dense layer, interleave, "
@@ -109,11 +113,12 @@ def moe_maxtext_argv(row: published.MoePublished, base_yml: str, gmm: str = "rag
     mesh = [f"ici_{axis}_parallelism={size}" for axis, size in row.mesh]
     if row.remat != "full":
         raise ValueError(f"{row.name}: remat {row.remat!r} has no MaxText mapping here (full only)")
+    k = m.experts_per_token
     return common + [
         "decoder_block=mixtral", f"mlp_activations=[\"{m.activation}\",\"linear\"]", "remat_policy=full",
         f"weight_dtype={m.param_dtype}", f"rope_max_timescale={int(m.rope_theta)}",
-        f"num_experts={m.n_experts}", f"num_experts_per_tok={m.experts_per_token}",
-        f"base_moe_mlp_dim={m.expert_d_ff or m.d_ff}", f"load_balance_loss_weight={m.load_balance_weight}",
+        f"num_experts={m.n_experts}", f"num_experts_per_tok={k}", f"base_moe_mlp_dim={m.expert_d_ff or m.d_ff}",
+        f"load_balance_loss_weight={_per_route(m.load_balance_weight, k)}",
         f"capacity_factor={-1.0 if dropless else m.capacity_factor}", f"sparse_matmul={str(dropless).lower()}",
         f"megablox={str(dropless and gmm == 'megablox').lower()}", *mesh, *(MOE_TILES if dropless else [])]
 
