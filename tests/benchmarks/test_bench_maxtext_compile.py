@@ -44,3 +44,15 @@ def test_moe_keys_read_back_as_the_rows_experts(compute):
     assert {f: getattr(back, f) for f in fields} == {f: getattr(ours, f) for f in fields}
     assert back.expert_d_ff == (ours.expert_d_ff or ours.d_ff)
     assert compute == "dropless" or back.capacity_factor == 1.5
+
+
+@pytest.mark.parametrize("model", ["moe", "moecap"])
+def test_the_cpu_tokens_benchmark_gives_maxtext_our_weight_per_route(model):
+    """benchmarks/bench_maxtext.py's MoE keys: MaxText's load_balance_loss_weight is ours / k (its loss counts each
+    of a token's k routes), as the export writes it."""
+    from paxsearch.benchmarks import bench_maxtext
+
+    argv = dict(a.split("=", 1) for a in bench_maxtext._maxtext_moe(model))
+    k, ours = bench_maxtext.MOE["experts_per_token"], bench_maxtext.MOE["load_balance_weight"]
+    assert float(argv["load_balance_loss_weight"]) * k == pytest.approx(ours, rel=1e-12)
+    assert bench_maxtext._maxtext_moe("llama") == []
