@@ -65,9 +65,10 @@ def test_row_seconds_interpolate_between_the_measured_sizes():
     assert indexed.row_seconds(hw, "scatter", 2048, 32768) == pytest.approx(ns[("scatter", 32768, 2048)])
     mid = indexed.row_seconds(hw, "scatter", 3000, 32768)
     assert ns[("scatter", 32768, 2048)] < mid < ns[("scatter", 32768, 4096)]
-    # none below the narrowest measured row (the op keeps its roofline), proportional to the bytes above the
-    # widest, held outside the row counts
-    assert indexed.row_seconds(hw, "gather", 4, 32768) is None and indexed.row_seconds(hw, "scatter", 127, 8192) is None
+    # below the narrowest measured row its time (a row's floor), proportional to the bytes above the widest, held
+    # outside the row counts
+    assert indexed.row_seconds(hw, "gather", 4, 32768) == ns[("gather", 32768, 128)]
+    assert indexed.row_seconds(hw, "scatter", 4, 8192) == ns[("scatter", 8192, 128)]
     assert indexed.row_seconds(hw, "gather", 512, 32768) == ns[("gather", 32768, 512)]
     assert indexed.row_seconds(hw, "scatter", 128, 32768) == ns[("scatter", 32768, 128)]
     # a narrow scatter costs less a row than a 512 B one, but far more than its bytes (256 B at 819 GB/s: 0.3 ns)
