@@ -846,8 +846,8 @@ MOE_ROWS = (
              "gap: the figure's batch is not recorded; global_batch=2304 (36 x 64 chips) from the v5p recipe script"),
             ("ici_fsdp_parallelism (base.yml)", "-1", "mesh fsdp=64 (MoE tensor parallelism came after the figure: "
                                                       f"{C_MOE_TP}; no expert axis in base.yml@{C_MOE_V5P})"),
-            ("megablox (base.yml)", "True", "gap: expert_compute=dropless through jax.lax.ragged_dot, not the Pallas "
-                                            "megablox kernel (no capacity_factor existed in base.yml then)"),
+            ("megablox (base.yml)", "True", "expert_compute=dropless, model.grouped_matmul=megablox (the Pallas "
+                                            "megablox kernel; no capacity_factor existed in base.yml then)"),
             ("remat_policy (base.yml)", "full", "remat=full"),
             ("dtype / weight_dtype", "bfloat16 / bfloat16", "model.param_dtype=bfloat16"),
             *_MOE_COMMON[:2],
@@ -855,7 +855,8 @@ MOE_ROWS = (
              "gap: flags=v5p_collectives (the v5p compiler refuses the all-gather continuation fusion; default "
              "scoped VMEM)"),
         ),
-        mesh=(("fsdp", 64),), remat="full", expert_compute="dropless", model_fields=(("param_dtype", "bfloat16"),),
+        mesh=(("fsdp", 64),), remat="full", expert_compute="dropless",
+        model_fields=(("param_dtype", "bfloat16"), ("grouped_matmul", "megablox")),
         flags="v5p_collectives",
         note="The figure's config is not published; planned with the one v5p Mixtral recipe of MaxText's team "
              "(its batch, weights and flags). The figure's formula is MaxText's at the commit that published it."),
@@ -930,8 +931,8 @@ MOE_ROWS = (
             ("per_device_batch_size, max_target_length", "6, 8192", "global_batch=3072 (6 x 512), model.seq_len=8192"),
             ("ici_fsdp_parallelism, ici_tensor_parallelism", "-1, 1", "mesh fsdp=512"),
             ("megablox / sparse_matmul / use_custom_sort_vjp", "True / True / True",
-             "gap: expert_compute=dropless through jax.lax.ragged_dot (one sort of the routes), not the Pallas "
-             "megablox kernel and its custom sort VJP"),
+             "expert_compute=dropless, model.grouped_matmul=megablox (the Pallas megablox kernel; one sort of the "
+             "routes, gathers both ways: no custom sort VJP)"),
             ("remat_policy: decoder_layer_input, out_proj", "custom: offload (the rest 'remat', base.yml)",
              "remat='custom:decoder_input=offload,out_proj=offload' (the rest recomputed)"),
             ("dtype / weight_dtype", "bfloat16 / float32", "the preset's dtype=bfloat16, param_dtype=float32"),
@@ -939,7 +940,7 @@ MOE_ROWS = (
              "gap: model.attention=flash (splash, v at its own head dim 128); its blocks are fixed "
              "(trainer/attention.py SPLASH_BLOCK 512), not 2048"),
             ("tile_batch_seq / tile_embed_dim / tile_mlp_dim", "512 / 1024 / 1024",
-             "gap: megablox tiles are not knobs of ours"),
+             "megablox tiling 512 x 1024 x 1024 (trainer/moe.py MEGABLOX_TILING, not a knob)"),
             ("xla_flags", "ENABLE_SPARSECORE_OFFLOADING_FOR_RS_AG_AR + HOST_OFFLOAD_FLAGS + "
                           "LAYOUT_FOR_ALL_REDUCE_SCATTER + DATA_PARALLEL_OVERLAP + MOE_VMEM_LIMIT_FLAG + "
                           "DISABLE_MEGACORE_FUSION_ALLOW_AGS + ENABLE_ASYNC_COLLECTIVE_PERMUTE",
@@ -950,7 +951,7 @@ MOE_ROWS = (
             *_MOE_COMMON[2:],
         ),
         mesh=(("fsdp", 512),), remat="custom:decoder_input=offload,out_proj=offload", expert_compute="dropless",
-        model_fields=(("seq_len", 8192),),
+        model_fields=(("seq_len", 8192), ("grouped_matmul", "megablox")),
         note="Planned with the deepseek-v3 preset (multi-head latent attention, trainer/mla.py). MaxText's formula "
              f"at {C_MX_DSV3} counts MLA's projections and halves the attention for causality "
              "(calculate_mla_tflops_per_device), as ours: the conversion is 1.0 up to the routing bias."),

@@ -156,6 +156,24 @@ def test_the_masked_group_convolution_is_a_ragged_dot_at_the_backward_share():
     assert cost.instr_flops(module, entry, fusion) < 2 * 2.0 * 4096 * 64 * 128
 
 
+def test_a_named_einsum_beside_a_mask_is_not_a_ragged_dot():
+    """The capacity experts' einsum ('ecd,edf->ecf', the same convolution over the groups) in a fusion that is
+    handed a pred[G, rows] mask (the gather dispatch's) keeps its full count: its op_name names the einsum."""
+    named = _MASKED.replace("dim_labels=0fb_0io->0bf",
+                            'dim_labels=0fb_0io->0bf, metadata={op_name="jit(step)/moe/ecd,edf->ecf/dot_general"}')
+    module = R.parse_module(named)
+    comp = module.computations["masked"]
+    conv = next(i for i in comp.instrs if i.opcode == "convolution")
+    lhs, rhs = (hlo.operand_shape(comp, o) for o in conv.operands[:2])
+    assert cost.ragged_dot_groups(conv, lhs, rhs, comp) == 1
+    entry = module.computations[module.entry]
+    fusion = next(i for i in entry.instrs if i.opcode == "fusion")
+    assert cost._ragged(module, entry, fusion) is None
+    unnamed = R.parse_module(_MASKED)
+    assert cost.ragged_dot_groups(next(i for i in unnamed.computations["masked"].instrs if i.opcode == "convolution"),
+                                  lhs, rhs, unnamed.computations["masked"]) == 8
+
+
 def test_ragged_share_takes_the_nearest_measured_shape():
     hw = hardware_for([], "v5e")
     assert indexed.ragged_share(hw, (1024, 1408), backward=False) == 0.476

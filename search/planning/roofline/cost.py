@@ -59,6 +59,7 @@ def _window(ins: Instr) -> list[dict]:
 
 
 _RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general\b')  # jax's primitive of jax.lax.ragged_dot
+_OP_NAME_ATTR = re.compile(r'op_name="[^"]+"')
 # the megablox kernels' pallas_call, under jax's jit of gmm (forward, lhs gradient) or tgmm (weight gradient)
 _MEGABLOX = re.compile(r'op_name="[^"]*jit\(t?gmm\)\)*/pallas_call')
 
@@ -76,10 +77,12 @@ def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str, comp: Computat
     operands are every row broadcast to each group and masked to the group's rows (the fusion is handed the
     group offsets). A batched matmul over the groups (the capacity experts' einsum 'ecd,edf->ecf') is
     written as the same convolution, each group with rows of its own: the two are told apart by the
-    op_name jax gives the instruction (ragged_dot_general), or where it has none, by the group mask its
-    computation takes (_group_mask). 1 for any other convolution."""
+    op_name jax gives the instruction (ragged_dot_general), or where it has none (libtpu 0.0.42.1's weight
+    gradient), by the group mask its computation takes (_group_mask); an instruction whose op_name names
+    anything else is not a ragged dot, whatever masks its computation takes (the capacity einsum's fusion
+    is handed the dispatch's masks too). 1 for any other convolution."""
     named = bool(_RAGGED_DOT.search(ins.attrs))
-    if not named and comp is None:
+    if not named and (comp is None or _OP_NAME_ATTR.search(ins.attrs)):
         return 1
     win = _window(ins)
     labels = ins.attr("dim_labels") or ""
