@@ -323,7 +323,8 @@ def test_megablox_plans_for_a_tpu_topology():
 ])
 def test_maxtext_megablox_key_both_ways(extra, expected):
     """A MaxText yml's megablox set true (dropless) reads as grouped_matmul megablox, and the MaxText export
-    of such a model writes sparse_matmul and megablox true; "auto" writes neither."""
+    of such a model writes sparse_matmul and megablox true; a dropless "auto" (jax.lax.ragged_dot on TPU)
+    sparse_matmul true and megablox false; the capacity experts sparse_matmul false (MaxText's dense matmul)."""
     from paxsearch.search.export import maxtext
     from paxsearch.trainer.config import MeshConfig, TrainConfig, mesh_shape
 
@@ -334,4 +335,7 @@ def test_maxtext_megablox_key_both_ways(extra, expected):
     keys = dict(maxtext.overrides(TrainConfig(model=model, mesh=MeshConfig(ici=mesh_shape(fsdp=8)),
                                               per_device_batch=1), "tpu", 8)[0])
     exported = {k: keys[k] for k in ("sparse_matmul", "megablox") if k in keys}
-    assert exported == ({"sparse_matmul": "true", "megablox": "true"} if expected == "megablox" else {})
+    if model.expert_compute == "capacity":
+        assert exported == {"sparse_matmul": "false"}
+    else:
+        assert exported == {"sparse_matmul": "true", "megablox": "true" if expected == "megablox" else "false"}
