@@ -201,15 +201,16 @@ class Driver:
                     return None
             trial = ctx.study.ask()
             self._asked_any = True
-            trial.set_user_attr("owner", self.owner)
-            trial.set_user_attr("heartbeat", time.time())
+            retry = storage_lib.retry  # a blip of the database is waited for, as at every other write
+            retry(trial.set_user_attr, "owner", self.owner)
+            retry(trial.set_user_attr, "heartbeat", time.time())
             try:
                 decisions = suggest_all(trial, space)
             except SpaceExhausted:
                 trial.set_user_attr("superseded", True)
                 ctx.study.tell(trial, state=TrialState.FAIL)
                 return None
-            trial.set_user_attr("decisions", decisions)
+            retry(trial.set_user_attr, "decisions", decisions)
             self._inflight[trial.number] = trial
         return trial, decisions
 
@@ -220,7 +221,7 @@ class Driver:
         number = trial.number
         trial_dir = os.path.abspath(os.path.join(ctx.run_dir, "trials", str(number)))
         os.makedirs(trial_dir, exist_ok=True)
-        trial.set_user_attr("trial_dir", trial_dir)
+        storage_lib.retry(trial.set_user_attr, "trial_dir", trial_dir)
         outcome, config_json, flags = prepare(ctx, trial, decisions, trial_dir)
         gang = slot.gangs.get(flags) or slot.last  # settled in the driver: no worker is started for it
         if outcome is None:

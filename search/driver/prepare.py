@@ -17,12 +17,19 @@ from ...trainer import flagsets
 from ..planning import screen as plan_screen
 from ..planning.targets import flag_probe
 from ..study import configio
+from ..study import storage as storage_lib
 from ..study.run_folder import write_whole
 from ..study.settings import SettingsError, steps_for_tokens, tokens_for_compute
 from ..study.space import SpaceError, config_dict
 from ..trial.classify import Phase, classify
 from ..tuning import steer
 from .context import StudyContext
+
+
+def _set_attr(trial, key: str, value) -> None:
+    """trial.set_user_attr through storage_lib.retry: a database that blips while a trial is prepared
+    is waited for, and one that stays away stops the driver with one line (StorageError)."""
+    storage_lib.retry(trial.set_user_attr, key, value)
 
 
 def worker_flags(cfg) -> str:
@@ -84,10 +91,10 @@ def prepare(ctx: StudyContext, trial: optuna.Trial, decisions: dict,
             return TrialOutcome.failure(*classify(e, Phase.SETUP)), None, flags
         cfg.steps = budget["steps"]
         built = configio.build(cfg)
-        trial.set_user_attr("token_budget", budget)
+        _set_attr(trial, "token_budget", budget)
     config_json = configio.dumps(cfg)
-    trial.set_user_attr("config", config_json)
-    trial.set_user_attr("config_dict", config_dict(cfg))
+    _set_attr(trial, "config", config_json)
+    _set_attr(trial, "config_dict", config_dict(cfg))
     write_whole(os.path.join(trial_dir, "config.json"), config_json)
     try:
         target = ctx.target.for_config(built)  # slices=auto: prod(mesh.dcn) slices for this trial
@@ -98,12 +105,12 @@ def prepare(ctx: StudyContext, trial: optuna.Trial, decisions: dict,
     except ConfigError as e:
         return TrialOutcome.failure(*classify(e, Phase.CHECK)), config_json, flags
     if not target.plan_only:  # steering and the math group's loss (Driver._inherit_group_loss) read it
-        trial.set_user_attr("math_key", steer.math_key(built, target.num_devices))
+        _set_attr(trial, "math_key", steer.math_key(built, target.num_devices))
     if target.plan_only:  # settled here when the study already knows the answer
-        trial.set_user_attr("plan_target", target.name)  # the trial's concrete target
+        _set_attr(trial, "plan_target", target.name)  # the trial's concrete target
         keys = plan_screen.keys_attrs(built, target)
         for key, value in keys.items():
-            trial.set_user_attr(key, value)
+            _set_attr(trial, key, value)
         trials = ctx.study.get_trials(deepcopy=False)
         return (plan_screen.screen(built, target, keys, trials, ctx.settings.memory_budget), config_json,
                 flags)
