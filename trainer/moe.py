@@ -141,6 +141,11 @@ def check(m: ModelConfig, sizes: dict[str, int] | None = None) -> None:
         raise ConfigError(f"model.grouped_matmul={m.grouped_matmul!r} is the dropless experts' grouped matmul; "
                           f"expert_compute={m.expert_compute!r} runs batched matmuls: use grouped_matmul='auto' or "
                           "expert_compute='dropless'")
+    if m.grouped_matmul == "megablox" and (expert_width(m) % 128 or m.d_model % 128):
+        # the v5e chip (jax 0.10.2): at width 704 the backward kernels do not compile ("the last two dimensions of
+        # your block shape are divisible by 8 and 128 respectively, or be equal to ... the array")
+        raise ConfigError(f"model.grouped_matmul='megablox' needs d_model and the experts' width in multiples of 128 "
+                          f"(the kernel's tiles), got {m.d_model} and {expert_width(m)}; use grouped_matmul='auto'")
     if m.expert_compute == "capacity" and not m.capacity_factor > 0:
         raise ConfigError(f"model.capacity_factor must be > 0 with expert_compute='capacity', got {m.capacity_factor}")
     if not m.load_balance_weight >= 0:
