@@ -287,9 +287,8 @@ def test_grouped_matmul_by_platform_and_refusals_in_one_line():
                                           "megablox"),
              (dict(grouped_matmul="megablox", expert_compute="capacity"), "use grouped_matmul='auto' or "
                                                                           "expert_compute='dropless'"),
-             (dict(grouped_matmul="megablox", d_model=256, expert_d_ff=704), "needs d_model and the experts' width "
-                                                                             "in multiples of 128 (the kernel's tiles), "
-                                                                             "got 256 and 704")]
+             (dict(grouped_matmul="megablox", d_model=256, expert_d_ff=704),
+              "needs d_model and the experts' width in multiples of 128 (the kernel's tiles), got 256 and 704")]
     for fields, message in cases:
         with pytest.raises(ConfigError, match=re.escape(message)) as e:
             moe_lib.check(dataclasses.replace(MODEL, **fields))
