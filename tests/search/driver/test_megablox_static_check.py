@@ -31,7 +31,9 @@ def test_validate_refuses_megablox_off_tpu_and_passes_it_on_tpu():
 
 @pytest.mark.parametrize("target, ok", [("cpu:8", False), ("tpu:v5e-8", True)])
 def test_dry_run_removes_megablox_points_on_a_cpu_target(make_space, target, ok):
-    model = dict(n_experts=4, experts_per_token=2, mlp="gated", activation="silu", grouped_matmul="megablox")
+    # d_model and the experts' width in multiples of 128, as megablox's tiles need (moe.check)
+    model = dict(n_experts=4, experts_per_token=2, mlp="gated", activation="silu", grouped_matmul="megablox",
+                 d_model=128, d_ff=256)
     space = load_space(make_space("megablox", study=dict(target=target, objectives=["mfu", "memory"]),
                                   decisions=dict(per_device_batch=[1]), mesh="8x1x1", model=model))
     lines: list[str] = []
