@@ -110,14 +110,14 @@ def _maxtext_moe(model: str) -> list[str]:
     against the local experts' weights)."""
     if model not in MOE_COMPUTE:
         return []
-    from paxsearch.search.export.maxtext import _per_route
+    from paxsearch.search.export.maxtext import per_route_weight
 
     return ["decoder_block=mixtral", f"num_experts={MOE['n_experts']}",
             f"num_experts_per_tok={MOE['experts_per_token']}",
             f"base_moe_mlp_dim={MOE['expert_d_ff']}", f"capacity_factor={MOE_COMPUTE[model][1]}",
             "sparse_matmul=false", "megablox=false",
             # MaxText's loss counts each of a token's k routes: its weight is ours / k (search/export/maxtext.py)
-            f"load_balance_loss_weight={_per_route(MOE['load_balance_weight'], MOE['experts_per_token'])}"]
+            f"load_balance_loss_weight={per_route_weight(MOE['load_balance_weight'], MOE['experts_per_token'])}"]
 
 
 def _maxtext_mesh(mesh: str, devices: int) -> list[str]:

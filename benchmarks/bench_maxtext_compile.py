@@ -100,7 +100,7 @@ def moe_maxtext_argv(row: published.MoePublished, base_yml: str, gmm: str = "rag
     experts, the expert compute and the row's mesh by axis name (our expert axis is MaxText's).
     load_balance_loss_weight is ours / experts_per_token, the convention of search/export/maxtext.py's writer and
     trainer/maxtext_yml.py's reader (MaxText's loss counts each of a token's k routes: k x ours unweighted)."""
-    from paxsearch.search.export.maxtext import _per_route
+    from paxsearch.search.export.maxtext import per_route_weight
 
     m = published.moe_model(row)
     if m.n_shared_experts or m.first_dense_layers or m.moe_every != 1 or m.router != "softmax" or m.mlp != "gated":
@@ -118,7 +118,7 @@ def moe_maxtext_argv(row: published.MoePublished, base_yml: str, gmm: str = "rag
         "decoder_block=mixtral", f"mlp_activations=[\"{m.activation}\",\"linear\"]", "remat_policy=full",
         f"weight_dtype={m.param_dtype}", f"rope_max_timescale={int(m.rope_theta)}",
         f"num_experts={m.n_experts}", f"num_experts_per_tok={k}", f"base_moe_mlp_dim={m.expert_d_ff or m.d_ff}",
-        f"load_balance_loss_weight={_per_route(m.load_balance_weight, k)}",
+        f"load_balance_loss_weight={per_route_weight(m.load_balance_weight, k)}",
         f"capacity_factor={-1.0 if dropless else m.capacity_factor}", f"sparse_matmul={str(dropless).lower()}",
         f"megablox={str(dropless and gmm == 'megablox').lower()}", *mesh, *(MOE_TILES if dropless else [])]
 

@@ -201,16 +201,16 @@ class Driver:
                     return None
             trial = ctx.study.ask()
             self._asked_any = True
-            retry = storage_lib.retry  # a blip of the database is waited for, as at every other write
-            retry(trial.set_user_attr, "owner", self.owner)
-            retry(trial.set_user_attr, "heartbeat", time.time())
+            # a blip of the database is waited for, as at every other write
+            storage_lib.retry(trial.set_user_attr, "owner", self.owner)
+            storage_lib.retry(trial.set_user_attr, "heartbeat", time.time())
             try:
                 decisions = suggest_all(trial, space)
             except SpaceExhausted:
                 trial.set_user_attr("superseded", True)
                 ctx.study.tell(trial, state=TrialState.FAIL)
                 return None
-            retry(trial.set_user_attr, "decisions", decisions)
+            storage_lib.retry(trial.set_user_attr, "decisions", decisions)
             self._inflight[trial.number] = trial
         return trial, decisions
 

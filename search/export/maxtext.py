@@ -158,7 +158,7 @@ def decoder_block(m: ModelConfig) -> str:
     return "mixtral" if expert_width(m) == m.d_ff else "qwen3_moe"
 
 
-def _per_route(weight: float, k: int) -> str:
+def per_route_weight(weight: float, k: int) -> str:
     """MaxText's load_balance_loss_weight for our `weight` with k routes a token: weight / k, written
     so that k x the value read back is `weight` exactly where a neighbouring float allows it."""
     x = weight / k
@@ -189,7 +189,7 @@ def moe_keys(m: ModelConfig, block: str, notes: Notes) -> list[tuple[str, str]]:
             keys += [("routed_score_func", "softmax"), ("routed_bias", "false")]
             notes.approx("model.router='softmax'", "MaxText's deepseek block keeps the top-k softmax weights "
                                                    "unnormalized; ours renormalizes them to sum to 1")
-    keys.append(("load_balance_loss_weight", _per_route(m.load_balance_weight, k)))
+    keys.append(("load_balance_loss_weight", per_route_weight(m.load_balance_weight, k)))
     if m.load_balance_weight:
         notes.approx(f"model.load_balance_weight={m.load_balance_weight:g}",
                      f"MaxText's load_balance_loss_weight (= ours / experts_per_token {k}: it counts each of a "

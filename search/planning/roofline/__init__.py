@@ -248,9 +248,10 @@ HBM efficiency (Hardware.hbm_efficiency, default 1), the same for bytes: an op's
 Row gathers, scatters and ragged dots (indexed.py; TPU v5e only, the chip's own measurements): an op
   holding gathers or scatters takes at least rows x the measured seconds per row for its kind, row bytes
   and row count (a TPU scatter moves its rows one at a time: 27 ns a 2 KiB row, 5-9x its bytes' price in a
-  MoE step); rows narrower than the narrowest measured (512 B) keep the roofline. A ragged dot (the TPU's
-  kernel, or its convolution over groups) runs at the measured share of peak of the nearest measured
-  shape, forward or backward (0.48-0.70). Other chips: no figures, the roofline. What the rows add over
+  MoE step); rows narrower than the narrowest measured (128 B) take its time, a row's floor. A ragged
+  dot (the TPU's kernel, or its convolution over groups) runs at the measured share of peak of the
+  nearest measured shape, forward or backward (0.48-0.70); the Pallas megablox kernels at theirs
+  (0.59-0.93). Other chips: no figures, the roofline. What the rows add over
   their ops' roofline is in the step and its own line of the breakdown (Roofline.index_excess_s).
 MFU stays against the nominal peak (the MFU convention):
     predicted MFU = model FLOPs per step / devices / predicted step time / peak

@@ -17,6 +17,7 @@ from .hlo import (
     collective_kind,
     fused_walk,
     hbm_shape_bytes,
+    op_name,
     operand_shape,
     prod,
     shape_bytes,
@@ -59,7 +60,6 @@ def _window(ins: Instr) -> list[dict]:
 
 
 _RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general\b')  # jax's primitive of jax.lax.ragged_dot
-_OP_NAME_ATTR = re.compile(r'op_name="[^"]+"')
 # the megablox kernels' pallas_call, under jax's jit of gmm (forward, lhs gradient) or tgmm (weight gradient)
 _MEGABLOX = re.compile(r'op_name="[^"]*jit\(t?gmm\)\)*/pallas_call')
 
@@ -82,7 +82,7 @@ def ragged_dot_groups(ins: Instr, lhs_shape: str, rhs_shape: str, comp: Computat
     anything else is not a ragged dot, whatever masks its computation takes (the capacity einsum's fusion
     is handed the dispatch's masks too). 1 for any other convolution."""
     named = bool(_RAGGED_DOT.search(ins.attrs))
-    if not named and (comp is None or _OP_NAME_ATTR.search(ins.attrs)):
+    if not named and (comp is None or op_name(ins)):
         return 1
     win = _window(ins)
     labels = ins.attr("dim_labels") or ""
@@ -259,12 +259,19 @@ def cudnn_fmha_flops(comp: Computation, ins: Instr) -> float:
     return 2.0 * b * h * scores * per_score
 
 
+def _grouped_kernel(ins: Instr, *names: re.Pattern) -> bool:
+    """Whether an instruction is a grouped-matmul kernel call whose op_name one of `names` matches: a
+    custom call over the group metadata and the two matrices (its last two operands), not a group-metadata
+    call (one s32 operand)."""
+    return (ins.opcode == "custom-call" and len(ins.operands) >= 3 and any(n.search(ins.attrs) for n in names)
+            and not ins.shape.startswith(("(", "s32")))
+
+
 def is_megablox_kernel(ins: Instr) -> bool:
     """Whether an instruction is one of the Pallas megablox kernels (trainer/moe.py with
     ModelConfig.grouped_matmul "megablox"): a tpu_custom_call under jit(gmm) or jit(tgmm) whose last two
     operands are the two matrices, as the TPU's ragged-dot kernel's."""
-    return (ins.opcode == "custom-call" and len(ins.operands) >= 3 and bool(_MEGABLOX.search(ins.attrs))
-            and not ins.shape.startswith(("(", "s32")))
+    return _grouped_kernel(ins, _MEGABLOX)
 
 
 def is_ragged_dot_kernel(ins: Instr) -> bool:
@@ -272,8 +279,7 @@ def is_ragged_dot_kernel(ins: Instr) -> bool:
     as a tpu_custom_call (named ragged-dot-..., its op_name ragged_dot_general) over the group metadata
     and the two matrices (its last two operands); not its group-metadata call (one s32 operand). The
     megablox kernels (is_megablox_kernel) have the same operands and count the same."""
-    return (ins.opcode == "custom-call" and len(ins.operands) >= 3 and bool(
-        _RAGGED_DOT.search(ins.attrs) or _MEGABLOX.search(ins.attrs)) and not ins.shape.startswith(("(", "s32")))
+    return _grouped_kernel(ins, _RAGGED_DOT, _MEGABLOX)
 
 
 def ragged_dot_kernel_flops(comp: Computation, ins: Instr) -> float:

@@ -256,6 +256,15 @@ def collective_kind(opcode: str) -> str | None:
     return base if base in COLLECTIVES else None
 
 
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def op_name(ins: Instr) -> str | None:
+    """The op_name jax gave an instruction (its metadata), None where it has none."""
+    m = _OP_NAME.search(ins.attrs)
+    return m.group(1) if m else None
+
+
 def fused_walk(module: HloModule | None, comp: Computation | None, ins: Instr, _depth: int = 0):
     """(computation, instruction) of an instruction and, for a fusion, of every instruction it calls, at
     any depth (8 at most)."""

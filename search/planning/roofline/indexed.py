@@ -13,12 +13,20 @@ shape and direction (ragged_share).
 from __future__ import annotations
 
 import math
-import re
 
 from .chip import Hardware, log_interp
-from .hlo import DTYPE_BYTES, Computation, HloModule, Instr, fused_walk, operand_shape, parse_dims, prod, shape_dims
-
-_OP_NAME = re.compile(r'op_name="([^"]*)"')
+from .hlo import (
+    DTYPE_BYTES,
+    Computation,
+    HloModule,
+    Instr,
+    fused_walk,
+    op_name,
+    operand_shape,
+    parse_dims,
+    prod,
+    shape_dims,
+)
 
 
 def _itemsize(shape: str) -> float:
@@ -99,8 +107,8 @@ def index_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware
 def is_backward(ins: Instr) -> bool:
     """Whether an op belongs to the backward pass: its op_name is under jax's transpose(...), or it has
     none (the ragged dot's weight gradient, a masked-group convolution, carries no op_name)."""
-    m = _OP_NAME.search(ins.attrs)
-    return m is None or "transpose(" in m.group(1)
+    name = op_name(ins)
+    return name is None or "transpose(" in name
 
 
 def _labels(ins: Instr) -> tuple[str, str, str]:
