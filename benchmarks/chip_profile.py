@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import gzip
 import itertools
 import json
 import os
@@ -125,7 +126,8 @@ def build(name: str, tiny: bool, devices) -> tuple:
     return program, time.perf_counter() - t0
 
 
-def profile_one(name: str, program, compile_s: float, devices, warm: int, steps: int, log) -> dict:
+def profile_one(name: str, program, compile_s: float, devices, warm: int, steps: int, log,
+                save_to: str | None = None) -> dict:
     import jax
 
     from paxsearch.search.planning.predict import hardware_for, predict
@@ -176,12 +178,25 @@ def profile_one(name: str, program, compile_s: float, devices, warm: int, steps:
     out["trace_planes"] = sorted({f"{r.plane} | {r.line}" for r in rows if r.on_device})[:40]
     out.update(trace_lib.compare(plan.hlo_text, hw, rows, steps, mesh=program.mesh, num_devices=plan.num_devices,
                          wall_step_s=wall))
+    if save_to:
+        save_step(save_to, name, plan.hlo_text, trace_lib.op_totals(rows, trace_lib.module_name(plan.hlo_text)), steps)
     m = out["measured_step_s"]
     out["measured_mfu"] = (plan.model_flops_per_step / plan.num_devices / m / hw.peak_flops) if m else None
     out["wall_mfu"] = plan.model_flops_per_step / plan.num_devices / wall / hw.peak_flops
     del state, batch, metrics, program
     gc.collect()
     return out
+
+
+def save_step(folder: str, name: str, hlo_text: str, totals: dict, steps: int) -> None:
+    """The chip compiler's optimized HLO of one step (`NAME.hlo.txt.gz`) and every op's measured time
+    (`NAME.ops.json`: instruction -> [self seconds per step, executions per step]), so the roofline can be
+    priced against the chip's own ops op by op on a machine without one (benchmarks/diag_chip_ops.py)."""
+    with gzip.open(os.path.join(folder, f"{name}.hlo.txt.gz"), "wt") as f:
+        f.write(hlo_text)
+    ops = {k: [t.self_ns * 1e-9 / max(steps, 1), t.count / max(steps, 1)] for k, t in totals.items()}
+    with open(os.path.join(folder, f"{name}.ops.json"), "w") as f:
+        json.dump(ops, f)
 
 
 def _small_roofline(roof: dict) -> dict:
@@ -240,6 +255,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no config after this many seconds")
     ap.add_argument("--parallel", type=int, default=4, help="configs compiled at once (threads)")
+    ap.add_argument("--save-hlo", action="store_true",
+                    help="also write each config's optimized HLO and per-op measured times into --out")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
 
@@ -284,7 +301,8 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001 - a threaded build's failure: once more here, alone
                 log(f"  the threaded build failed ({type(e).__name__}: {str(e)[:200]}); building in the main thread")
                 program, compile_s = build(name, args.tiny, devices)
-            result = profile_one(name, program, compile_s, devices, args.warm, args.steps, log)
+            result = profile_one(name, program, compile_s, devices, args.warm, args.steps, log,
+                                 args.out if args.save_hlo else None)
             print(table(result), flush=True)
         except Exception as e:  # noqa: BLE001 - one config's failure must not lose the others
             result = {"config": name, "error": f"{type(e).__name__}: {str(e)[:2000]}",

@@ -160,6 +160,10 @@ class DeviceSpec:
     # the Pallas megablox grouped-matmul kernels (gmm / tgmm, MaxText's megablox=True) at the trainer's tiling by
     # shape; None: at the matmul rate
     megablox_rates: tuple[RaggedRate, ...] | None = None
+    # shares of hbm_bandwidth HBM reads and HBM writes sustain, measured apart on the chip (a reduction's reads, a
+    # copy's reads and writes); None: every byte at hbm_efficiency
+    hbm_read_efficiency: Figure | None = None
+    hbm_write_efficiency: Figure | None = None
 
     def index_table(self) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
         """index_rates as the roofline reads them (Hardware.index_rows): per kind and rows,
@@ -227,6 +231,17 @@ _V6E_HBM = ("measured: XLA's copy of a 16,777,216-element bf16 array (33,554,432
             "1,359.6 GB/s = 82.9% of 1,640 GB/s: github.com/AI-Hypercomputer/tpu-recipes microbenchmarks/"
             "README.md and benchmark_hbm.py@2a958e8bbea3b77983c8592bd92478636ca7170b ('HBM Bandwidth Benchmark', "
             "its example output; v6e-1)")
+# HBM reads and writes on the project's v5e chip, apart (benchmarks/chip_figures.py --sections hbm, run 1): a
+# reduction of bf16 to f32 (reads, a write 1/2048 of them) at 0.901 and 0.921 of 819 GB/s (32 and 256 MiB); a scale
+# (reads = writes) at 0.802 and 0.803. Reads at their mean, 0.911; writes at what leaves the scale's time: 2 / 0.8025 =
+# 1 / 0.911 + 1 / w, w = 0.717. The chip's other ops of that record come out within 4% (an add, r = 2w, 0.835 against
+# 0.807-0.810; a bf16 -> f32 convert, w = 2r, 0.771 against 0.758-0.763; tests/roofline/test_hbm_efficiency.py),
+# where one share of 0.803 for every byte puts the reductions 11-13% slow
+V5E_HBM_READ = 0.911
+V5E_HBM_WRITE = 0.717
+_V5E_HBM_SPLIT = ("measured: the project's v5e chip, XLA's reduction (reads) and scale (reads and writes) of 32 and "
+                  "256 MiB bf16, device time (benchmarks/chip_figures.py --sections hbm; benchmarks/data/"
+                  "chip_figures_v5e_2026-12-07.json): reads at 0.911 of 819 GB/s, writes at 0.717")
 _V5E_HBM = ("assumption: no published measurement of an XLA elementwise op traced for this chip; TPU v5e's "
             "measured 80.3% is used (" + _SCALE_HBM + ")")
 _GPU_HBM = ("assumption: no measurement traced; bytes are priced at the product page's bandwidth (1), as "
@@ -519,7 +534,9 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         peak_int8_ops=Figure(*s["int8"]) if "int8" in s else None,
         attention_grid=s.get("attention_grid"), index_rates=s.get("index_rates"),
         unsorted_index=s.get("unsorted_index"), ragged_rates=s.get("ragged_rates"),
-        megablox_rates=s.get("megablox_rates"))
+        megablox_rates=s.get("megablox_rates"),
+        hbm_read_efficiency=Figure(*s["hbm_read"]) if "hbm_read" in s else None,
+        hbm_write_efficiency=Figure(*s["hbm_write"]) if "hbm_write" in s else None)
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -555,6 +572,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "attention_rates": V5E_SPLASH_RATES, "int8": (393e12, _CLOUD + "v5e (393 TOPs int8 per chip)"),
         "attention_grid": V5E_SPLASH_GRID, "index_rates": V5E_INDEX_RATES, "unsorted_index": V5E_UNSORTED_INDEX,
         "ragged_rates": V5E_RAGGED_RATES, "megablox_rates": V5E_MEGABLOX_RATES,
+        "hbm_read": (V5E_HBM_READ, _V5E_HBM_SPLIT), "hbm_write": (V5E_HBM_WRITE, _V5E_HBM_SPLIT),
         "collectives": (_V5E_ICI_SHARE, _SCALING_AG)}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",

@@ -86,6 +86,8 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
                         ici_latency_s=entry.ici_latency_s.value, dcn_latency_s=entry.dcn_latency_s.value,
                         matmul_efficiency=entry.matmul_efficiency.value,
                         hbm_efficiency=entry.hbm_efficiency.value,
+                        hbm_read_efficiency=entry.hbm_read_efficiency.value if entry.hbm_read_efficiency else None,
+                        hbm_write_efficiency=entry.hbm_write_efficiency.value if entry.hbm_write_efficiency else None,
                         ici_efficiency=entry.ici_efficiency.value if entry.ici_efficiency else 1.0,
                         attention_efficiency=entry.attention_efficiency.value if entry.attention_efficiency else None,
                         attention_rates=entry.attention_table(),

@@ -22,7 +22,7 @@ def _run(script: str, out, *args: str, timeout: int = 600) -> dict:
                            *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     name = chip_figures.OUT_FILE if script == "chip_figures.py" else chip_profile.OUT_FILE
-    assert os.listdir(out) == [name]  # one JSON per script
+    assert [f for f in os.listdir(out) if not f.endswith((".hlo.txt.gz", ".ops.json"))] == [name]  # one JSON
     with open(os.path.join(out, name)) as f:
         return json.load(f)
 
@@ -134,8 +134,18 @@ def test_every_section_runs_on_cpu(tmp_path):
 @pytest.mark.slow
 def test_chip_profile_compares_plan_and_trace_buckets_on_cpu(tmp_path):
     doc = _run("chip_profile.py", tmp_path, "--configs", "dot_b1,flash_b1", "--warm", "1", "--steps", "2",
-               "--budget-s", "500")
+               "--budget-s", "500", "--save-hlo")
     assert [r["config"] for r in doc["results"]] == ["dot_b1", "flash_b1"]
+    # --save-hlo: each step's HLO and its ops' measured times, for pricing op by op without the chip
+    import gzip
+
+    from paxsearch.search.planning.roofline import parse_module
+
+    with gzip.open(tmp_path / "dot_b1.hlo.txt.gz", "rt") as f:
+        module = parse_module(f.read())
+    ops = json.loads((tmp_path / "dot_b1.ops.json").read_text())
+    names = {i.name for c in module.computations.values() for i in c.instrs}
+    assert ops and set(ops) <= names and all(s > 0 and n > 0 for s, n in ops.values())
     for r in doc["results"]:
         assert "error" not in r, r.get("traceback")
         assert r["steps_traced"] == 2 and r["measured_step_s"] > 0 and r["wall_step_s"] > 0

@@ -7,7 +7,8 @@ the hardware figures of one chip (Hardware).
 Modules: hlo.py (HLO text, call graph, trip counts, which opcodes are collectives), chip.py
 (Hardware: the figures of one chip, and the default hop latencies), cost.py (FLOPs and HBM bytes
 per instruction), indexed.py (row gathers / scatters and ragged dots at the chip's measured rates),
-collectives.py (replica groups, device layout, the cost of each transfer),
+dma.py (which ops are the DMAs between HBM and VMEM of TPU's memory-space assignment), collectives.py
+(replica groups, device layout, the cost of each transfer),
 schedule.py (overlap read from the schedule), model.py (the combination, analyze).
 
 What is counted, per device and per step
@@ -253,6 +254,18 @@ Row gathers, scatters and ragged dots (indexed.py; TPU v5e only, the chip's own 
   nearest measured shape, forward or backward (0.48-0.70); the Pallas megablox kernels at theirs
   (0.59-0.93). Other chips: no figures, the roofline. What the rows add over
   their ops' roofline is in the step and its own line of the breakdown (Roofline.index_excess_s).
+Lanes a matmul leaves empty (cost.lane_padding): a TPU layout lays an array's minor-most dimension along
+  the 128 lanes of its tiles; a matmul whose contracting dimension, or whose output's feature dimension,
+  lies there at a size under 128 (a head dim of 64 in a [.., heads, 64] operand laid out with 64 minor)
+  runs at size / padded size of the matmul rate. On the v5e chip those projections ran 1.86-2.06x their
+  unpadded roofline, the same projections with another minor dimension 0.91-1.02x.
+DMAs between HBM and VMEM (dma.py): priced as ops of the compute stream at their HBM bytes, though on the
+  v5e chip their starts take no time and their waits are 12-44% of that: the price stands in for the ops
+  that read VMEM, which no HBM byte prices (dma.py says what was tried).
+HBM reads and writes apart (Hardware.hbm_read_efficiency / hbm_write_efficiency, Hardware.hbm_seconds): where
+  a chip measured them apart, an op's bytes read and written (cost.instr_read_write) are priced each at its
+  own share of the bandwidth (TPU v5e: reads 0.911, writes 0.717, from the chip's reduction and scale; one
+  share of 0.803 for every byte put its reductions 11-13% slow).
 MFU stays against the nominal peak (the MFU convention):
     predicted MFU = model FLOPs per step / devices / predicted step time / peak
   (model FLOPs as in trainer/flops.py).

@@ -37,6 +37,11 @@ class Hardware:
     # ...) (TPU v5e: trainer/hardware.py V5E_SPLASH_GRID); where a kernel has rows here, grid_share prices it
     attention_grid: tuple = ()
     hbm_efficiency: float = 1.0  # share of hbm_bandwidth an elementwise op sustains (measured, sourced)
+    # shares of hbm_bandwidth HBM reads and HBM writes sustain, where the chip measured them apart (TPU v5e: a
+    # reduction reads at 0.91, a copy-like op moves its bytes at 0.80): an op's bytes are then priced as its reads
+    # and its writes (hbm_seconds); None: every byte at hbm_efficiency
+    hbm_read_efficiency: float | None = None
+    hbm_write_efficiency: float | None = None
     # the int8 x int8 -> int32 matmul peak over the bf16 peak (TPU v5e, v5p, v6e: 2); an int8 matmul runs at
     # sustained_flops x this (the chip's int8 8192^3 ran at 0.966 of its int8 peak, bf16 at 0.949 of its own)
     int8_speedup: float = 1.0
@@ -120,6 +125,13 @@ class Hardware:
     def sustained_hbm_bandwidth(self) -> float:
         """Bytes/s the per-op roofline prices HBM traffic at: bandwidth x HBM efficiency."""
         return self.hbm_bandwidth * self.hbm_efficiency
+
+    def hbm_seconds(self, read: float, written: float) -> float:
+        """Seconds an op's HBM traffic takes: its reads and writes at their own measured shares of the bandwidth
+        where the chip has them, else all its bytes at sustained_hbm_bandwidth."""
+        if self.hbm_read_efficiency and self.hbm_write_efficiency:
+            return (read / self.hbm_read_efficiency + written / self.hbm_write_efficiency) / self.hbm_bandwidth
+        return (read + written) / self.sustained_hbm_bandwidth
 
 
 def log_interp(pts, x: float) -> float:

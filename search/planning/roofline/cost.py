@@ -17,6 +17,7 @@ from .hlo import (
     collective_kind,
     fused_walk,
     hbm_shape_bytes,
+    lane_dim,
     op_name,
     operand_shape,
     prod,
@@ -336,32 +337,37 @@ _NO_TRAFFIC_CALLS = ("AllocateBuffer",)
 
 def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
     """HBM bytes one instruction reads and writes (see the module docstring)."""
+    return sum(instr_read_write(module, comp, ins))
+
+
+def instr_read_write(module: HloModule, comp: Computation, ins: Instr) -> tuple[float, float]:
+    """(HBM bytes read, HBM bytes written) of one instruction (instr_bytes is their sum)."""
     if ins.opcode == "custom-call" and (ins.attr("custom_call_target") or "").strip('"') in _NO_TRAFFIC_CALLS:
-        return 0.0
+        return 0.0, 0.0
     operand_bytes = [hbm_shape_bytes(operand_shape(comp, o)) for o in ins.operands]
     out_bytes = hbm_shape_bytes(ins.shape)
     if ins.opcode == "dynamic-slice":
-        return 2 * out_bytes + sum(operand_bytes[1:])
+        return out_bytes + sum(operand_bytes[1:]), out_bytes
     if ins.opcode == "dynamic-update-slice" and len(operand_bytes) >= 2:
-        return 2 * operand_bytes[1] + sum(operand_bytes[2:])
+        return operand_bytes[1] + sum(operand_bytes[2:]), operand_bytes[1]
     if ins.opcode == "copy-start" and ins.shape.startswith("("):  # (destination, source, context)
-        return sum(operand_bytes) + hbm_shape_bytes(split_top_level(ins.shape[1:-1])[0])
+        return sum(operand_bytes), hbm_shape_bytes(split_top_level(ins.shape[1:-1])[0])
     if ins.opcode.endswith("slice-start") and ins.shape.startswith("(("):
         # TPU async slice DMA: ((source), slice, context). It reads the slice of the source,
         # not the source (which the tuple only aliases), and writes the slice where it lives.
         parts = split_top_level(ins.shape[1:-1])
         if len(parts) >= 2:
             read = shape_bytes(parts[1]) if operand_bytes and operand_bytes[0] > 0 else 0.0
-            return read + hbm_shape_bytes(parts[1])
+            return read, hbm_shape_bytes(parts[1])
     if ins.opcode == "slice" and operand_bytes:
         # reads its slice of the source, not the source: the same DMA as the slice-start above
         # (XLA's dump prints that one as an async-start calling a computation of this slice)
-        return (shape_bytes(ins.shape) if operand_bytes[0] > 0 else 0.0) + out_bytes
+        return (shape_bytes(ins.shape) if operand_bytes[0] > 0 else 0.0), out_bytes
     if ins.opcode != "fusion":
-        return sum(operand_bytes) + out_bytes
+        return sum(operand_bytes), out_bytes
     called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
     if called is None:
-        return sum(operand_bytes) + out_bytes
+        return sum(operand_bytes), out_bytes
     users = _users(called)
     params = {p.name: _param_index(p) for p in called.instrs if p.opcode == "parameter"}
     total = 0.0
@@ -381,7 +387,7 @@ def instr_bytes(module: HloModule, comp: Computation, ins: Instr) -> float:
             total += min(full, sliced)
         else:
             total += full
-    return total + max(out_bytes - in_place_outputs, 0.0)
+    return total, max(out_bytes - in_place_outputs, 0.0)
 
 
 def _users(comp: Computation) -> dict[str, list[tuple[Instr, int]]]:
@@ -445,12 +451,18 @@ def op_work(module: HloModule, comp: Computation, ins: Instr) -> tuple[float, fl
     """(FLOPs, HBM bytes) of one instruction that runs on its own, once; None for what has no
     work of its own (bookkeeping, control flow, collectives and their -done halves, TPU
     async-collective wrappers)."""
+    work = op_read_write(module, comp, ins)
+    return None if work is None else (work[0], work[1] + work[2])
+
+
+def op_read_write(module: HloModule, comp: Computation, ins: Instr) -> tuple[float, float, float] | None:
+    """(FLOPs, HBM bytes read, HBM bytes written) of what op_work counts; None where it counts nothing."""
     if ins.opcode in _NO_TRAFFIC or collective_kind(ins.opcode) or ins.opcode.endswith("-done"):
         return None
     f = instr_flops(module, comp, ins)
     if f == 0 and ins.opcode == "fusion" and _fusion_is_collective(module, ins):
         return None  # a TPU async-collective wrapper: its traffic is the collective's
-    return f, instr_bytes(module, comp, ins)
+    return (f, *instr_read_write(module, comp, ins))
 
 
 _ESTIMATED_CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
@@ -504,6 +516,57 @@ def int8_matmul(module: HloModule | None, comp: Computation, ins: Instr) -> bool
     return _holds(module, comp, ins, _int8_dot)
 
 
+def _padded(shape: str, roles: str, role: str) -> float:
+    """tiled / real size of the dimension along the lanes of `shape`, when its role (a character of a
+    convolution's dim_labels for it, `roles`) is `role`; else 1."""
+    lane = lane_dim(shape)
+    if lane is None or lane[0] >= len(roles) or roles[lane[0]] != role or lane[1] <= 0:
+        return 1.0
+    return lane[2] / lane[1]
+
+
+def _dot_padding(comp: Computation, ins: Instr) -> float:
+    """lane_padding of one dot or convolution."""
+    lhs, rhs = (operand_shape(comp, o) for o in ins.operands[:2])
+    if ins.opcode == "convolution":
+        labels = ins.attr("dim_labels") or ""
+        if "_" not in labels or "->" not in labels:
+            return 1.0
+        lhs_roles, rest = labels.split("_", 1)
+        rhs_roles, out_roles = rest.split("->", 1)
+        return max(_padded(lhs, lhs_roles, "f"), _padded(rhs, rhs_roles, "i"), _padded(ins.shape, out_roles, "f"))
+    dims = {k: {int(d) for d in (ins.attr(k) or "").strip("{}").split(",") if d.strip()}
+            for k in ("lhs_contracting_dims", "rhs_contracting_dims")}
+    lhs_rank, rhs_rank = len(shape_dims(lhs)), len(shape_dims(rhs))
+    lhs_roles = "".join("f" if d in dims["lhs_contracting_dims"] else "b" for d in range(lhs_rank))
+    rhs_roles = "".join("i" if d in dims["rhs_contracting_dims"] else "o" for d in range(rhs_rank))
+    rows = lhs_rank - len(dims["lhs_contracting_dims"])  # the output is [batch, lhs free, rhs free]
+    out_roles = "b" * rows + "f" * max(0, len(shape_dims(ins.shape)) - rows)
+    return max(_padded(lhs, lhs_roles, "f"), _padded(rhs, rhs_roles, "i"), _padded(ins.shape, out_roles, "f"))
+
+
+def lane_padding(module: HloModule | None, comp: Computation, ins: Instr) -> float:
+    """How much longer the matmuls of an op take for the lanes their layouts leave empty: a TPU tile lays
+    the minor-most dimension of an array along 128 lanes, and where a matmul's contracting dimension or its
+    output's feature (column) dimension lies there at a size under 128 the MXU passes over the padding too
+    (a head dim of 64 along the lanes: twice the passes). 1 where no such dimension does (or no tiled
+    layout: CPU, GPU); over the matmuls of a fusion, weighted by their FLOPs. Measured on the v5e chip in
+    head-dim-64 steps: the projections whose [.., heads, 64] operand or result has 64 minor ran 1.86-2.06x
+    their roofline, those with the same shapes and another minor dimension 0.91-1.02x
+    (benchmarks/RESULTS.md, "On-chip run 5"). An operand whose padded lane dimension is not contracted (a
+    weight gradient's) is not counted: those ran 1.07-1.40x."""
+    if module is None:
+        return _dot_padding(comp, ins) if ins.opcode in ("dot", "convolution") and len(ins.operands) >= 2 else 1.0
+    total = weighted = 0.0
+    for c, i in fused_walk(module, comp, ins):
+        if i.opcode not in ("dot", "convolution") or len(i.operands) < 2 or c is None:
+            continue
+        f = instr_flops(module, c, i)
+        total += f
+        weighted += f * _dot_padding(c, i)
+    return weighted / total if total > 0 else 1.0
+
+
 def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | None = None) -> float:
     """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
     flash attention on GPU) at the rate those kernels were measured to run at, any other op's at the
@@ -525,9 +588,10 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
                                          is_megablox_kernel(ragged[1]))
             if share is not None:
                 return hw.peak_flops * share
+        padding = lane_padding(module, comp, ins)
         if hw.int8_speedup != 1.0 and int8_matmul(module, comp, ins):
-            return hw.sustained_flops * hw.int8_speedup
-        return hw.sustained_flops
+            return hw.sustained_flops * hw.int8_speedup / padding
+        return hw.sustained_flops / padding
     rate = hw.sustained_attention_flops
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
     if q and hw.attention_grid:
@@ -556,9 +620,13 @@ def _ragged(module: HloModule | None, comp: Computation, ins: Instr):
     return next(((c, i) for c, i in fused_walk(module, comp, ins) if ragged(c, i)), None)
 
 
-def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:
-    """The per-op roofline: max(FLOPs / sustained FLOP/s (or `rate`), bytes / sustained HBM bandwidth)."""
-    return max(flops / (rate or hw.sustained_flops), hbm_bytes / hw.sustained_hbm_bandwidth)
+def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None,
+                     written: float | None = None) -> float:
+    """The per-op roofline: max(FLOPs / sustained FLOP/s (or `rate`), the bytes' HBM time (Hardware.hbm_seconds:
+    of them `written` written, the rest read; all at the one sustained bandwidth where `written` is None))."""
+    memory = hbm_bytes / hw.sustained_hbm_bandwidth if written is None else hw.hbm_seconds(hbm_bytes - written,
+                                                                                            written)
+    return max(flops / (rate or hw.sustained_flops), memory)
 
 
 def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
@@ -566,11 +634,12 @@ def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
     """(FLOPs, HBM bytes, roofline seconds, the compiler's estimate or None) of one instruction
     that runs on its own, once (op_work, roofline_seconds, compiler_estimate; the estimate is
     not looked up when not `estimate`); None for what has no work of its own."""
-    work = op_work(module, comp, ins)
+    work = op_read_write(module, comp, ins)
     if work is None:
         return None
-    f, b = work
-    roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw, module))
+    f, read, written = work
+    b = read + written
+    roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw, module), written)
     rows = indexed.index_seconds(module, comp, ins, hw)
     if rows is not None:
         roof = max(roof, rows)

@@ -70,6 +70,20 @@ def tiled_dims(dims: list[int], layout: str | None) -> list[int]:
     return out
 
 
+def lane_dim(shape: str) -> tuple[int, int, int] | None:
+    """(index, size, size as tiled) of the minor-most dimension of a shape's first array under a TPU
+    layout with a tile (the dimension that lies along the 128 lanes: T(8,128) pads a size of 64 to
+    128); None without a tiled layout (CPU, GPU)."""
+    m = _ARRAY_LAYOUT_RE.search(shape)
+    if m is None or not m.group(3) or ":" not in m.group(3) or _TILE_RE.search(m.group(3)) is None:
+        return None
+    dims = parse_dims(m.group(2))
+    order = [int(x) for x in m.group(3)[1:-1].split(":", 1)[0].split(",") if x.strip()]
+    if not dims or len(order) != len(dims):
+        return None
+    return order[0], dims[order[0]], tiled_dims(dims, m.group(3))[order[0]]
+
+
 def hbm_shape_bytes(shape: str) -> float:
     """Bytes a shape moves in HBM: each array as its layout lays it out (tiled_dims: TPU's tiles pad
     the minor-most dimensions, so a [.., 64] array of bf16 takes the bytes of [.., 128]); arrays whose

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import flop_rate, op_costs, op_work, priced_seconds
+from .cost import flop_rate, op_costs, op_read_write, op_work, priced_seconds, roofline_seconds
 from .hlo import call_graph, parse_module
 from .host import host_round_trips
 from .schedule import exposed_by_schedule
@@ -152,7 +152,8 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
             excess += max(0.0, estimate - roof_s) * mult
         flops += f * mult
         bytes_ += b * mult
-        op_compute, op_memory = f / flop_rate(comp, ins, hw, module), b / hw.sustained_hbm_bandwidth
+        written = op_read_write(module, comp, ins)[2]  # type: ignore[index]  # op_costs counted it: not None
+        op_compute, op_memory = f / flop_rate(comp, ins, hw, module), roofline_seconds(0.0, b, hw, None, written)
         compute += op_compute * mult
         memory += op_memory * mult
         index_excess += max(0.0, roof_s - max(op_compute, op_memory)) * mult

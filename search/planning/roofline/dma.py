@@ -1,0 +1,74 @@
+"""On-chip DMAs between HBM and VMEM, read from the compiled step. The TPU compiler's memory-space
+assignment moves buffers into the core's VMEM (memory space 1, `S(1)` in a layout) ahead of the
+ops that read them, and back out, with async copies: a copy-start / copy-done, or an async slice
+(slice-start / slice-done in the compiled program's text; in the dump the HLO passes read, an
+async-start / async-done wrapping a slice of a computation of its own).
+
+What the v5e chip's profiles of four head-dim-64 steps show (benchmarks/RESULTS.md, "On-chip run 5";
+benchmarks/data/chip_steps_v5e_run5): the starts take no time of their own, and the -done halves
+wait 0.9-7.3 ms a step, 12-44% of what the DMAs' bytes take at the sustained bandwidth. The roofline
+still prices each DMA as an op of the compute stream at its HBM bytes (cost.instr_bytes): priced as
+transfers the schedule hides (tried: a DMA moving while HBM is idle), the 71 trained points came out
+2.8% mean with 80% predicted fast, against 2.1% and 41% with them on the stream (both with the lane
+padding, before HBM reads and writes were priced apart): what the ops that read VMEM cost (relayouts,
+VPU work on VMEM buffers, priced at no HBM bytes) is what the on-stream price stands in for. Here:
+which ops are those DMAs (trace.py buckets them apart, so a profile shows their waits beside their
+price).
+
+Host transfers (roofline/host.py, memory space 5) are not these: they move over PCIe."""
+from __future__ import annotations
+
+from .hlo import Computation, HloModule, Instr, hbm_shape_bytes, memory_space, operand_shape, split_top_level
+from .host import HOST_MEMORY_SPACE
+
+VMEM_MEMORY_SPACE = 1
+_SLICES = ("slice", "dynamic-slice")
+
+
+def _moved(spaces: list[int], hbm_bytes: float) -> float | None:
+    """The HBM bytes of a DMA between the memory spaces `spaces` (source and destination), when one
+    side is VMEM and none is host memory; else None."""
+    if HOST_MEMORY_SPACE in spaces or VMEM_MEMORY_SPACE not in spaces:
+        return None
+    return hbm_bytes
+
+
+def _wrapped(module: HloModule, ins: Instr) -> Computation | None:
+    return module.computations.get((ins.attr("calls") or "").lstrip("%"))
+
+
+def vmem_dma(module: HloModule, comp: Computation, ins: Instr) -> float | None:
+    """The HBM bytes an async DMA between HBM and VMEM that `ins` starts moves; None when `ins`
+    starts none (any other op, a host transfer, an async collective)."""
+    if not ins.shape.startswith("("):
+        return None
+    parts = split_top_level(ins.shape[1:-1])
+    if ins.opcode == "copy-start" and len(parts) >= 2:  # (destination, source, context)
+        return _moved([memory_space(parts[0]), memory_space(parts[1])], hbm_shape_bytes(parts[0]) +
+                      hbm_shape_bytes(parts[1]))
+    if ins.opcode in ("slice-start", "dynamic-slice-start") and len(parts) >= 2:  # ((source, ...), slice, context)
+        sources = split_top_level(parts[0][1:-1]) if parts[0].startswith("(") else [parts[0]]
+        if not sources:
+            return None
+        read = hbm_shape_bytes(parts[1].replace("S(1)", "")) if memory_space(sources[0]) == 0 else 0.0
+        return _moved([memory_space(sources[0]), memory_space(parts[1])], read + hbm_shape_bytes(parts[1]))
+    if ins.opcode == "async-start":
+        body = _wrapped(module, ins)
+        root = body.root if body is not None else None
+        if body is None or root is None or root.opcode not in _SLICES or not root.operands:
+            return None
+        source = operand_shape(body, root.operands[0])
+        if not source:
+            return None
+        read = hbm_shape_bytes(root.shape.replace("S(1)", "")) if memory_space(source) == 0 else 0.0
+        return _moved([memory_space(source), memory_space(root.shape)], read + hbm_shape_bytes(root.shape))
+    return None
+
+
+def dma_start(module: HloModule, comp: Computation, done: Instr) -> Instr | None:
+    """The VMEM DMA's start that a -done (copy-done, slice-done, async-done) closes; None when it
+    closes anything else."""
+    if not done.opcode.endswith("-done") or not done.operands:
+        return None
+    start = comp.by_name.get(done.operands[0])
+    return start if start is not None and vmem_dma(module, comp, start) is not None else None
