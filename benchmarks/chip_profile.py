@@ -191,7 +191,7 @@ def profile_one(name: str, program, compile_s: float, devices, warm: int, steps:
 def save_step(folder: str, name: str, hlo_text: str, totals: dict, steps: int) -> None:
     """The chip compiler's optimized HLO of one step (`NAME.hlo.txt.gz`) and every op's measured time
     (`NAME.ops.json`: instruction -> [self seconds per step, executions per step]), so the roofline can be
-    priced against the chip's own ops op by op on a machine without one (benchmarks/diag_chip_ops.py)."""
+    priced against the chip's own ops op by op on a machine without one (as tests/roofline/test_vmem_dma.py does)."""
     with gzip.open(os.path.join(folder, f"{name}.hlo.txt.gz"), "wt") as f:
         f.write(hlo_text)
     ops = {k: [t.self_ns * 1e-9 / max(steps, 1), t.count / max(steps, 1)] for k, t in totals.items()}

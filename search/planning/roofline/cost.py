@@ -570,7 +570,8 @@ def lane_padding(module: HloModule | None, comp: Computation, ins: Instr) -> flo
 def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | None = None) -> float:
     """FLOP/s one instruction's FLOPs are priced at: an attention kernel's (splash on TPU, cuDNN's
     flash attention on GPU) at the rate those kernels were measured to run at, any other op's at the
-    matmul rate (an int8 x int8 matmul, int8_matmul, at Hardware.int8_speedup times it; a ragged dot, with
+    matmul rate (over lane_padding where a TPU layout leaves lanes empty; an int8 x int8 matmul, int8_matmul,
+    at Hardware.int8_speedup times it; a ragged dot, with
     Hardware.ragged_shares, the megablox kernels with Hardware.megablox_shares, at the measured share of its
     shape, indexed.ragged_share). A splash kernel with
     rows in Hardware.attention_grid (trainer/hardware.py V5E_SPLASH_GRID) runs at Hardware.grid_share for its
