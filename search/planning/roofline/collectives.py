@@ -16,6 +16,7 @@ from .hlo import (
     HloModule,
     Instr,
     balanced,
+    called_computation,
     callees,
     collective_kind,
     operand_shape,
@@ -328,7 +329,7 @@ def chain_homes(module: HloModule, graph: CallGraph) -> dict[str, set[str]]:
         for ins in comp.instrs:
             if ins.opcode != "fusion":
                 continue
-            called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+            called = called_computation(module, ins)
             if called is None:
                 continue
             for i in called.instrs:

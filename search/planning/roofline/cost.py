@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from .hlo import (
     Computation,
     HloModule,
     Instr,
+    called_computation,
     collective_kind,
     fused_walk,
     hbm_shape_bytes,
@@ -313,7 +315,7 @@ def instr_flops(module: HloModule, comp: Computation, ins: Instr, _depth: int = 
     if op == "convolution" and len(ins.operands) >= 2:
         return conv_flops(ins, operand_shape(comp, ins.operands[0]), operand_shape(comp, ins.operands[1]), comp)
     if op in ("fusion",) and _depth < 8:
-        called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+        called = called_computation(module, ins)
         if called is None:
             return 0.0
         return sum(instr_flops(module, called, i, _depth + 1) for i in called.instrs)
@@ -365,7 +367,7 @@ def instr_read_write(module: HloModule, comp: Computation, ins: Instr) -> tuple[
         return (shape_bytes(ins.shape) if operand_bytes[0] > 0 else 0.0), out_bytes
     if ins.opcode != "fusion":
         return sum(operand_bytes), out_bytes
-    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    called = called_computation(module, ins)
     if called is None:
         return sum(operand_bytes), out_bytes
     users = _users(called)
@@ -443,7 +445,7 @@ def _through_bitcasts(comp: Computation, name: str, users, depth: int = 0):
 
 def _fusion_is_collective(module: HloModule, ins: Instr) -> bool:
     """TPU async-collective fusions: their traffic is the collective's, priced as such."""
-    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    called = called_computation(module, ins)
     return called is not None and any(collective_kind(i.opcode) for i in called.instrs)
 
 
@@ -621,30 +623,44 @@ def _ragged(module: HloModule | None, comp: Computation, ins: Instr):
     return next(((c, i) for c, i in fused_walk(module, comp, ins) if ragged(c, i)), None)
 
 
-def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None,
-                     written: float | None = None) -> float:
-    """The per-op roofline: max(FLOPs / sustained FLOP/s (or `rate`), the bytes' HBM time (Hardware.hbm_seconds:
-    of them `written` written, the rest read; all at the one sustained bandwidth where `written` is None))."""
-    memory = hbm_bytes / hw.sustained_hbm_bandwidth if written is None else hw.hbm_seconds(hbm_bytes - written,
-                                                                                            written)
-    return max(flops / (rate or hw.sustained_flops), memory)
+def roofline_seconds(flops: float, hbm_bytes: float, hw: Hardware, rate: float | None = None) -> float:
+    """The per-op roofline: max(FLOPs / sustained FLOP/s (or `rate`), bytes / sustained HBM bandwidth)."""
+    return max(flops / (rate or hw.sustained_flops), hbm_bytes / hw.sustained_hbm_bandwidth)
+
+
+class OpPrice(NamedTuple):
+    """One instruction's work and its price, once (op_price)."""
+
+    flops: float
+    read: float  # HBM bytes
+    written: float
+    rate: float  # FLOP/s its FLOPs are priced at (flop_rate)
+    seconds: float  # its roofline: max(FLOPs / rate, Hardware.hbm_seconds), or its rows' time where longer
+    estimate: float | None  # the compiler's estimate (compiler_estimate), None where absent or not looked up
+
+
+def op_price(module: HloModule, comp: Computation, ins: Instr, hw: Hardware, estimate: bool = True) -> OpPrice | None:
+    """The work and price of one instruction that runs on its own, once (op_read_write, flop_rate,
+    Hardware.hbm_seconds, indexed.index_seconds, compiler_estimate; the estimate is not looked up when not
+    `estimate`); None for what has no work of its own."""
+    work = op_read_write(module, comp, ins)
+    if work is None:
+        return None
+    f, read, written = work
+    rate = flop_rate(comp, ins, hw, module)
+    roof = max(f / rate, hw.hbm_seconds(read, written))
+    rows = indexed.index_seconds(module, comp, ins, hw)
+    if rows is not None:
+        roof = max(roof, rows)
+    return OpPrice(f, read, written, rate, roof, compiler_estimate(module, ins, hw) if estimate else None)
 
 
 def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,
              estimate: bool = True) -> tuple[float, float, float, float | None] | None:
     """(FLOPs, HBM bytes, roofline seconds, the compiler's estimate or None) of one instruction
-    that runs on its own, once (op_work, roofline_seconds, compiler_estimate; the estimate is
-    not looked up when not `estimate`); None for what has no work of its own."""
-    work = op_read_write(module, comp, ins)
-    if work is None:
-        return None
-    f, read, written = work
-    b = read + written
-    roof = roofline_seconds(f, b, hw, flop_rate(comp, ins, hw, module), written)
-    rows = indexed.index_seconds(module, comp, ins, hw)
-    if rows is not None:
-        roof = max(roof, rows)
-    return f, b, roof, compiler_estimate(module, ins, hw) if estimate else None
+    that runs on its own, once (op_price); None for what has no work of its own."""
+    p = op_price(module, comp, ins, hw, estimate)
+    return None if p is None else (p.flops, p.read + p.written, p.seconds, p.estimate)
 
 
 def op_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware) -> tuple[float, float, float] | None:

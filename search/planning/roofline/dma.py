@@ -18,50 +18,39 @@ price).
 Host transfers (roofline/host.py, memory space 5) are not these: they move over PCIe."""
 from __future__ import annotations
 
-from .hlo import Computation, HloModule, Instr, hbm_shape_bytes, memory_space, operand_shape, split_top_level
+from .cost import instr_bytes
+from .hlo import Computation, HloModule, Instr, called_computation, memory_space, operand_shape, split_top_level
 from .host import HOST_MEMORY_SPACE
 
 VMEM_MEMORY_SPACE = 1
 _SLICES = ("slice", "dynamic-slice")
 
 
-def _moved(spaces: list[int], hbm_bytes: float) -> float | None:
-    """The HBM bytes of a DMA between the memory spaces `spaces` (source and destination), when one
-    side is VMEM and none is host memory; else None."""
-    if HOST_MEMORY_SPACE in spaces or VMEM_MEMORY_SPACE not in spaces:
-        return None
-    return hbm_bytes
-
-
-def _wrapped(module: HloModule, ins: Instr) -> Computation | None:
-    return module.computations.get((ins.attr("calls") or "").lstrip("%"))
+def _between_hbm_and_vmem(source: str, destination: str) -> bool:
+    """Whether a copy from `source` to `destination` (shapes) has VMEM on one side and host memory on none."""
+    spaces = (memory_space(source), memory_space(destination))
+    return VMEM_MEMORY_SPACE in spaces and HOST_MEMORY_SPACE not in spaces
 
 
 def vmem_dma(module: HloModule, comp: Computation, ins: Instr) -> float | None:
-    """The HBM bytes an async DMA between HBM and VMEM that `ins` starts moves; None when `ins`
-    starts none (any other op, a host transfer, an async collective)."""
+    """The HBM bytes (cost.instr_bytes) an async DMA between HBM and VMEM that `ins` starts moves; None when
+    `ins` starts none (any other op, a host transfer, an async collective)."""
     if not ins.shape.startswith("("):
         return None
     parts = split_top_level(ins.shape[1:-1])
     if ins.opcode == "copy-start" and len(parts) >= 2:  # (destination, source, context)
-        return _moved([memory_space(parts[0]), memory_space(parts[1])], hbm_shape_bytes(parts[0]) +
-                      hbm_shape_bytes(parts[1]))
+        return instr_bytes(module, comp, ins) if _between_hbm_and_vmem(parts[1], parts[0]) else None
     if ins.opcode in ("slice-start", "dynamic-slice-start") and len(parts) >= 2:  # ((source, ...), slice, context)
         sources = split_top_level(parts[0][1:-1]) if parts[0].startswith("(") else [parts[0]]
-        if not sources:
-            return None
-        read = hbm_shape_bytes(parts[1].replace("S(1)", "")) if memory_space(sources[0]) == 0 else 0.0
-        return _moved([memory_space(sources[0]), memory_space(parts[1])], read + hbm_shape_bytes(parts[1]))
-    if ins.opcode == "async-start":
-        body = _wrapped(module, ins)
+        ok = bool(sources) and _between_hbm_and_vmem(sources[0], parts[1])
+        return instr_bytes(module, comp, ins) if ok else None
+    if ins.opcode == "async-start":  # the HLO passes' dump: a computation of its own around the slice
+        body = called_computation(module, ins)
         root = body.root if body is not None else None
         if body is None or root is None or root.opcode not in _SLICES or not root.operands:
             return None
         source = operand_shape(body, root.operands[0])
-        if not source:
-            return None
-        read = hbm_shape_bytes(root.shape.replace("S(1)", "")) if memory_space(source) == 0 else 0.0
-        return _moved([memory_space(source), memory_space(root.shape)], read + hbm_shape_bytes(root.shape))
+        return instr_bytes(module, body, root) if source and _between_hbm_and_vmem(source, root.shape) else None
     return None
 
 

@@ -51,6 +51,11 @@ def memory_space(shape: str) -> int:
 _TILE_RE = re.compile(r"T\(([\d,]+)\)")
 
 
+def _minor_to_major(layout: str) -> list[int]:
+    """The dimension order of a layout `{minor_to_major:tiles...}`, minor-most first."""
+    return [int(x) for x in layout[1:-1].split(":", 1)[0].split(",") if x.strip()]
+
+
 def tiled_dims(dims: list[int], layout: str | None) -> list[int]:
     """The dimensions an array occupies in memory under its TPU layout (`{minor_to_major:T(a,b)...}`):
     its first tile pads the minor-most dimensions (in layout order) up to multiples of the tile's, the
@@ -60,7 +65,7 @@ def tiled_dims(dims: list[int], layout: str | None) -> list[int]:
     if not layout or ":" not in layout or not dims:
         return dims
     tile = _TILE_RE.search(layout)
-    order = [int(x) for x in layout[1:-1].split(":", 1)[0].split(",") if x.strip()]
+    order = _minor_to_major(layout)
     if tile is None or len(order) != len(dims):
         return dims
     out = list(dims)
@@ -78,7 +83,7 @@ def lane_dim(shape: str) -> tuple[int, int, int] | None:
     if m is None or not m.group(3) or ":" not in m.group(3) or _TILE_RE.search(m.group(3)) is None:
         return None
     dims = parse_dims(m.group(2))
-    order = [int(x) for x in m.group(3)[1:-1].split(":", 1)[0].split(",") if x.strip()]
+    order = _minor_to_major(m.group(3))
     if not dims or len(order) != len(dims):
         return None
     return order[0], dims[order[0]], tiled_dims(dims, m.group(3))[order[0]]
@@ -279,13 +284,18 @@ def op_name(ins: Instr) -> str | None:
     return m.group(1) if m else None
 
 
+def called_computation(module: HloModule, ins: Instr) -> Computation | None:
+    """The computation an instruction's `calls=` names (a fusion's, an async-start's); None where none."""
+    return module.computations.get((ins.attr("calls") or "").lstrip("%"))
+
+
 def fused_walk(module: HloModule | None, comp: Computation | None, ins: Instr, _depth: int = 0):
     """(computation, instruction) of an instruction and, for a fusion, of every instruction it calls, at
     any depth (8 at most)."""
     yield comp, ins
     if module is None or ins.opcode != "fusion" or _depth >= 8:
         return
-    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    called = called_computation(module, ins)
     for i in called.instrs if called is not None else ():
         yield from fused_walk(module, called, i, _depth + 1)
 
@@ -356,7 +366,7 @@ def _const_value(comp: Computation, name: str, module: HloModule, depth: int = 0
     if ins.opcode in ("copy", "bitcast", "convert") and ins.operands:
         return _const_value(comp, ins.operands[0], module, depth + 1)
     if ins.opcode == "fusion":  # a fused constant (e.g. %constant_fusion)
-        called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+        called = called_computation(module, ins)
         if called is not None and called.root is not None and called.root.opcode == "constant":
             return _const_value(called, called.root.name, module, depth + 1)
     return None
@@ -380,7 +390,7 @@ def _gte_index(comp: Computation, name: str, depth: int = 0) -> int | None:
 
 def _resolve_through_fusion(module: HloModule, comp: Computation, ins: Instr):
     """For a fusion wrapping a single op (e.g. CPU's wrapped_compare): (op, operand map)."""
-    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    called = called_computation(module, ins)
     if called is None or called.root is None:
         return None, {}
     params = {}

@@ -12,7 +12,16 @@ queues) while the compute stream goes on: search/planning/roofline/collectives.p
 search/planning/roofline/schedule.py replays when it is waited for."""
 from __future__ import annotations
 
-from .hlo import Computation, HloModule, Instr, memory_space, operand_shape, shape_bytes, split_top_level
+from .hlo import (
+    Computation,
+    HloModule,
+    Instr,
+    called_computation,
+    memory_space,
+    operand_shape,
+    shape_bytes,
+    split_top_level,
+)
 
 HOST_MEMORY_SPACE = 5
 # the -done halves that close a host transfer's start (host_transfer): async-start's, copy-start's and
@@ -39,7 +48,7 @@ def host_transfer(module: HloModule, comp: Computation, ins: Instr) -> tuple[str
         return _async_slice(ins)
     if ins.opcode != "async-start":
         return None
-    called = module.computations.get((ins.attr("calls") or "").lstrip("%"))
+    called = called_computation(module, ins)
     root = called.root if called is not None else None
     if root is None or called is None:
         return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
-from .cost import flop_rate, op_costs, op_read_write, op_work, priced_seconds, roofline_seconds
+from .cost import op_price, op_work, priced_seconds
 from .hlo import call_graph, parse_module
 from .host import host_round_trips
 from .schedule import exposed_by_schedule
@@ -142,18 +142,17 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     flops = bytes_ = compute = memory = roof = index_excess = 0.0
     estimated, excess = 0, 0.0
     for comp, ins, mult in _running_ops(module, graph):
-        costs = op_costs(module, comp, ins, hw)
-        if costs is None:
+        price = op_price(module, comp, ins, hw)
+        if price is None:
             continue
-        f, b, roof_s, estimate = costs
+        f, roof_s, estimate = price.flops, price.seconds, price.estimate
         t = priced_seconds(roof_s, estimate, hw)
         if estimate is not None:
             estimated += 1
             excess += max(0.0, estimate - roof_s) * mult
         flops += f * mult
-        bytes_ += b * mult
-        written = op_read_write(module, comp, ins)[2]  # type: ignore[index]  # op_costs counted it: not None
-        op_compute, op_memory = f / flop_rate(comp, ins, hw, module), roofline_seconds(0.0, b, hw, None, written)
+        bytes_ += (price.read + price.written) * mult
+        op_compute, op_memory = f / price.rate, hw.hbm_seconds(price.read, price.written)
         compute += op_compute * mult
         memory += op_memory * mult
         index_excess += max(0.0, roof_s - max(op_compute, op_memory)) * mult

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .chip import Hardware
 from .collectives import CollectiveCost, chain_homes, megascale_transfer, transfer_key
 from .cost import op_seconds
-from .hlo import CallGraph, Computation, HloModule, Instr, call_graph, collective_kind
+from .hlo import CallGraph, Computation, HloModule, Instr, call_graph, called_computation, collective_kind
 from .host import DONE_OPCODES, host_transfer
 
 
@@ -22,13 +22,9 @@ class Timeline:
     stalls: dict[str, float] = field(default_factory=dict)  # transfer key -> its stall, per execution
 
 
-def _wrapped(module: HloModule, ins: Instr) -> Computation | None:
-    return module.computations.get((ins.attr("calls") or "").lstrip("%"))
-
-
 def _carried_keys(module: HloModule, ins: Instr) -> list[str]:
     """Transfers a fusion carries: the collectives inside its fused computation."""
-    called = _wrapped(module, ins)
+    called = called_computation(module, ins)
     if called is None:
         return []
     return [transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)]
@@ -81,7 +77,7 @@ def events(module: HloModule, comp: Computation,
         elif host_transfer(module, comp, ins) is not None:  # async-start / copy-start to or from host memory
             out[ins.name] = ("open", [f"{comp.name}/{ins.name}"])
         elif op == "async-start":
-            called = _wrapped(module, ins)
+            called = called_computation(module, ins)
             keys = [transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)] if called else []
             if keys:
                 out[ins.name] = ("open", keys)
@@ -92,7 +88,7 @@ def events(module: HloModule, comp: Computation,
             if start is None:
                 continue
             if start.opcode == "async-start":
-                called = _wrapped(module, start)
+                called = called_computation(module, start)
                 keys = ([transfer_key(called.name, i) for i in called.instrs if collective_kind(i.opcode)]
                         if called else [])
             else:
@@ -193,7 +189,7 @@ class ScheduleReplay:
             branches = [b for b in branches if b in m.computations]
             return sum(self.replay(b).duration_s for b in branches) / len(branches) if branches else 0.0
         if ins.opcode == "async-start":
-            called = _wrapped(m, ins)
+            called = called_computation(m, ins)
             if called is not None and not any(collective_kind(i.opcode) for i in called.instrs):
                 return self.replay(called.name).duration_s  # wrapped compute: counted where it starts
         return 0.0
@@ -251,7 +247,8 @@ def exposed_by_schedule(module: HloModule, graph: CallGraph, hw: Hardware, costs
     replay = ScheduleReplay(module, graph, hw, costs, homes)
     exposed: dict[str, float] = defaultdict(float)
     wrapped = {c.name for comp in module.computations.values() for i in comp.instrs if i.opcode == "async-start"
-               for c in [_wrapped(module, i)] if c is not None and any(collective_kind(x.opcode) for x in c.instrs)}
+               for c in [called_computation(module, i)]
+               if c is not None and any(collective_kind(x.opcode) for x in c.instrs)}
     for name in module.computations:
         mult = graph.multiplier.get(name, 0.0)
         if mult == 0 or name in graph.fused or name in wrapped:  # an async-wrapped collective: its pair prices it
