@@ -202,6 +202,7 @@ def save_step(folder: str, name: str, hlo_text: str, totals: dict, steps: int) -
 def _small_roofline(roof: dict) -> dict:
     keep = ("flops_per_step", "hbm_bytes_per_step", "compute_s", "memory_s", "roofline_s", "comm_s",
             "exposed_comm_s", "step_time_s", "overlap", "compiler_cycles_ops", "compiler_excess_s", "index_excess_s",
+            "vpu_excess_s",
             "error")
     return {k: roof[k] for k in keep if k in roof}
 

@@ -164,6 +164,9 @@ class DeviceSpec:
     # copy's reads and writes); None: every byte at hbm_efficiency
     hbm_read_efficiency: Figure | None = None
     hbm_write_efficiency: Figure | None = None
+    # cycles per 32-bit vector register of each kind of VPU work (search/planning/roofline/vpu.py), measured in the
+    # chip's own steps; None: ops without a matmul are priced by their bytes alone
+    vpu_cycles: tuple[tuple[str, Figure], ...] | None = None
 
     def index_table(self) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
         """index_rates as the roofline reads them (Hardware.index_rows): per kind and rows,
@@ -491,6 +494,18 @@ _NCCL_BUSBW = ("measured: nccl-tests all_gather_perf and all_reduce_perf on 8 x 
                "collective at 2 x NVLink / 4 = 450 GB/s, so 360 / 450 = 0.80 of it")
 _NCCL_SAME_NVLINK = "H200 SXM has H100 SXM's NVLink 4 (900 GB/s) through the same NVSwitch generation: " + _NCCL_BUSBW
 _NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's share is used (" + _NCCL_BUSBW + ")"
+_V5E_STEP_OPS = (
+    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, every op of eight training steps "
+    "profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5; "
+    "`python -m paxsearch.benchmarks.fit_vpu`): the fit of max(an op's roofline, its VPU time) to the measured times "
+    "of the steps' 1,328 ops without a matmul gives 20.2 cycles a register for sine and cosine (RoPE's tables: its "
+    "two fusions of m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at this figure and "
+    "6 ns at their bytes). The same fit's other kinds (transcendental 0.557, arithmetic 0.143, reduction 1.04, "
+    "movement 0.275) are left out: priced with them the 86 trained points of the on-chip benchmark came out 2.40% "
+    "mean / 9.7% max, 27% predicted faster, against 2.02% / 7.3% / 50% without (with sine and cosine alone 2.00% / "
+    "7.7% / 42%; benchmarks/RESULTS.md, 'VPU time and the DMAs')")
+# cycles per 32-bit vector register by kind of VPU work (roofline/vpu.py KINDS) the v5e entry prices
+V5E_VPU_CYCLES = (("trigonometric", Figure(20.2, _V5E_STEP_OPS)),)
 _V5E_ICI_SHARE = 0.855  # v5e's measured share of a link, also assumed where a chip has none (_ICI_ASSUMED)
 _SCALING_AG = ("measured: XLA's AllGather on a TPU v5e 8x16 slice along its 16-chip axis (a full bidirectional "
                "ring), the unidirectional link bandwidth worked out from the collective's cost reaching 'about 95% "
@@ -536,7 +551,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         unsorted_index=s.get("unsorted_index"), ragged_rates=s.get("ragged_rates"),
         megablox_rates=s.get("megablox_rates"),
         hbm_read_efficiency=Figure(*s["hbm_read"]) if "hbm_read" in s else None,
-        hbm_write_efficiency=Figure(*s["hbm_write"]) if "hbm_write" in s else None)
+        hbm_write_efficiency=Figure(*s["hbm_write"]) if "hbm_write" in s else None,
+        vpu_cycles=s.get("vpu_cycles"))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -573,7 +589,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "attention_grid": V5E_SPLASH_GRID, "index_rates": V5E_INDEX_RATES, "unsorted_index": V5E_UNSORTED_INDEX,
         "ragged_rates": V5E_RAGGED_RATES, "megablox_rates": V5E_MEGABLOX_RATES,
         "hbm_read": (V5E_HBM_READ, _V5E_HBM_SPLIT), "hbm_write": (V5E_HBM_WRITE, _V5E_HBM_SPLIT),
-        "collectives": (_V5E_ICI_SHARE, _SCALING_AG)}),
+        "collectives": (_V5E_ICI_SHARE, _SCALING_AG), "vpu_cycles": V5E_VPU_CYCLES}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",

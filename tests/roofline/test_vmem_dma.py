@@ -43,7 +43,7 @@ def test_a_copy_into_vmem_is_a_dma_bucketed_apart_and_priced_on_the_compute_stre
     module = hlo.parse_module(_module())
     comp = module.computations[module.entry]
     start = comp.by_name["copy-start"]
-    assert dma.vmem_dma(module, comp, start) == DMA_BYTES  # read from HBM; the VMEM side is not HBM
+    assert cost.instr_bytes(module, *dma.vmem_dma(module, comp, start)) == DMA_BYTES  # from HBM; VMEM is not HBM
     assert dma.dma_start(module, comp, comp.by_name["copy-done"]) is start
     assert dma.dma_start(module, comp, comp.by_name["out"]) is None
     assert T.bucket_of(module, comp, start) == T.DMA == T.bucket_of(module, comp, comp.by_name["copy-done"])
@@ -79,7 +79,7 @@ ENTRY %main (p0: bf16[4096,4096]) -> bf16[1024,4096] {{
 """
     module = hlo.parse_module(text)
     comp = module.computations[module.entry]
-    assert dma.vmem_dma(module, comp, comp.by_name["slice-start"]) == 1024 * 4096 * 2
+    assert cost.instr_bytes(module, *dma.vmem_dma(module, comp, comp.by_name["slice-start"])) == 1024 * 4096 * 2
     assert dma.dma_start(module, comp, comp.by_name["slice-done"]) is comp.by_name["slice-start"]
     body = module.computations["async_computation"]
     assert dma.vmem_dma(module, body, body.root) is None  # the slice itself starts nothing

@@ -69,6 +69,10 @@ class Hardware:
     # on a real v5e land within 5% of it, at 0.41-0.51x the compiler's estimates) or "compiler" (at
     # least the compiler's estimate, where there is one)
     on_chip: str = "roofline"
+    # cycles per 32-bit vector register of each kind of VPU work (roofline/vpu.py KINDS): an op that does not
+    # multiply matrices takes at least its VPU time at clock_hz (TPU v5e: trainer/hardware.py V5E_VPU_CYCLES);
+    # () none: such an op is priced by its bytes alone
+    vpu_cycles: tuple[tuple[str, float], ...] = ()
 
     def attention_share(self, kernel: str, seq: int, block: int | None = None) -> float | None:
         """The measured share of peak of the attention kernel named `kernel` (a custom call's name

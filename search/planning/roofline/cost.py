@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import indexed
+from . import indexed, vpu
 from .chip import Hardware
 from .hlo import (
     Computation,
@@ -637,22 +637,23 @@ class OpPrice(NamedTuple):
     rate: float  # FLOP/s its FLOPs are priced at (flop_rate)
     seconds: float  # its roofline: max(FLOPs / rate, Hardware.hbm_seconds), or its rows' time where longer
     estimate: float | None  # the compiler's estimate (compiler_estimate), None where absent or not looked up
+    rows: float = 0.0  # its gathers' and scatters' rows' time (indexed.index_seconds), 0 where none
+    vpu: float = 0.0  # its VPU time (vpu.vpu_seconds), 0 where not priced
 
 
 def op_price(module: HloModule, comp: Computation, ins: Instr, hw: Hardware, estimate: bool = True) -> OpPrice | None:
     """The work and price of one instruction that runs on its own, once (op_read_write, flop_rate,
-    Hardware.hbm_seconds, indexed.index_seconds, compiler_estimate; the estimate is not looked up when not
-    `estimate`); None for what has no work of its own."""
+    Hardware.hbm_seconds, indexed.index_seconds, vpu.vpu_seconds for an op without a matmul, compiler_estimate;
+    the estimate is not looked up when not `estimate`); None for what has no work of its own."""
     work = op_read_write(module, comp, ins)
     if work is None:
         return None
     f, read, written = work
     rate = flop_rate(comp, ins, hw, module)
-    roof = max(f / rate, hw.hbm_seconds(read, written))
-    rows = indexed.index_seconds(module, comp, ins, hw)
-    if rows is not None:
-        roof = max(roof, rows)
-    return OpPrice(f, read, written, rate, roof, compiler_estimate(module, ins, hw) if estimate else None)
+    rows = indexed.index_seconds(module, comp, ins, hw) or 0.0
+    vector = vpu.vpu_seconds(module, comp, ins, hw) if hw.vpu_cycles and not uses_mxu(module, ins) else 0.0
+    roof = max(f / rate, hw.hbm_seconds(read, written), rows, vector)
+    return OpPrice(f, read, written, rate, roof, compiler_estimate(module, ins, hw) if estimate else None, rows, vector)
 
 
 def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,

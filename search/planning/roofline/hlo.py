@@ -89,17 +89,20 @@ def lane_dim(shape: str) -> tuple[int, int, int] | None:
     return order[0], dims[order[0]], tiled_dims(dims, m.group(3))[order[0]]
 
 
+def tiled_arrays(shape: str) -> Iterable[tuple[str, int, int]]:
+    """(dtype, elements as its layout tiles them (tiled_dims), memory space) of each array of a shape whose
+    dtype has a size."""
+    for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
+        if dtype in DTYPE_BYTES:
+            yield dtype, prod(tiled_dims(parse_dims(dims), layout)), _memory_space(layout)
+
+
 def hbm_shape_bytes(shape: str) -> float:
     """Bytes a shape moves in HBM: each array as its layout lays it out (tiled_dims: TPU's tiles pad
     the minor-most dimensions, so a [.., 64] array of bf16 takes the bytes of [.., 128]); arrays whose
     layout puts them in another memory space (`S(1)`: TPU VMEM, chosen by XLA's memory-space
     assignment; `S(5)`: host memory) are left out."""
-    total = 0.0
-    for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
-        if dtype not in DTYPE_BYTES or _memory_space(layout) != 0:
-            continue
-        total += DTYPE_BYTES[dtype] * prod(tiled_dims(parse_dims(dims), layout))
-    return total
+    return float(sum(DTYPE_BYTES[dtype] * n for dtype, n, space in tiled_arrays(shape) if space == 0))
 
 
 def shape_dims(shape: str) -> list[int]:

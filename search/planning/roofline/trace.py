@@ -31,8 +31,9 @@ hlo.py), the same split as the retired benchmarks/diag_profile_buckets.py (bench
                    the HBM-bound loop fusions, reductions, copies, converts
   collectives      collectives and their async halves, TPU async-collective fusions (hlo.collective_kind)
   host transfers   transfers between HBM and host memory (host.host_transfer, and their -done)
-  on-chip DMA      DMAs between HBM and VMEM (dma.vmem_dma: their starts, priced by the roofline on the
-                   compute stream; and their -done halves: a -done's time is the wait for its DMA)
+  on-chip DMA      DMAs between HBM and VMEM (dma.moves_dma_bytes: their starts, or the slice an async-start
+                   wraps, priced by the roofline on the compute stream; and their -done halves: a -done's
+                   time is the wait for its DMA)
   control          what has no work of its own (while, tuple, bitcast ...; a loop's self time)
   unmatched        a measured op whose name is not in the module
 Predicted: the first three are the per-op roofline (analyze's roof, each op's priced seconds times
@@ -50,7 +51,7 @@ from typing import Iterable
 
 from .chip import Hardware
 from .cost import _fusion_is_collective, is_attention_kernel, op_costs, op_work, priced_seconds, uses_mxu
-from .dma import dma_start, vmem_dma
+from .dma import dma_start, moves_dma_bytes
 from .hlo import Computation, HloModule, Instr, call_graph, collective_kind, parse_module
 from .host import DONE_OPCODES, host_transfer
 from .model import _running_ops, analyze
@@ -239,7 +240,7 @@ def bucket_of(module: HloModule, comp: Computation, ins: Instr) -> str:
         return COLLECTIVES
     if host_transfer(module, comp, ins) is not None or _closes_host_transfer(module, comp, ins):
         return HOST
-    if vmem_dma(module, comp, ins) is not None or dma_start(module, comp, ins) is not None:
+    if moves_dma_bytes(module, comp, ins) or dma_start(module, comp, ins) is not None:
         return DMA
     if is_attention_kernel(ins):
         return ATTENTION

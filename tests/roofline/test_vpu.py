@@ -1,0 +1,122 @@
+"""The VPU time of ops without a matmul (search/planning/roofline/vpu.py), priced at the v5e chip's cycles per
+register (trainer/hardware.py V5E_VPU_CYCLES, from benchmarks/fit_vpu.py over the chip's own profiled steps)."""
+import dataclasses
+import gzip
+import json
+import os
+
+import pytest
+
+from paxsearch.search.planning import roofline as R
+from paxsearch.search.planning.roofline import cost, hlo, vpu
+from paxsearch.trainer import hardware
+
+from ..search_util import REPO
+
+STEPS = os.path.join(REPO, "benchmarks", "data", "chip_steps_v5e_run5")
+VMEM = "f32[8,2048,64]{2,1,0:T(8,128)S(1)}"
+HBM = "f32[8,2048,64]{2,1,0:T(8,128)}"
+
+
+def _v5e() -> R.Hardware:
+    from paxsearch.search.planning.predict import hardware_for
+
+    return hardware_for([None], "v5e")
+
+
+def _rope_text(out: str = VMEM) -> str:
+    """RoPE's tables: sine and cosine of positions x frequencies, one fusion, results where `out` says."""
+    return f"""HloModule m, entry_computation_layout={{()->()}}
+
+%fused (p0: f32[8,2048,64]) -> (f32[8,2048,64], f32[8,2048,64]) {{
+  %p0 = {HBM} parameter(0)
+  %s = {out} sine(%p0)
+  %c = {out} cosine(%p0)
+  ROOT %t = ({out}, {out}) tuple(%s, %c)
+}}
+
+ENTRY %main (a: f32[8,2048,64]) -> (f32[8,2048,64], f32[8,2048,64]) {{
+  %a = {HBM} parameter(0)
+  ROOT %f = ({out}, {out}) fusion(%a), kind=kLoop, calls=%fused
+}}
+"""
+
+
+def _rope() -> tuple[hlo.HloModule, hlo.Computation, hlo.Instr]:
+    module = hlo.parse_module(_rope_text())
+    comp = module.computations[module.entry]
+    return module, comp, comp.by_name["f"]
+
+
+def test_sine_and_cosine_into_vmem_are_priced_by_their_vector_registers_not_their_bytes():
+    module, comp, ins = _rope()
+    regs = vpu.vpu_registers(module, comp, ins)
+    # 8 x 2048 x 64 floats laid out in (8, 128) tiles: 64 lanes padded to 128, 2048 registers an array
+    assert regs[vpu.TRIG] == 2 * 2048 and regs[vpu.ARITHMETIC] == 0 == regs[vpu.MOVEMENT]
+    hw = _v5e()
+    cycles = dict(hw.vpu_cycles)[vpu.TRIG]
+    price = cost.op_price(module, comp, ins, hw, estimate=False)
+    assert price.seconds == pytest.approx(2 * 2048 * cycles / hw.clock_hz)
+    assert price.seconds > 4 * hw.hbm_seconds(price.read, price.written)  # it reads 8 MiB (tiled); writes none: VMEM
+    # without the chip's figures (CPU, GPU, TPUs not measured) an op is priced by its bytes alone
+    bare = dataclasses.replace(hw, vpu_cycles=())
+    assert cost.op_price(module, comp, ins, bare, estimate=False).seconds == pytest.approx(
+        hw.hbm_seconds(price.read, price.written))
+    # what the VPU adds over the bytes has its own line in the step's breakdown
+    roof = R.analyze(_rope_text(), hw, num_devices=1)
+    assert roof.vpu_excess_s == pytest.approx(roof.roofline_s - roof.memory_s)
+    assert roof.vpu_excess_s > 0 and roof.to_dict()["vpu_excess_s"] == roof.vpu_excess_s
+
+
+def test_a_matmul_fusion_gets_no_vpu_price():
+    text = """HloModule m, entry_computation_layout={()->()}
+
+%fused (p0: bf16[4096,4096], p1: bf16[4096,4096]) -> bf16[4096,4096] {
+  %p0 = bf16[4096,4096]{1,0:T(8,128)(2,1)} parameter(0)
+  %p1 = bf16[4096,4096]{1,0:T(8,128)(2,1)} parameter(1)
+  %e = bf16[4096,4096]{1,0:T(8,128)(2,1)} sine(%p0)
+  ROOT %d = bf16[4096,4096]{1,0:T(8,128)(2,1)} dot(%e, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: bf16[4096,4096], b: bf16[4096,4096]) -> bf16[4096,4096] {
+  %a = bf16[4096,4096]{1,0:T(8,128)(2,1)} parameter(0)
+  %b = bf16[4096,4096]{1,0:T(8,128)(2,1)} parameter(1)
+  ROOT %f = bf16[4096,4096]{1,0:T(8,128)(2,1)} fusion(%a, %b), kind=kOutput, calls=%fused
+}
+"""
+    module = hlo.parse_module(text)
+    comp = module.computations[module.entry]
+    price = cost.op_price(module, comp, comp.by_name["f"], _v5e(), estimate=False)
+    assert price.vpu == 0.0 and price.seconds == pytest.approx(price.flops / price.rate)
+
+
+def test_on_the_chip_ropes_sine_and_cosine_ran_at_their_vpu_price():
+    """The v5e chip's step of m350-s2k-fl-b8-full: its two RoPE table fusions (24 a step each, results in VMEM)
+    measured 55.6 us an execution, where their bytes are priced at 6 ns."""
+    name = "m350-s2k-fl-b8-full"
+    with gzip.open(os.path.join(STEPS, f"{name}.hlo.txt.gz"), "rt") as f:
+        module = hlo.parse_module(f.read())
+    with open(os.path.join(STEPS, f"{name}.ops.json")) as f:
+        ops = json.load(f)
+    hw = _v5e()
+    bare = dataclasses.replace(hw, vpu_cycles=())
+    index = {i.name: (c, i) for c in module.computations.values() for i in c.instrs}
+    for op in ("fusion.437", "multiply_cosine_fusion.3"):
+        measured = ops[op][0] / ops[op][1]
+        assert cost.op_price(module, *index[op], bare, estimate=False).seconds < 0.001 * measured
+        assert cost.op_price(module, *index[op], hw, estimate=False).seconds == pytest.approx(measured, rel=0.05)
+
+
+def test_the_tables_figures_are_what_fit_vpu_finds_in_the_chips_steps(tmp_path):
+    from paxsearch.benchmarks import fit_vpu
+
+    out = tmp_path / "fit.json"
+    assert fit_vpu.main(["--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    table = {k: f.value for k, f in hardware.V5E_VPU_CYCLES}
+    assert set(table) == {vpu.TRIG}  # the entry prices sine and cosine only (V5E_VPU_CYCLES says why)
+    assert found["cycles"][vpu.TRIG] == pytest.approx(table[vpu.TRIG], rel=0.02)
+    assert 0.1 < found["dma_share"] < 0.5  # the DMAs' waits: 31.7 of the 131.7 ms their bytes are priced at
+    for step in found["steps"]:  # with every kind fitted, every step's other bucket comes closer to the chip's
+        assert abs(step["other_vpu_s"] - step["other_measured_s"]) < abs(
+            step["other_roofline_s"] - step["other_measured_s"]), step["step"]
