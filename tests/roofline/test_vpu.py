@@ -107,6 +107,7 @@ def test_on_the_chip_ropes_sine_and_cosine_ran_at_their_vpu_price():
         assert cost.op_price(module, *index[op], hw, estimate=False).seconds == pytest.approx(measured, rel=0.05)
 
 
+@pytest.mark.slow  # parses eight chip steps; CI runs it
 def test_the_tables_figures_are_what_fit_vpu_finds_in_the_chips_steps(tmp_path):
     from paxsearch.benchmarks import fit_vpu
 
