@@ -1,19 +1,22 @@
 """The v5e chip's VPU cycles by kind of work, and what its HBM <-> VMEM DMAs cost a step, from the chip's own
-profiled steps (issue 41, section 2: the figure behind trainer/hardware.py V5E_VPU_CYCLES).
+profiled steps, and how the splash kernels ran there against their grid price (issue 41, section 2: the figure behind
+trainer/hardware.py V5E_VPU_CYCLES).
 
 Question: the roofline prices an op without a matmul by its HBM bytes; on the chip RoPE's sine / cosine fusions
 ran 1.3 ms with no HBM bytes at all (their buffers in VMEM), and the DMAs that fill VMEM, priced at their bytes
 on the compute stream, waited 8-46% of that. How many cycles per vector register does each kind of VPU work take
 in a real step, and what share of the DMAs' price does the step pay?
-Peer: the chip itself: every op of the steps in benchmarks/data/chip_steps_v5e_run5 (`chip_profile --save-hlo`:
-the chip compiler's HLO and each op's measured self time per step).
+Peer: the chip itself: every op of the steps in benchmarks/data/chip_steps_v5e_run5 and _run6 (`chip_profile
+--save-hlo`: the chip compiler's HLO and each op's measured self time per step; run 5's were profiled for being
+planned slow, run 6's for being planned fast).
 
-    python -m paxsearch.benchmarks.fit_vpu [--steps DIR] [--json FILE]
+    python -m paxsearch.benchmarks.fit_vpu [--steps DIR ...] [--json FILE]
 
 The fit: cycles c_k >= 0 per 32-bit register of each kind (roofline/vpu.py KINDS) minimising, over the ops of the
 "other on-chip" bucket (trace.bucket_of), sum n (max(roofline, sum_k c_k regs_k / clock) - measured)^2 (n: an op's
 executions per step; the roofline at the v5e entry without a VPU term). The DMA share: the measured waits of the
-DMAs' -done halves over the roofline's price of their bytes, summed over the steps. Prints both, and per step the
+DMAs' -done halves over the roofline's price of their bytes, summed over the steps. The splash kernels: each kind's
+measured time over its price (V5E_SPLASH_GRID), summed over the steps. Prints both, and per step the
 bucket and the step (the sum of measured op times) against the roofline before and after ("after": every kind at
 its fitted cycles and the DMAs at the measured share; the v5e entry takes only the sine / cosine figure, and no DMA
 share: over the 86 trained points of the on-chip benchmark the rest made plans worse, benchmarks/RESULTS.md).
@@ -30,7 +33,11 @@ import sys
 
 import numpy as np
 
-DEFAULT_STEPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "chip_steps_v5e_run5")
+DEFAULT_STEPS = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", f"chip_steps_v5e_{run}")
+                      for run in ("run5", "run6"))
+
+
+SPLASH_KINDS = ("_fwd", "_dq", "_dkv")  # the splash kernels' names: forward, dQ, dK / dV
 
 
 @dataclasses.dataclass
@@ -41,6 +48,7 @@ class StepOps:
     dma_wait: float  # measured seconds per step the DMAs' -done halves took
     dma_price: float  # the roofline's seconds per step for the DMAs' bytes
     rest: float  # roofline seconds per step of everything else (matmuls, kernels)
+    splash: dict = dataclasses.field(default_factory=dict)  # kernel kind -> [measured, priced] seconds per step
 
 
 def read_steps(folder: str, hw) -> list[StepOps]:
@@ -67,6 +75,11 @@ def read_steps(folder: str, hw) -> list[StepOps]:
             if price is None:
                 continue
             bucket = T.bucket_of(module, comp, ins)
+            kind = next((k for k in SPLASH_KINDS if k in ins.name), None) if bucket == T.ATTENTION else None
+            if kind is not None:
+                pair = step.splash.setdefault(kind, [0.0, 0.0])
+                pair[0] += ops.get(ins.name, [0.0])[0]
+                pair[1] += price.seconds * mult
             if bucket == T.DMA:
                 step.dma_price += price.seconds * mult
             elif bucket == T.OTHER and ops.get(ins.name, [0.0, 0.0])[1] > 0:
@@ -114,16 +127,18 @@ def other_seconds(step: StepOps, cycles: np.ndarray | None, clock_hz: float) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", default=DEFAULT_STEPS, help="folder of NAME.hlo.txt.gz + NAME.ops.json")
+    ap.add_argument("--steps", action="append", default=None,
+                    help=f"folder of NAME.hlo.txt.gz + NAME.ops.json (repeatable; default: {', '.join(DEFAULT_STEPS)})")
     ap.add_argument("--json", default=None, help="also write the figures and the per-step table here")
     args = ap.parse_args(argv)
     from paxsearch.search.planning.predict import hardware_for
     from paxsearch.search.planning.roofline import vpu
 
     hw = dataclasses.replace(hardware_for([None], "v5e"), vpu_cycles=())
-    steps = read_steps(args.steps, hw)
+    folders = args.steps or list(DEFAULT_STEPS)
+    steps = [s for folder in folders for s in read_steps(folder, hw)]
     if not steps:
-        print(f"fit_vpu: no NAME.hlo.txt.gz + NAME.ops.json pairs in {args.steps}; save some with "
+        print(f"fit_vpu: no NAME.hlo.txt.gz + NAME.ops.json pairs in {', '.join(folders)}; save some with "
               "`chip_profile --save-hlo`", file=sys.stderr)
         return 2
     cycles = fit_cycles(steps, hw.clock_hz)
@@ -132,6 +147,14 @@ def main(argv=None) -> int:
     print("cycles per register: " + ", ".join(f"{k} {c:.3f}" for k, c in zip(vpu.KINDS, cycles, strict=True)))
     print(f"DMA share: measured waits {sum(s.dma_wait for s in steps) * 1e3:.1f} ms over priced "
           f"{sum(s.dma_price for s in steps) * 1e3:.1f} ms = {share:.3f}")
+    splash = {}
+    for kind in SPLASH_KINDS:
+        pairs = [s.splash[kind] for s in steps if kind in s.splash]
+        if pairs:
+            splash[kind.strip("_")] = sum(m for m, _ in pairs) / sum(p for _, p in pairs)
+            ratios = [m / p for m, p in pairs]
+            print(f"splash {kind.strip('_')} in the step: measured / priced {splash[kind.strip('_')]:.3f} over "
+                  f"{len(pairs)} steps (per step {min(ratios):.3f}-{max(ratios):.3f})")
     print("\n| step | measured ms | other: measured | roofline | with VPU | DMA waits | DMA price | step before | "
           "step after |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -150,7 +173,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cycles": dict(zip(vpu.KINDS, map(float, cycles), strict=True)), "dma_share": share,
-                       "steps": table}, f, indent=1)
+                       "splash_in_step": splash, "steps": table}, f, indent=1)
     return 0
 
 

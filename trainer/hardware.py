@@ -495,15 +495,18 @@ _NCCL_BUSBW = ("measured: nccl-tests all_gather_perf and all_reduce_perf on 8 x 
 _NCCL_SAME_NVLINK = "H200 SXM has H100 SXM's NVLink 4 (900 GB/s) through the same NVSwitch generation: " + _NCCL_BUSBW
 _NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's share is used (" + _NCCL_BUSBW + ")"
 _V5E_STEP_OPS = (
-    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, every op of eight training steps "
-    "profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5; "
-    "`python -m paxsearch.benchmarks.fit_vpu`): the fit of max(an op's roofline, its VPU time) to the measured times "
-    "of the steps' 1,328 ops without a matmul gives 20.2 cycles a register for sine and cosine (RoPE's tables: its "
-    "two fusions of m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at this figure and "
-    "6 ns at their bytes). The same fit's other kinds (transcendental 0.557, arithmetic 0.143, reduction 1.04, "
-    "movement 0.275) are left out: priced with them the 86 trained points of the on-chip benchmark came out 2.40% "
-    "mean / 9.7% max, 27% predicted faster, against 2.02% / 7.3% / 50% without (with sine and cosine alone 2.00% / "
-    "7.7% / 42%; benchmarks/RESULTS.md, 'VPU time and the DMAs')")
+    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, every op of fourteen training steps "
+    "profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5, eight "
+    "planned slow, and _run6, six planned fast; `python -m paxsearch.benchmarks.fit_vpu`): the fit of max(an op's "
+    "roofline, its VPU time) to the measured times of the steps' 2,229 ops without a matmul gives 20.15 cycles a "
+    "register for sine and cosine (20.20 from the first eight steps alone, 20.37 from the other six; RoPE's tables: "
+    "the two fusions of m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at this figure "
+    "and 6 ns at their bytes). The same fit's other kinds (transcendental 0.82, arithmetic 0.17, reduction 1.06, "
+    "movement 0.22), the DMAs' measured waits (0.226 of their bytes' price) and the splash backward kernels' "
+    "in-step time (dQ 1.124x, dK/dV 1.102x their grid price) are measured and not charged: priced with all of "
+    "them the 102 trained points came out 2.41% mean / 6.1% max, 57% predicted faster, against 2.12% / 7.7% / "
+    "38% as here (dense head dim 128 2.07% against 2.50%, MoE 3.53% against 1.53%; `benchmarks/reprice_onchip.py`, "
+    "benchmarks/RESULTS.md 'On-chip run 6')")
 # cycles per 32-bit vector register by kind of VPU work (roofline/vpu.py KINDS) the v5e entry prices
 V5E_VPU_CYCLES = (("trigonometric", Figure(20.2, _V5E_STEP_OPS)),)
 _V5E_ICI_SHARE = 0.855  # v5e's measured share of a link, also assumed where a chip has none (_ICI_ASSUMED)

@@ -73,6 +73,13 @@ class Hardware:
     # multiply matrices takes at least its VPU time at clock_hz (TPU v5e: trainer/hardware.py V5E_VPU_CYCLES);
     # () none: such an op is priced by its bytes alone
     vpu_cycles: tuple[tuple[str, float], ...] = ()
+    # the share of its HBM bytes' price an async DMA between HBM and VMEM (roofline/dma.py) costs the compute
+    # stream: what its -done half was measured to wait (TPU v5e: trainer/hardware.py V5E_DMA_SHARE); 1: all of it
+    dma_share: float = 1.0
+    # ((a part of a splash kernel's name, times), ...): a training step's kernels whose name holds the part took
+    # `times` what attention_grid prices them at (TPU v5e: the backward kernels, trainer/hardware.py
+    # V5E_SPLASH_IN_STEP); () none
+    attention_in_step: tuple[tuple[str, float], ...] = ()
 
     def attention_share(self, kernel: str, seq: int, block: int | None = None) -> float | None:
         """The measured share of peak of the attention kernel named `kernel` (a custom call's name
@@ -113,6 +120,11 @@ class Hardware:
         pooled = dict(next((r[4] for r in rows if r[3] == 2), ()))
         per_seq = [(sq, log_interp(pts, kv_rows) * _trend(pooled.get(sq), pts, kv_rows)) for sq, pts in by_seq]
         return log_interp(tuple(per_seq), seq), d
+
+    def grid_in_step(self, kernel: str) -> float:
+        """How many times its attention_grid price a step's splash kernel named `kernel` takes (attention_in_step:
+        the first part its name holds; 1 where none)."""
+        return next((t for part, t in self.attention_in_step if part in kernel), 1.0)
 
     @property
     def sustained_flops(self) -> float:

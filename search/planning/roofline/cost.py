@@ -11,6 +11,7 @@ import numpy as np
 
 from . import indexed, vpu
 from .chip import Hardware
+from .dma import moves_dma_bytes
 from .hlo import (
     Computation,
     HloModule,
@@ -577,7 +578,8 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
     Hardware.ragged_shares, the megablox kernels with Hardware.megablox_shares, at the measured share of its
     shape, indexed.ragged_share). A splash kernel with
     rows in Hardware.attention_grid (trainer/hardware.py V5E_SPLASH_GRID) runs at Hardware.grid_share for its
-    block, head dim, query heads per K/V head (the K/V operand's heads), seq and batch x K/V heads; else,
+    block, head dim, query heads per K/V head (the K/V operand's heads), seq and batch x K/V heads, over what
+    a training step's kernels of its kind were measured to take beyond that (Hardware.grid_in_step); else,
     with a row in Hardware.attention_rates (per kernel, block and seq: V5E_SPLASH_RATES), at its row's share
     for its sequence and block (Hardware.attention_share); any other at
     Hardware.attention_efficiency. One whose head dim d is below Hardware.attention_head_dim (the head
@@ -603,7 +605,7 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
                               prod(q[:-3]) * kv_heads)
         if found is not None:
             share, measured_d = found
-            return hw.peak_flops * share * (min(q[-1], measured_d) / measured_d)
+            return hw.peak_flops * share * (min(q[-1], measured_d) / measured_d) / hw.grid_in_step(ins.name)
     if q:
         share = hw.attention_share(ins.name, q[-2], splash_block(comp, ins))
         if share is not None:
@@ -639,12 +641,14 @@ class OpPrice(NamedTuple):
     estimate: float | None  # the compiler's estimate (compiler_estimate), None where absent or not looked up
     rows: float = 0.0  # its gathers' and scatters' rows' time (indexed.index_seconds), 0 where none
     vpu: float = 0.0  # its VPU time (vpu.vpu_seconds), 0 where not priced
+    dma_discount: float = 0.0  # what Hardware.dma_share takes off an HBM <-> VMEM DMA's price
 
 
 def op_price(module: HloModule, comp: Computation, ins: Instr, hw: Hardware, estimate: bool = True) -> OpPrice | None:
     """The work and price of one instruction that runs on its own, once (op_read_write, flop_rate,
     Hardware.hbm_seconds, indexed.index_seconds, vpu.vpu_seconds for an op without a matmul, compiler_estimate;
-    the estimate is not looked up when not `estimate`); None for what has no work of its own."""
+    the estimate is not looked up when not `estimate`); an HBM <-> VMEM DMA (dma.moves_dma_bytes) at
+    Hardware.dma_share of that. None for what has no work of its own."""
     work = op_read_write(module, comp, ins)
     if work is None:
         return None
@@ -653,7 +657,9 @@ def op_price(module: HloModule, comp: Computation, ins: Instr, hw: Hardware, est
     rows = indexed.index_seconds(module, comp, ins, hw) or 0.0
     vector = vpu.vpu_seconds(module, comp, ins, hw) if hw.vpu_cycles and not uses_mxu(module, ins) else 0.0
     roof = max(f / rate, hw.hbm_seconds(read, written), rows, vector)
-    return OpPrice(f, read, written, rate, roof, compiler_estimate(module, ins, hw) if estimate else None, rows, vector)
+    discount = roof * (1.0 - hw.dma_share) if hw.dma_share != 1.0 and moves_dma_bytes(module, comp, ins) else 0.0
+    return OpPrice(f, read, written, rate, roof - discount, compiler_estimate(module, ins, hw) if estimate else None,
+                   rows, vector, discount)
 
 
 def op_costs(module: HloModule, comp: Computation, ins: Instr, hw: Hardware,

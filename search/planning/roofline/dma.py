@@ -13,10 +13,11 @@ transfers the schedule hides (tried: a DMA moving while HBM is idle), the 71 tra
 padding, before HBM reads and writes were priced apart): what the ops that read VMEM cost (relayouts,
 VPU work on VMEM buffers, priced at no HBM bytes) is what the on-stream price stands in for. Here:
 which ops are those DMAs (trace.py buckets them apart, so a profile shows their waits beside their
-price). Over the eight steps kept in that folder the waits come to 0.24 of the price (31.7 of 131.7 ms,
-benchmarks/fit_vpu.py); charged at that share, even with the ops' VPU time priced (vpu.py), the 86 trained points
-went to 2.96% mean with 84% predicted faster: the profiled steps hide their DMAs better than the rest, so the
-share is measured and not charged.
+price). Over the fourteen steps kept (chip_steps_v5e_run5 and _run6) the waits come to 0.226 of the price
+(benchmarks/fit_vpu.py). Charged at that share, with the ops' VPU time (vpu.py) and the splash backward kernels'
+in-step time, the 102 trained points came out 2.41% mean with 57% predicted faster against 2.12% / 38% (the share
+per step runs 0.08-0.46: a constant cannot say which steps hide their DMAs), so Hardware.dma_share is a what-if
+(benchmarks/reprice_onchip.py) the v5e entry does not charge.
 
 Host transfers (roofline/host.py, memory space 5) are not these: they move over PCIe."""
 from __future__ import annotations

@@ -48,9 +48,11 @@ class Roofline:
     # what row gathers and scatters add over their ops' roofline per step (indexed.py: the chip's measured
     # seconds per row); in roofline_s and step_time_s, in neither compute_s nor memory_s
     index_excess_s: float = 0.0
-    # what the VPU time of ops without a matmul adds over their bytes' price per step (vpu.py); in roofline_s and
-    # step_time_s, in neither compute_s nor memory_s
+    # what the VPU time of ops without a matmul adds over their bytes' price per step (vpu.py), and what the
+    # DMAs between HBM and VMEM are priced under their bytes' price (Hardware.dma_share); both in roofline_s
+    # and step_time_s, in neither compute_s nor memory_s (memory_s holds the DMAs' whole bytes' price)
     vpu_excess_s: float = 0.0
+    dma_discount_s: float = 0.0
 
     def predicted_mfu(self, model_flops_per_step: float, num_devices: int, peak_flops: float) -> float:
         if self.step_time_s <= 0:
@@ -92,6 +94,7 @@ class Roofline:
             "host_round_trip_bytes": self.host_round_trip_bytes,
             "index_excess_s": self.index_excess_s,
             "vpu_excess_s": self.vpu_excess_s,
+            "dma_discount_s": self.dma_discount_s,
             "collectives": self.collectives_summary(),
             "trip_counts": dict(self.trip_counts),
             "unknown_trip_counts": list(self.unknown_trip_counts),
@@ -143,7 +146,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     num_devices = num_devices or layout.num_devices or 1
     module = parse_module(hlo_text)
     graph = call_graph(module)
-    flops = bytes_ = compute = memory = roof = index_excess = vpu_excess = 0.0
+    flops = bytes_ = compute = memory = roof = index_excess = vpu_excess = dma_discount = 0.0
     estimated, excess = 0, 0.0
     for comp, ins, mult in _running_ops(module, graph):
         price = op_price(module, comp, ins, hw)
@@ -161,6 +164,7 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
         memory += op_memory * mult
         index_excess += max(0.0, price.rows - max(op_compute, op_memory)) * mult
         vpu_excess += max(0.0, price.vpu - max(op_compute, op_memory, price.rows)) * mult
+        dma_discount += price.dma_discount * mult
         roof += t * mult
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
     colls = collectives(module, graph, layout, hw, num_devices, homes)
@@ -177,4 +181,4 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     trips = [moved * graph.multiplier.get(comp, 0.0) for comp, moved in host_round_trips(module)]
     return Roofline(hw.name, flops, bytes_, compute, memory, roof, comm, exposed, roof + exposed,
                     fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how, estimated, excess,
-                    hw.on_chip, len(trips), sum(trips), index_excess, vpu_excess)
+                    hw.on_chip, len(trips), sum(trips), index_excess, vpu_excess, dma_discount)

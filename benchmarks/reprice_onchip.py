@@ -1,0 +1,102 @@
+"""Every trained point of the on-chip benchmark priced again at the chip's op-level figures, against the v5e entry
+(issue 41: do the figures measured op by op in the chip's profiled steps bring the plans closer?).
+
+Question: benchmarks/fit_vpu.py measures, op by op in the chip's profiled steps, the VPU cycles of ops without a
+matmul, the share of their price the DMAs between HBM and VMEM cost, and how much longer the splash kernels ran
+than their grid price. Priced with them (together and one left out at a time), how far are the plans of every
+trained point from the chip's measured step, against the v5e entry as it is?
+Peer: the chip's measured steps (benchmarks/data/onchip_v5e_run*_measured.json).
+
+    python -m paxsearch.benchmarks.fit_vpu --json /tmp/fit.json
+    python -m paxsearch.benchmarks.reprice_onchip --plan RUN_DIR [--plan RUN_DIR ...] --fit /tmp/fit.json \\
+        [--cache /tmp/reprice_onchip] [--json FILE]
+
+--plan: the plan studies of spaces/onchip_v5e.py made here (their trials' configs; each trained point's optimized
+HLO is planned again through the HLO passes, one child process per point, and kept in --cache). No figure is set
+from any point's step time: the op-level figures come from the profiled steps alone.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def measured_steps() -> dict[str, tuple[str, float]]:
+    """{point: (half, measured step seconds)} over every chip record (a later record wins)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(DATA, "onchip_v5e_run*_measured.json"))):
+        with open(path) as f:
+            for name, rec in json.load(f)["points"].items():
+                if rec.get("measured_step_s") and rec.get("chip_outcome", "ok") == "ok":
+                    out[name] = (str(rec.get("half")), float(rec["measured_step_s"]))
+    return out
+
+
+def variants(hw, fit: dict) -> dict:
+    """The Hardware each variant prices with: the entry, the chip's op-level figures, and each left out."""
+    cycles = tuple((k, float(c)) for k, c in fit["cycles"].items())
+    in_step = tuple((f"_{k}", float(t)) for k, t in fit.get("splash_in_step", {}).items())
+    ops = dataclasses.replace(hw, vpu_cycles=cycles, dma_share=float(fit["dma_share"]), attention_in_step=in_step)
+    return {"v5e entry": hw, "op-level figures": ops,
+            "  without the VPU cycles": dataclasses.replace(ops, vpu_cycles=hw.vpu_cycles),
+            "  without the DMA share": dataclasses.replace(ops, dma_share=1.0),
+            "  without the splash in-step": dataclasses.replace(ops, attention_in_step=())}
+
+
+def summary(errors: list[float]) -> str:
+    e = np.array(errors)
+    return f"{len(e)} | {np.mean(np.abs(e)):.2%} | {np.max(np.abs(e)):.1%} | {np.mean(e < 0):.0%}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plan", action="append", required=True, help="plan study run folder (repeatable)")
+    ap.add_argument("--fit", required=True, help="fit_vpu --json output")
+    ap.add_argument("--cache", default="/tmp/reprice_onchip", help="folder for the planned HLO")
+    ap.add_argument("--json", default=None, help="also write every point's steps here")
+    args = ap.parse_args(argv)
+    from paxsearch.benchmarks import bench_onchip, calibrate_onchip
+    from paxsearch.search.planning import roofline
+    from paxsearch.search.planning.predict import hardware_for
+
+    with open(args.fit) as f:
+        fit = json.load(f)
+    measured = measured_steps()
+    texts: dict[str, str] = {}
+    for plan in args.plan:
+        points = [p for p in bench_onchip.collect(plan, []) if p.name in measured and p.name not in texts]
+        texts.update(calibrate_onchip._plan_all(points, plan, args.cache))
+    missing = sorted(set(measured) - set(texts))
+    if missing:
+        print(f"reprice_onchip: {len(missing)} trained point(s) in no --plan study: {', '.join(missing[:5])}",
+              file=sys.stderr)
+        return 2
+    found = {label: {n: roofline.analyze(t, hw, num_devices=1).step_time_s for n, t in texts.items()}
+             for label, hw in variants(hardware_for([None], "v5e"), fit).items()}
+    groups = {"all trained": list(texts),
+              "dense, head dim 128": [n for n in texts if n.startswith(("m350", "m500", "m900", "m1500"))],
+              "m100 (head dim 64)": [n for n in texts if n.startswith("m100")],
+              "int8": [n for n in texts if "int8" in n], "MoE": [n for n in texts if n.startswith("moe")]}
+    for half in sorted({h for h, _ in measured.values()}):
+        groups[f"half {half}"] = [n for n in texts if measured[n][0] == half]
+    print("| set | variant | points | mean | max | predicted faster |")
+    print("|---|---|---|---|---|---|")
+    for group, names in groups.items():
+        for label, steps in found.items():
+            print(f"| {group} | {label} | " + summary([steps[n] / measured[n][1] - 1 for n in names]) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"fit": fit, "measured": measured, "steps": found}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
