@@ -134,7 +134,8 @@ def main(argv=None) -> int:
     from paxsearch.search.planning.predict import hardware_for
     from paxsearch.search.planning.roofline import vpu
 
-    hw = dataclasses.replace(hardware_for([None], "v5e"), vpu_cycles=())
+    # the entry before run 6: ops by their bytes, DMAs on the stream at their bytes, splash at its grid price
+    hw = dataclasses.replace(hardware_for([None], "v5e"), vpu_cycles=(), dma_overlap=False, attention_in_step=())
     folders = args.steps or list(DEFAULT_STEPS)
     steps = [s for folder in folders for s in read_steps(folder, hw)]
     if not steps:

@@ -1,14 +1,15 @@
-"""Every trained point of the on-chip benchmark priced again at the chip's op-level figures, against the v5e entry
-(issue 41: do the figures measured op by op in the chip's profiled steps bring the plans closer?).
+"""Every trained point of the on-chip benchmark priced again, at the v5e entry, at the entry before run 6, and with
+each of run 6's op-level figures left out (issue 41: do the figures measured op by op in the chip's profiled steps
+bring the plans closer?).
 
 Question: benchmarks/fit_vpu.py measures, op by op in the chip's profiled steps, the VPU cycles of ops without a
 matmul, the share of their price the DMAs between HBM and VMEM cost, and how much longer the splash kernels ran
-than their grid price. Priced with them (together and one left out at a time), how far are the plans of every
-trained point from the chip's measured step, against the v5e entry as it is?
+than their grid price. Priced with them and the DMAs hidden in the HBM time the ops between their start and -done
+leave idle (roofline/dma_overlap.py), together and one left out at a time, how far are the plans of every trained
+point from the chip's measured step? (--fit: a fit_vpu record's figures in place of the entry's.)
 Peer: the chip's measured steps (benchmarks/data/onchip_v5e_run*_measured.json).
 
-    python -m paxsearch.benchmarks.fit_vpu --json /tmp/fit.json
-    python -m paxsearch.benchmarks.reprice_onchip --plan RUN_DIR [--plan RUN_DIR ...] --fit /tmp/fit.json \\
+    python -m paxsearch.benchmarks.reprice_onchip --plan RUN_DIR [--plan RUN_DIR ...] [--fit FIT.json] \\
         [--cache /tmp/reprice_onchip] [--json FILE]
 
 --plan: the plan studies of spaces/onchip_v5e.py made here (their trials' configs; each trained point's optimized
@@ -40,15 +41,23 @@ def measured_steps() -> dict[str, tuple[str, float]]:
     return out
 
 
-def variants(hw, fit: dict) -> dict:
-    """The Hardware each variant prices with: the entry, the chip's op-level figures, and each left out."""
-    cycles = tuple((k, float(c)) for k, c in fit["cycles"].items())
-    in_step = tuple((f"_{k}", float(t)) for k, t in fit.get("splash_in_step", {}).items())
-    ops = dataclasses.replace(hw, vpu_cycles=cycles, dma_share=float(fit["dma_share"]), attention_in_step=in_step)
-    return {"v5e entry": hw, "op-level figures": ops,
-            "  without the VPU cycles": dataclasses.replace(ops, vpu_cycles=hw.vpu_cycles),
-            "  without the DMA share": dataclasses.replace(ops, dma_share=1.0),
-            "  without the splash in-step": dataclasses.replace(ops, attention_in_step=())}
+def variants(hw, fit: dict | None = None) -> dict:
+    """The Hardware each variant prices with: the v5e entry (with --fit, the fit's figures in place of its own), the
+    entry before run 6 (ops by their bytes, the DMAs at their bytes' price on the stream, the splash kernels at their
+    grid price), and the entry with one of run 6's figures left out at a time."""
+    if fit is not None:
+        hw = dataclasses.replace(hw, vpu_cycles=tuple((k, float(c)) for k, c in fit["cycles"].items()),
+                                 attention_in_step=tuple((f"_{k}", float(t))
+                                                         for k, t in fit.get("splash_in_step", {}).items()))
+    out = {"v5e entry": hw,
+           "before run 6": dataclasses.replace(hw, vpu_cycles=(), dma_overlap=False, attention_in_step=()),
+           "  without the VPU cycles": dataclasses.replace(hw, vpu_cycles=()),
+           "  without the DMA overlap": dataclasses.replace(hw, dma_overlap=False),
+           "  without the splash in-step": dataclasses.replace(hw, attention_in_step=())}
+    if fit is not None and "dma_share" in fit:
+        out["  the DMAs at the measured share instead"] = dataclasses.replace(hw, dma_overlap=False,
+                                                                             dma_share=float(fit["dma_share"]))
+    return out
 
 
 def summary(errors: list[float]) -> str:
@@ -59,7 +68,7 @@ def summary(errors: list[float]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", action="append", required=True, help="plan study run folder (repeatable)")
-    ap.add_argument("--fit", required=True, help="fit_vpu --json output")
+    ap.add_argument("--fit", default=None, help="fit_vpu --json output: its figures in place of the entry's")
     ap.add_argument("--cache", default="/tmp/reprice_onchip", help="folder for the planned HLO")
     ap.add_argument("--json", default=None, help="also write every point's steps here")
     args = ap.parse_args(argv)
@@ -67,8 +76,10 @@ def main(argv=None) -> int:
     from paxsearch.search.planning import roofline
     from paxsearch.search.planning.predict import hardware_for
 
-    with open(args.fit) as f:
-        fit = json.load(f)
+    fit = None
+    if args.fit:
+        with open(args.fit) as f:
+            fit = json.load(f)
     measured = measured_steps()
     texts: dict[str, str] = {}
     for plan in args.plan:

@@ -167,6 +167,12 @@ class DeviceSpec:
     # cycles per 32-bit vector register of each kind of VPU work (search/planning/roofline/vpu.py), measured in the
     # chip's own steps; None: ops without a matmul are priced by their bytes alone
     vpu_cycles: tuple[tuple[str, Figure], ...] | None = None
+    # ((a part of a splash kernel's name, times its attention_grid price it took in a training step), ...); None: 1
+    attention_in_step: tuple[tuple[str, Figure], ...] | None = None
+    # the DMAs between HBM and VMEM hidden in the HBM time the ops scheduled between their start and -done leave
+    # idle (search/planning/roofline/dma_overlap.py), where the chip's profiled steps showed it; False: each on the
+    # compute stream at its bytes' price
+    dma_overlap: bool = False
 
     def index_table(self) -> tuple[tuple[str, int, tuple[tuple[int, float], ...]], ...]:
         """index_rates as the roofline reads them (Hardware.index_rows): per kind and rows,
@@ -497,18 +503,24 @@ _NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's sha
 _V5E_STEP_OPS = (
     "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, every op of fourteen training steps "
     "profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5, eight "
-    "planned slow, and _run6, six planned fast; `python -m paxsearch.benchmarks.fit_vpu`): the fit of max(an op's "
-    "roofline, its VPU time) to the measured times of the steps' 2,229 ops without a matmul gives 20.15 cycles a "
-    "register for sine and cosine (20.20 from the first eight steps alone, 20.37 from the other six; RoPE's tables: "
-    "the two fusions of m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at this figure "
-    "and 6 ns at their bytes). The same fit's other kinds (transcendental 0.82, arithmetic 0.17, reduction 1.06, "
-    "movement 0.22), the DMAs' measured waits (0.226 of their bytes' price) and the splash backward kernels' "
-    "in-step time (dQ 1.124x, dK/dV 1.102x their grid price) are measured and not charged: priced with all of "
-    "them the 102 trained points came out 2.41% mean / 6.1% max, 57% predicted faster, against 2.12% / 7.7% / "
-    "38% as here (dense head dim 128 2.07% against 2.50%, MoE 3.53% against 1.53%; `benchmarks/reprice_onchip.py`, "
-    "benchmarks/RESULTS.md 'On-chip run 6')")
-# cycles per 32-bit vector register by kind of VPU work (roofline/vpu.py KINDS) the v5e entry prices
-V5E_VPU_CYCLES = (("trigonometric", Figure(20.2, _V5E_STEP_OPS)),)
+    "planned slow, and _run6, six planned fast; `python -m paxsearch.benchmarks.fit_vpu`)")
+# cycles per 32-bit vector register by kind of VPU work (roofline/vpu.py KINDS): the fit of max(an op's roofline,
+# its VPU time) to the measured times of the fourteen steps' 2,229 ops without a matmul. The two sets alone give the
+# same (sine / cosine 20.20 and 20.37, reduction 1.04 and 1.04). RoPE's tables: the two fusions of
+# m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at 20.2 cycles and 6 ns at their bytes
+V5E_VPU_CYCLES = tuple((kind, Figure(cycles, _V5E_STEP_OPS + f"; {kind}, fit over the steps' ops without a matmul"))
+                       for kind, cycles in (("trigonometric", 20.15), ("transcendental", 0.816),
+                                            ("arithmetic", 0.173), ("reduction", 1.06), ("movement", 0.218)))
+# the splash kernels' measured time in those steps over their V5E_SPLASH_GRID price (measured alone), by kind,
+# summed over the eleven steps with splash attention (per step 0.91-1.10 forward, 0.92-1.26 dQ, 0.95-1.19 dK/dV)
+V5E_SPLASH_IN_STEP = tuple((part, Figure(t, _V5E_STEP_OPS + f"; splash {part.strip('_')} kernels in the step over "
+                                            "their grid price"))
+                           for part, t in (("_fwd", 1.005), ("_dq", 1.124), ("_dkv", 1.102)))
+# Priced with these, the VPU time of every kind and the DMAs hidden in their schedule's HBM idle time (the v5e
+# entry's dma_overlap), the 102 trained points of the on-chip benchmark came out 2.16% mean / 6.8% max, 56%
+# predicted faster, against 2.12% / 7.7% / 38% slower with sine / cosine alone and the DMAs at their bytes' price;
+# the dense head-dim-128 points 1.88% / 5.4% against 2.50% / 6.5%, half g 2.44% / 5.4% against 2.76% / 6.5%,
+# MoE 2.77% against 1.53% (benchmarks/RESULTS.md, 'On-chip run 6'; `benchmarks/reprice_onchip.py`)
 _V5E_ICI_SHARE = 0.855  # v5e's measured share of a link, also assumed where a chip has none (_ICI_ASSUMED)
 _SCALING_AG = ("measured: XLA's AllGather on a TPU v5e 8x16 slice along its 16-chip axis (a full bidirectional "
                "ring), the unidirectional link bandwidth worked out from the collective's cost reaching 'about 95% "
@@ -555,7 +567,8 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         megablox_rates=s.get("megablox_rates"),
         hbm_read_efficiency=Figure(*s["hbm_read"]) if "hbm_read" in s else None,
         hbm_write_efficiency=Figure(*s["hbm_write"]) if "hbm_write" in s else None,
-        vpu_cycles=s.get("vpu_cycles"))
+        vpu_cycles=s.get("vpu_cycles"), attention_in_step=s.get("attention_in_step"),
+        dma_overlap=bool(s.get("dma_overlap", False)))
 
 
 def _gpu(name, kinds, peak, hbm, hbm_bw, nvlink, nic, matmul, sources, excludes) -> DeviceSpec:
@@ -592,7 +605,8 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "attention_grid": V5E_SPLASH_GRID, "index_rates": V5E_INDEX_RATES, "unsorted_index": V5E_UNSORTED_INDEX,
         "ragged_rates": V5E_RAGGED_RATES, "megablox_rates": V5E_MEGABLOX_RATES,
         "hbm_read": (V5E_HBM_READ, _V5E_HBM_SPLIT), "hbm_write": (V5E_HBM_WRITE, _V5E_HBM_SPLIT),
-        "collectives": (_V5E_ICI_SHARE, _SCALING_AG), "vpu_cycles": V5E_VPU_CYCLES}),
+        "collectives": (_V5E_ICI_SHARE, _SCALING_AG), "vpu_cycles": V5E_VPU_CYCLES,
+        "attention_in_step": V5E_SPLASH_IN_STEP, "dma_overlap": True}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",

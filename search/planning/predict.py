@@ -103,6 +103,8 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
                         host_bandwidth=entry.host_bandwidth.value if entry.host_bandwidth else None,
                         clock_hz=entry.clock_hz.value if entry.clock_hz else None,
                         vpu_cycles=tuple((k, f.value) for k, f in entry.vpu_cycles or ()),
+                        attention_in_step=tuple((k, f.value) for k, f in entry.attention_in_step or ()),
+                        dma_overlap=entry.dma_overlap,
                         torus_wrap=_torus_wrap(devices, entry.name))
     local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)
     peak, _ = flops_lib.peak_flops_per_device(devices[0].device_kind, devices[0].platform, local)

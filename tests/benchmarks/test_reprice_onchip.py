@@ -11,15 +11,20 @@ def test_every_trained_point_has_its_half_and_its_measured_step():
     assert sum(h == "g" for h, _ in measured.values()) == 16
 
 
-def test_the_op_level_variant_takes_the_fits_figures_and_each_ablation_leaves_one_out():
+def test_the_variants_leave_out_one_figure_each_and_the_fit_replaces_the_entrys():
+    hw = hardware_for([None], "v5e")
+    v = reprice_onchip.variants(hw)
+    assert v["v5e entry"] is hw and hw.vpu_cycles and hw.dma_overlap and hw.attention_in_step
+    before = v["before run 6"]
+    assert before.vpu_cycles == () and not before.dma_overlap and before.attention_in_step == ()
+    assert v["  without the VPU cycles"].vpu_cycles == () and v["  without the VPU cycles"].dma_overlap
+    assert not v["  without the DMA overlap"].dma_overlap
+    assert v["  without the splash in-step"].attention_in_step == ()
     fit = {"cycles": {"trigonometric": 20.0, "arithmetic": 0.2}, "dma_share": 0.3,
            "splash_in_step": {"fwd": 1.0, "dq": 1.1, "dkv": 1.2}}
-    hw = hardware_for([None], "v5e")
     v = reprice_onchip.variants(hw, fit)
-    ops = v["op-level figures"]
-    assert v["v5e entry"] is hw
-    assert dict(ops.vpu_cycles) == fit["cycles"] and ops.dma_share == 0.3
+    ops = v["v5e entry"]
+    assert dict(ops.vpu_cycles) == fit["cycles"] and ops.dma_overlap
     assert ops.grid_in_step("splash_mha_dkv_x") == 1.2 and ops.grid_in_step("splash_mha_dq_x") == 1.1
-    assert v["  without the VPU cycles"].vpu_cycles == hw.vpu_cycles
-    assert v["  without the DMA share"].dma_share == 1.0
-    assert v["  without the splash in-step"].attention_in_step == ()
+    share = v["  the DMAs at the measured share instead"]
+    assert share.dma_share == 0.3 and not share.dma_overlap

@@ -16,7 +16,8 @@ SOURCE_KINDS = ("https://", "measured:", "estimate:", "assumption:", "model:", "
                 "a GPU is one JAX device")
 # tables of measured rates: each row its own Figure (checked below)
 META_FIELDS = {"name", "platform", "device_kinds", "kind_excludes", "attention_rates", "attention_grid", "index_rates",
-               "unsorted_index", "ragged_rates", "megablox_rates", "vpu_cycles"}
+               "unsorted_index", "ragged_rates", "megablox_rates", "vpu_cycles",
+               "attention_in_step", "dma_overlap"}
 
 
 @pytest.mark.parametrize("entry", list(hardware.TABLE.values()), ids=list(hardware.TABLE))
@@ -36,8 +37,8 @@ def test_every_figure_of_every_entry_has_a_source(entry):
         assert factor.value >= 1 and factor.source.startswith("measured"), (entry.name, kind)
     for r in (entry.ragged_rates or ()) + (entry.megablox_rates or ()):
         assert all(0 < f.value <= 1 and f.source.startswith("measured") for f in (r.forward, r.backward)), r
-    for kind, cycles in entry.vpu_cycles or ():
-        assert cycles.value > 0 and cycles.source.startswith("measured"), (entry.name, kind)
+    for kind, figure in (entry.vpu_cycles or ()) + (entry.attention_in_step or ()):
+        assert figure.value > 0 and figure.source.startswith("measured"), (entry.name, kind)
     assert entry.hbm_usable_bytes.value <= entry.hbm_bytes.value * 1.01
     assert entry.sources() and all(entry.sources())
 

@@ -76,6 +76,9 @@ class Hardware:
     # the share of its HBM bytes' price an async DMA between HBM and VMEM (roofline/dma.py) costs the compute
     # stream: what its -done half was measured to wait (TPU v5e: trainer/hardware.py V5E_DMA_SHARE); 1: all of it
     dma_share: float = 1.0
+    # True: an HBM <-> VMEM DMA costs the stream nothing at its start and, at its -done, what its bytes take beyond
+    # the HBM time the ops scheduled between leave idle (roofline/dma_overlap.py); False: dma_share of its price
+    dma_overlap: bool = False
     # ((a part of a splash kernel's name, times), ...): a training step's kernels whose name holds the part took
     # `times` what attention_grid prices them at (TPU v5e: the backward kernels, trainer/hardware.py
     # V5E_SPLASH_IN_STEP); () none

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .chip import Hardware
 from .collectives import CollectiveCost, DeviceLayout, chain_homes, collectives
 from .cost import op_price, op_work, priced_seconds
+from .dma_overlap import dma_exposed_seconds
 from .hlo import call_graph, parse_module
 from .host import host_round_trips
 from .schedule import exposed_by_schedule
@@ -53,6 +54,8 @@ class Roofline:
     # and step_time_s, in neither compute_s nor memory_s (memory_s holds the DMAs' whole bytes' price)
     vpu_excess_s: float = 0.0
     dma_discount_s: float = 0.0
+    # with Hardware.dma_overlap: the DMAs' waits the schedule does not hide (dma_overlap.py), in roofline_s
+    dma_exposed_s: float = 0.0
 
     def predicted_mfu(self, model_flops_per_step: float, num_devices: int, peak_flops: float) -> float:
         if self.step_time_s <= 0:
@@ -95,6 +98,7 @@ class Roofline:
             "index_excess_s": self.index_excess_s,
             "vpu_excess_s": self.vpu_excess_s,
             "dma_discount_s": self.dma_discount_s,
+            "dma_exposed_s": self.dma_exposed_s,
             "collectives": self.collectives_summary(),
             "trip_counts": dict(self.trip_counts),
             "unknown_trip_counts": list(self.unknown_trip_counts),
@@ -166,6 +170,8 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
         vpu_excess += max(0.0, price.vpu - max(op_compute, op_memory, price.rows)) * mult
         dma_discount += price.dma_discount * mult
         roof += t * mult
+    dma_exposed = dma_exposed_seconds(module, graph, hw) if hw.dma_overlap and module.is_scheduled else 0.0
+    roof += dma_exposed
     homes = chain_homes(module, graph)  # read once: both the costs and the schedule replay use it
     colls = collectives(module, graph, layout, hw, num_devices, homes)
     comm = sum(c.seconds for c in colls)
@@ -181,4 +187,4 @@ def analyze(hlo_text: str, hw: Hardware, *, mesh=None, mesh_devices=None, axis_n
     trips = [moved * graph.multiplier.get(comp, 0.0) for comp, moved in host_round_trips(module)]
     return Roofline(hw.name, flops, bytes_, compute, memory, roof, comm, exposed, roof + exposed,
                     fraction, colls, graph.trip_counts, graph.unknown_trip_counts, how, estimated, excess,
-                    hw.on_chip, len(trips), sum(trips), index_excess, vpu_excess, dma_discount)
+                    hw.on_chip, len(trips), sum(trips), index_excess, vpu_excess, dma_discount, dma_exposed)

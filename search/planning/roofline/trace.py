@@ -286,6 +286,7 @@ def plan_buckets(hlo_text: str, hw: Hardware, *, mesh=None, num_devices: int | N
             continue
         out[bucket_of(module, comp, ins)] += priced_seconds(costs[2], costs[3], hw) * mult
     roof = analyze(hlo_text, hw, mesh=mesh, num_devices=num_devices)
+    out[DMA] += roof.dma_exposed_s  # with Hardware.dma_overlap: the DMAs' waits, priced apart from their ops
     transfers = {COLLECTIVES: [c for c in roof.collectives if c.link != "host"],
                  HOST: [c for c in roof.collectives if c.link == "host"]}
     result: dict = {"buckets": out, "step_s": roof.step_time_s, "roofline_s": roof.roofline_s,
