@@ -259,14 +259,9 @@ Lanes a matmul leaves empty (cost.lane_padding): a TPU layout lays an array's mi
   lies there at a size under 128 (a head dim of 64 in a [.., heads, 64] operand laid out with 64 minor)
   runs at size / padded size of the matmul rate. On the v5e chip those projections ran 1.86-2.06x their
   unpadded roofline, the same projections with another minor dimension 0.91-1.02x.
-DMAs between HBM and VMEM (dma.py): priced as ops of the compute stream at their HBM bytes, though on the
-  v5e chip their starts take no time and their waits are 12-44% of that: the price stands in for the ops
-  that read VMEM, which no HBM byte prices (dma.py says what was tried).
-VPU time (vpu.py, Hardware.vpu_cycles): an op without a matmul takes at least the cycles of its vector work (per
-  32-bit register its fused instructions fill, by kind) at the chip's clock. TPU v5e prices sine and cosine at
-  20.2 cycles a register (RoPE's tables, computed into VMEM: 55.6 us an execution on the chip, 6 ns by their
-  bytes); the other kinds the chip's ops were fitted for made plans worse and are not charged (trainer/hardware.py
-  V5E_VPU_CYCLES). What it adds over the bytes is its own line of the breakdown (Roofline.vpu_excess_s).
+DMAs between HBM and VMEM (dma.py, dma_overlap.py): with Hardware.dma_overlap (TPU v5e) a DMA costs the stream
+  nothing at its start and, at its -done, what its bytes take beyond the HBM time the ops scheduled between leave
+  idle (Roofline.dma_exposed_s; the chip's steps waited 0.23-1.09x of that); elsewhere each at its HBM bytes.
 HBM reads and writes apart (Hardware.hbm_read_efficiency / hbm_write_efficiency, Hardware.hbm_seconds): where
   a chip measured them apart, an op's bytes read and written (cost.instr_read_write) are priced each at its
   own share of the bandwidth (TPU v5e: reads 0.911, writes 0.717, from the chip's reduction and scale; one

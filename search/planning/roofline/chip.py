@@ -74,7 +74,7 @@ class Hardware:
     # () none: such an op is priced by its bytes alone
     vpu_cycles: tuple[tuple[str, float], ...] = ()
     # the share of its HBM bytes' price an async DMA between HBM and VMEM (roofline/dma.py) costs the compute
-    # stream: what its -done half was measured to wait (TPU v5e: trainer/hardware.py V5E_DMA_SHARE); 1: all of it
+    # stream (a what-if: benchmarks/reprice_onchip.py; the chip's steps waited 0.226 of it, 0.08-0.46 by step); 1: all
     dma_share: float = 1.0
     # True: an HBM <-> VMEM DMA costs the stream nothing at its start and, at its -done, what its bytes take beyond
     # the HBM time the ops scheduled between leave idle (roofline/dma_overlap.py); False: dma_share of its price

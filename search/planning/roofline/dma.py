@@ -6,18 +6,18 @@ async-start / async-done wrapping a slice of a computation of its own).
 
 What the v5e chip's profiles of four head-dim-64 steps show (benchmarks/RESULTS.md, "On-chip run 5";
 benchmarks/data/chip_steps_v5e_run5): the starts take no time of their own, and the -done halves
-wait 0.9-7.3 ms a step, 12-44% of what the DMAs' bytes take at the sustained bandwidth. The roofline
-still prices each DMA as an op of the compute stream at its HBM bytes (cost.instr_bytes): priced as
+wait 0.9-7.3 ms a step, 12-44% of what the DMAs' bytes take at the sustained bandwidth. Until run 6 the roofline
+priced each DMA as an op of the compute stream at its HBM bytes (cost.instr_bytes): priced as
 transfers the schedule hides (tried: a DMA moving while HBM is idle), the 71 trained points came out
 2.8% mean with 80% predicted fast, against 2.1% and 41% with them on the stream (both with the lane
 padding, before HBM reads and writes were priced apart): what the ops that read VMEM cost (relayouts,
 VPU work on VMEM buffers, priced at no HBM bytes) is what the on-stream price stands in for. Here:
 which ops are those DMAs (trace.py buckets them apart, so a profile shows their waits beside their
 price). Over the fourteen steps kept (chip_steps_v5e_run5 and _run6) the waits come to 0.226 of the price
-(benchmarks/fit_vpu.py). Charged at that share, with the ops' VPU time (vpu.py) and the splash backward kernels'
-in-step time, the 102 trained points came out 2.41% mean with 57% predicted faster against 2.12% / 38% (the share
-per step runs 0.08-0.46: a constant cannot say which steps hide their DMAs), so Hardware.dma_share is a what-if
-(benchmarks/reprice_onchip.py) the v5e entry does not charge.
+(benchmarks/fit_vpu.py), but 0.08-0.46 step by step: a constant share (Hardware.dma_share, a what-if of
+benchmarks/reprice_onchip.py) cannot say which steps hide their DMAs. The v5e entry prices them by the schedule
+instead (Hardware.dma_overlap, roofline/dma_overlap.py): nothing at the start, and at the -done what the bytes take
+beyond the HBM time the ops between leave idle.
 
 Host transfers (roofline/host.py, memory space 5) are not these: they move over PCIe."""
 from __future__ import annotations
