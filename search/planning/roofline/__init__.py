@@ -262,6 +262,12 @@ Lanes a matmul leaves empty (cost.lane_padding): a TPU layout lays an array's mi
 DMAs between HBM and VMEM (dma.py, dma_overlap.py): with Hardware.dma_overlap (TPU v5e) a DMA costs the stream
   nothing at its start and, at its -done, what its bytes take beyond the HBM time the ops scheduled between leave
   idle (Roofline.dma_exposed_s; the chip's steps waited 0.23-1.09x of that); elsewhere each at its HBM bytes.
+VPU time (vpu.py, Hardware.vpu_cycles): an op without a matmul takes at least the cycles of its vector work (per
+  32-bit register its fused instructions fill, by kind) at the chip's clock. TPU v5e: fit over fourteen profiled
+  steps' 2,229 ops (sine / cosine 20.15 cycles a register: RoPE's tables, computed into VMEM, 55.6 us an execution
+  on the chip, 6 ns by their bytes). What it adds over the bytes is its own line (Roofline.vpu_excess_s).
+Splash kernels in the step (Hardware.attention_in_step): TPU v5e's dQ and dK/dV kernels took 1.124x and 1.102x
+  their grid price (measured alone) in the chip's steps, the forward 1.005x; priced so.
 HBM reads and writes apart (Hardware.hbm_read_efficiency / hbm_write_efficiency, Hardware.hbm_seconds): where
   a chip measured them apart, an op's bytes read and written (cost.instr_read_write) are priced each at its
   own share of the bandwidth (TPU v5e: reads 0.911, writes 0.717, from the chip's reduction and scale; one
