@@ -194,3 +194,8 @@ def test_a_dma_hides_in_the_hbm_time_a_matmul_leaves_idle_and_waits_behind_an_hb
     assert waited.dma_exposed_s == pytest.approx(bytes_s)
     on_stream = R.analyze(_overlapped("add(%p1, %p2)"), HW, num_devices=1)  # dma_overlap off: at its start
     assert on_stream.dma_exposed_s == 0.0 and on_stream.step_time_s == pytest.approx(waited.step_time_s)
+    # a module with no schedule says nothing of what runs between: the DMA stays on the stream at its bytes
+    unscheduled = _overlapped("dot(%p1, %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}").replace(
+        "is_scheduled=true, ", "")
+    assert R.analyze(unscheduled, hw, num_devices=1).roofline_s == pytest.approx(
+        hidden.roofline_s + bytes_s)

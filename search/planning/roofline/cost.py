@@ -657,7 +657,8 @@ def op_price(module: HloModule, comp: Computation, ins: Instr, hw: Hardware, est
     rows = indexed.index_seconds(module, comp, ins, hw) or 0.0
     vector = vpu.vpu_seconds(module, comp, ins, hw) if hw.vpu_cycles and not uses_mxu(module, ins) else 0.0
     roof = max(f / rate, hw.hbm_seconds(read, written), rows, vector)
-    share = 0.0 if hw.dma_overlap else hw.dma_share  # with the overlap its wait is priced apart (dma_overlap.py)
+    # with the overlap its wait is priced apart, from the schedule (dma_overlap.py); without one, on the stream
+    share = 0.0 if hw.dma_overlap and module.is_scheduled else hw.dma_share
     discount = roof * (1.0 - share) if share != 1.0 and moves_dma_bytes(module, comp, ins) else 0.0
     return OpPrice(f, read, written, rate, roof - discount, compiler_estimate(module, ins, hw) if estimate else None,
                    rows, vector, discount)
