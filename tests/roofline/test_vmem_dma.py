@@ -24,8 +24,11 @@ BIG_HOST = "bf16[4096,4096]{1,0:T(8,128)(2,1)S(5)}"
 DMA_BYTES = 4096 * 4096 * 2
 
 
-def _module(dest: str = BIG_VMEM) -> str:
-    """A scheduled step: a copy-start of p0 into `dest`, a matmul, the copy-done."""
+MATMUL = "dot(%p1, %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+
+
+def _module(dest: str = BIG_VMEM, between: str = MATMUL) -> str:
+    """A scheduled step: a copy-start of p0 into `dest`, `between` (a matmul), the copy-done."""
     return f"""HloModule jit_step, is_scheduled=true, entry_computation_layout={{()->()}}
 
 ENTRY %main (p0: bf16[4096,4096], p1: bf16[4096,4096], p2: bf16[4096,4096]) -> bf16[4096,4096] {{
@@ -33,7 +36,7 @@ ENTRY %main (p0: bf16[4096,4096], p1: bf16[4096,4096], p2: bf16[4096,4096]) -> b
   %p1 = {BIG} parameter(1)
   %p2 = {BIG} parameter(2)
   %copy-start = ({dest}, {BIG}, u32[]{{:S(2)}}) copy-start(%p0)
-  %w = {BIG} dot(%p1, %p2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %w = {BIG} {between}
   %copy-done = {dest} copy-done(%copy-start)
   ROOT %out = {BIG} add(%copy-done, %w)
 }}
@@ -166,36 +169,18 @@ def test_on_the_chip_the_dma_starts_took_no_time_and_their_waits_a_part_of_their
     assert all(cost.op_costs(module, c, i, _v5e())[2] == 0.0 for c, i in starts)  # the v5e entry: none on the stream
 
 
-def _overlapped(between: str) -> str:
-    """A DMA of 32 MiB into VMEM with `between` scheduled between its start and its -done."""
-    return f"""HloModule jit_step, is_scheduled=true, entry_computation_layout={{()->()}}
-
-ENTRY %main (p0: bf16[4096,4096], p1: bf16[4096,4096], p2: bf16[4096,4096]) -> bf16[4096,4096] {{
-  %p0 = {BIG} parameter(0)
-  %p1 = {BIG} parameter(1)
-  %p2 = {BIG} parameter(2)
-  %copy-start = ({BIG_VMEM}, {BIG}, u32[]{{:S(2)}}) copy-start(%p0)
-  %w = {BIG} {between}
-  %copy-done = {BIG_VMEM} copy-done(%copy-start)
-  ROOT %out = {BIG} add(%copy-done, %w)
-}}
-"""
-
-
 def test_a_dma_hides_in_the_hbm_time_a_matmul_leaves_idle_and_waits_behind_an_hbm_bound_op():
     hw = dataclasses.replace(HW, dma_overlap=True)
     bytes_s = hw.hbm_seconds(DMA_BYTES, 0.0)  # read from HBM; what it writes lands in VMEM
     # a 4096^3 matmul (0.7 ms at 197 TFLOP/s) moves 96 MiB: HBM idle most of it, the DMA hides
-    hidden = R.analyze(_overlapped("dot(%p1, %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}"), hw,
-                       num_devices=1)
+    hidden = R.analyze(_module(), hw, num_devices=1)
     assert hidden.dma_exposed_s == 0.0
     # an add moves its bytes at the HBM rate: no idle time, the DMA's whole price is the -done's wait
-    waited = R.analyze(_overlapped("add(%p1, %p2)"), hw, num_devices=1)
+    waited = R.analyze(_module(between="add(%p1, %p2)"), hw, num_devices=1)
     assert waited.dma_exposed_s == pytest.approx(bytes_s)
-    on_stream = R.analyze(_overlapped("add(%p1, %p2)"), HW, num_devices=1)  # dma_overlap off: at its start
+    on_stream = R.analyze(_module(between="add(%p1, %p2)"), HW, num_devices=1)  # dma_overlap off: at its start
     assert on_stream.dma_exposed_s == 0.0 and on_stream.step_time_s == pytest.approx(waited.step_time_s)
     # a module with no schedule says nothing of what runs between: the DMA stays on the stream at its bytes
-    unscheduled = _overlapped("dot(%p1, %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}").replace(
-        "is_scheduled=true, ", "")
+    unscheduled = _module().replace("is_scheduled=true, ", "")
     assert R.analyze(unscheduled, hw, num_devices=1).roofline_s == pytest.approx(
         hidden.roofline_s + bytes_s)
