@@ -2,8 +2,8 @@
 their -done leave HBM idle (Hardware.dma_overlap; roofline/dma.py says which ops those DMAs are).
 
 A DMA issued at its start moves its bytes in the HBM time the ops the schedule places before its -done do not use:
-each such op leaves max(0, its priced seconds - its HBM seconds) idle (a matmul fusion most of its time, an
-HBM-bound op none). What the DMA's bytes take beyond that idle time is the -done's wait, on the compute stream. On
+each such op leaves max(0, its matmul or VPU seconds - its HBM seconds) idle (a matmul fusion most of its time, an
+HBM-bound op none, nor a gather or scatter whose rows' time exceeds its bytes': its rows keep HBM busy). What the DMA's bytes take beyond that idle time is the -done's wait, on the compute stream. On
 the v5e chip's nineteen profiled steps (benchmarks/data/chip_steps_v5e_run5, _run6, _run6b) this puts each step's
 DMA waits at 0.23-1.09 of what they measured (benchmarks/RESULTS.md, 'On-chip run 6'), where a share of the bytes'
 price (Hardware.dma_share) is off by 0.03-0.46 step by step."""
@@ -22,8 +22,8 @@ def _idle_seconds(module: HloModule, comp: Computation, names: list, hw: Hardwar
         if moves_dma_bytes(module, comp, ins):
             continue
         price = op_price(module, comp, ins, hw, estimate=False)
-        if price is not None:
-            idle += max(0.0, price.seconds - hw.hbm_seconds(price.read, price.written))
+        if price is not None:  # its matmul or vector time beyond its bytes (gathered rows keep HBM busy)
+            idle += max(0.0, max(price.flops / price.rate, price.vpu) - hw.hbm_seconds(price.read, price.written))
     return idle
 
 
