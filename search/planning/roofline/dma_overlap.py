@@ -3,10 +3,11 @@ their -done leave HBM idle (Hardware.dma_overlap; roofline/dma.py says which ops
 
 A DMA issued at its start moves its bytes in the HBM time the ops the schedule places before its -done do not use:
 each such op leaves max(0, its matmul or VPU seconds - its HBM seconds) idle (a matmul fusion most of its time, an
-HBM-bound op none, nor a gather or scatter whose rows' time exceeds its bytes': its rows keep HBM busy). What the DMA's bytes take beyond that idle time is the -done's wait, on the compute stream. On
-the v5e chip's nineteen profiled steps (benchmarks/data/chip_steps_v5e_run5, _run6, _run6b) this puts each step's
-DMA waits at 0.23-1.09 of what they measured (benchmarks/RESULTS.md, 'On-chip run 6'), where a share of the bytes'
-price (Hardware.dma_share) is off by 0.03-0.46 step by step."""
+HBM-bound op none, nor a gather or scatter whose rows' time exceeds its bytes': its rows keep HBM busy). What the
+DMA's bytes take beyond that idle time is the -done's wait, on the compute stream. On the v5e chip's nineteen
+profiled steps (benchmarks/data/chip_steps_v5e_run5, _run6, _run6b) this puts each step's DMA waits at 0.23-1.09 of
+what they measured (benchmarks/RESULTS.md, 'On-chip run 6'), where a share of the bytes' price (Hardware.dma_share)
+is off by 0.03-0.46 step by step."""
 from __future__ import annotations
 
 from .chip import Hardware
