@@ -10,22 +10,23 @@ what they measured (benchmarks/RESULTS.md, 'On-chip run 6'), where a share of th
 is off by 0.03-0.46 step by step."""
 from __future__ import annotations
 
+from itertools import accumulate
+
 from .chip import Hardware
 from .cost import instr_read_write, op_price
 from .dma import dma_start, moves_dma_bytes, vmem_dma
 from .hlo import CallGraph, Computation, HloModule
 
 
-def _idle_seconds(module: HloModule, comp: Computation, names: list, hw: Hardware) -> float:
-    """HBM-idle seconds of the ops `names` (not DMAs themselves; nested computations count none)."""
-    idle = 0.0
-    for ins in names:
-        if moves_dma_bytes(module, comp, ins):
-            continue
-        price = op_price(module, comp, ins, hw, estimate=False)
-        if price is not None:  # its matmul or vector time beyond its bytes (gathered rows keep HBM busy)
-            idle += max(0.0, max(price.flops / price.rate, price.vpu) - hw.hbm_seconds(price.read, price.written))
-    return idle
+def _idle_seconds(module: HloModule, comp: Computation, ins, hw: Hardware) -> float:
+    """HBM-idle seconds of one op (none for a DMA itself; nested computations count none)."""
+    if moves_dma_bytes(module, comp, ins):
+        return 0.0
+    price = op_price(module, comp, ins, hw, estimate=False)
+    if price is None:
+        return 0.0
+    # its matmul or vector time beyond its bytes (gathered rows keep HBM busy)
+    return max(0.0, max(price.flops / price.rate, price.vpu) - hw.hbm_seconds(price.read, price.written))
 
 
 def dma_exposed_seconds(module: HloModule, graph: CallGraph, hw: Hardware) -> float:
@@ -36,6 +37,7 @@ def dma_exposed_seconds(module: HloModule, graph: CallGraph, hw: Hardware) -> fl
         if mult == 0 or comp.name in graph.fused:
             continue
         position = {ins.name: k for k, ins in enumerate(comp.instrs)}
+        idle_before: list[float] | None = None  # idle seconds of the ops before each, priced once per computation
         for ins in comp.instrs:
             start = dma_start(module, comp, ins)
             if start is None:
@@ -43,7 +45,9 @@ def dma_exposed_seconds(module: HloModule, graph: CallGraph, hw: Hardware) -> fl
             moved = vmem_dma(module, comp, start)
             if moved is None:
                 continue
+            if idle_before is None:
+                idle_before = list(accumulate((_idle_seconds(module, comp, i, hw) for i in comp.instrs), initial=0.0))
             seconds = hw.hbm_seconds(*instr_read_write(module, *moved))
-            between = comp.instrs[position[start.name] + 1: position[ins.name]]
-            total += max(0.0, seconds - _idle_seconds(module, comp, between, hw)) * mult
+            idle = idle_before[position[ins.name]] - idle_before[position[start.name] + 1]
+            total += max(0.0, seconds - idle) * mult
     return total
