@@ -13,11 +13,12 @@ The same space file gives the planner's side and the chip's side of benchmarks/b
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=e --run-dir runs/onchip-e
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=f --run-dir runs/onchip-f
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=g --run-dir runs/onchip-g
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=h --run-dir runs/onchip-h
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=d --set kind=moe --run-dir runs/onchip-d-moe
     python benchmarks/bench_onchip.py --plan runs/onchip-plan --chip runs/onchip-a --chip runs/onchip-b
 
 Decisions: `point`, a name from POINTS (each a whole trainer config: the model, sequence length,
-attention, remat, batch, accumulation, vocab tiling, offload and flag set), `half` ("a" to "g") and `kind`
+attention, remat, batch, accumulation, vocab tiling, offload and flag set), `half` ("a" to "h") and `kind`
 ("dense" or "moe"), which the constraint ties to each point. The first 44 points alternate between a and b
 (so both hold every kind of point); "b" was the held-out half of run 1, when one splash figure was fit
 to half a. Since then no hardware figure is set from any point: the v5e entry comes from the chip's
@@ -33,7 +34,9 @@ batch / sequence / remat combinations of every size, head dim 64 at new batches,
 at new batches, sequences and expert counts, and two with the Pallas megablox kernel as the grouped matmul.
 Half f, 16 points added in the sixth session after the chip's profiles of four head-dim-64 steps priced the DMAs
 between HBM and VMEM and the lanes a matmul leaves empty, planned before any was trained. Half g, 16 points added
-in the seventh session after the VPU time of sine and cosine was priced, planned before any was trained.
+in the seventh session after the VPU time of sine and cosine was priced, planned before any was trained. Half h,
+16 points added in the eighth session, the first held out from the op-level pricing (VPU time of every kind, the
+splash kernels in the step, the DMAs by the schedule) adopted after half g trained; planned before any was trained.
 
 Llama-style models (GQA, gated SiLU MLP, RoPE, vocabulary 32000, bfloat16 activations,
 float32 parameters and AdamW moments), sizes 0.11B-1.45B; sequences 1k-8k; dot-product and
@@ -235,11 +238,35 @@ _POINTS_G = [
     ("moe16-s2k-b6-cap", dict(model="moe16", batch=6, remat="full", moe="capacity")),
     ("moe8-s2k-b10-dropless", dict(model="moe8", batch=10, remat="full", moe="dropless")),
 ]
+# Half h (eighth session): 16 new points, all held out, planned and their predictions committed before any was
+# trained, the first the op-level pricing adopted after half g never saw: head dim 64 at new batches, sequences and
+# remat, every dense size at a new shape, knobs the later halves left out (accumulation, offloaded AdamW state, vocab
+# tiling, int8 forward only), int8 at two new shapes, MoE at two.
+_POINTS_H = [
+    ("m100-s2k-fl-b2-full", dict(model="m100", batch=2, remat="full")),
+    ("m100-s1k-fl-b24-full", dict(model="m100", seq=1024, batch=24, remat="full")),
+    ("m100-s4k-dp-b4-full", dict(model="m100", seq=4096, attention="dot_product", batch=4, remat="full")),
+    ("m100-s2k-fl-b8-minimal", dict(model="m100", batch=8, remat="minimal")),
+    ("m350-s2k-fl-b10-full", dict(model="m350", batch=10, remat="full")),
+    ("m350-s8k-fl-b1-full", dict(model="m350", seq=8192, batch=1, remat="full")),
+    ("m350-s2k-fl-b6-full-int8fwd", dict(model="m350", batch=6, remat="full", quantization="int8_fwd")),
+    ("m500-s2k-fl-b4-full-acc2", dict(model="m500", batch=4, accum=2, remat="full")),
+    ("m500-s4k-fl-b2-full", dict(model="m500", seq=4096, batch=2, remat="full")),
+    ("m500-s2k-fl-b6-full-offstate", dict(model="m500", batch=6, remat="full", offload_state=True)),
+    ("m900-s1k-fl-b4-bf16p-full", dict(model="m900", seq=1024, batch=4, remat="full", param_dtype="bfloat16")),
+    ("m900-s2k-fl-b3-bf16p-full-tiles4", dict(model="m900", batch=3, remat="full", param_dtype="bfloat16", tiles=4)),
+    ("m1500-s1k-fl-b4-bf16p-full", dict(model="m1500", seq=1024, batch=4, remat="full", param_dtype="bfloat16")),
+    ("m1500-s2k-fl-b2-bf16p-full-int8", dict(model="m1500", batch=2, remat="full", param_dtype="bfloat16",
+                                             quantization="int8")),
+    ("moe8-s1k-b12-cap", dict(model="moe8", seq=1024, batch=12, remat="full", moe="capacity")),
+    ("moe16-s2k-b10-dropless", dict(model="moe16", batch=10, remat="full", moe="dropless")),
+]
 POINTS = {name: {**_BASE, **fields}
-          for name, fields in _POINTS + _POINTS_C + _POINTS_D + _POINTS_E + _POINTS_F + _POINTS_G}
+          for name, fields in _POINTS + _POINTS_C + _POINTS_D + _POINTS_E + _POINTS_F + _POINTS_G + _POINTS_H}
 HALF = {**{name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}, **{name: "c" for name, _ in _POINTS_C},
         **{name: "d" for name, _ in _POINTS_D}, **{name: "e" for name, _ in _POINTS_E},
-        **{name: "f" for name, _ in _POINTS_F}, **{name: "g" for name, _ in _POINTS_G}}
+        **{name: "f" for name, _ in _POINTS_F}, **{name: "g" for name, _ in _POINTS_G},
+        **{name: "h" for name, _ in _POINTS_H}}
 
 STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=len(POINTS), target="tpu:v5e-1",
              count_flops=False, timeout=600)
@@ -276,7 +303,7 @@ def _moe_fields(compute: str, model: str, grouped_matmul: str = "auto") -> dict:
 
 def space():
     p = POINTS[pg.oneof(list(POINTS), name="point")]
-    pg.oneof(["a", "b", "c", "d", "e", "f", "g"], name="half")
+    pg.oneof(["a", "b", "c", "d", "e", "f", "g", "h"], name="half")
     pg.oneof(["dense", "moe"], name="kind")
     return fdl.Config(
         TrainConfig,
