@@ -6,9 +6,9 @@ Question: the roofline prices an op without a matmul by its HBM bytes; on the ch
 ran 1.3 ms with no HBM bytes at all (their buffers in VMEM), and the DMAs that fill VMEM, priced at their bytes
 on the compute stream, waited 8-46% of that. How many cycles per vector register does each kind of VPU work take
 in a real step, and what share of the DMAs' price does the step pay?
-Peer: the chip itself: every op of the steps in benchmarks/data/chip_steps_v5e_run5 and _run6 (`chip_profile
---save-hlo`: the chip compiler's HLO and each op's measured self time per step; run 5's were profiled for being
-planned slow, run 6's for being planned fast).
+Peer: the chip itself: every op of the steps in benchmarks/data/chip_steps_v5e_run5, _run6, _run6b and _run7
+(`chip_profile --save-hlo`: the chip compiler's HLO and each op's measured self time per step; run 5's were
+profiled for being planned slow, run 6's for being planned fast, 6b's and 7's as held-out checks).
 
     python -m paxsearch.benchmarks.fit_vpu [--steps DIR ...] [--json FILE]
 
@@ -18,8 +18,8 @@ executions per step; the roofline at the v5e entry without a VPU term). The DMA 
 DMAs' -done halves over the roofline's price of their bytes, summed over the steps. The splash kernels: each kind's
 measured time over its price (V5E_SPLASH_GRID), summed over the steps. Prints both, and per step the
 bucket and the step (the sum of measured op times) against the roofline before and after ("after": every kind at
-its fitted cycles and the DMAs at the measured share; the v5e entry takes only the sine / cosine figure, and no DMA
-share: over the 86 trained points of the on-chip benchmark the rest made plans worse, benchmarks/RESULTS.md).
+its fitted cycles and the DMAs at the measured share; the v5e entry takes every kind's cycles and, for the DMAs,
+the schedule's idle time instead of a share: benchmarks/RESULTS.md, 'On-chip run 6' and 'On-chip run 7').
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ import sys
 import numpy as np
 
 DEFAULT_STEPS = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", f"chip_steps_v5e_{run}")
-                      for run in ("run5", "run6"))
+                      for run in ("run5", "run6", "run6b", "run7"))
 
 
 SPLASH_KINDS = ("_fwd", "_dq", "_dkv")  # the splash kernels' names: forward, dQ, dK / dV
@@ -108,7 +108,7 @@ def fit_cycles(steps: list[StepOps], clock_hz: float) -> np.ndarray:
         return float((n * (np.maximum(roof, regs @ np.abs(c) / clock_hz) - t) ** 2).sum()) * 1e6
 
     best = None
-    for start in ([1.0, 0.5, 0.1, 0.1, 0.1], [20.0, 2.0, 0.5, 1.0, 1.0], [10.0, 1.0, 0.2, 0.5, 0.2]):
+    for start in ([1.0, 0.5, 0.1, 0.1, 0.1, 1.0], [20.0, 2.0, 0.5, 1.0, 1.0, 4.0], [10.0, 1.0, 0.2, 0.5, 0.2, 2.0]):
         r = minimize(loss, np.array(start), method="Nelder-Mead",
                      options={"maxiter": 20000, "xatol": 1e-4, "fatol": 1e-12})
         if best is None or r.fun < best.fun:
@@ -135,7 +135,9 @@ def main(argv=None) -> int:
     from paxsearch.search.planning.roofline import vpu
 
     # the entry before run 6: ops by their bytes, DMAs on the stream at their bytes, splash at its grid price
-    hw = dataclasses.replace(hardware_for([None], "v5e"), vpu_cycles=(), dma_overlap=False, attention_in_step=())
+    # measured alone (since run 7 the entry prices splash inside the steps' shapes at its rate there: fit_splash.py)
+    hw = dataclasses.replace(hardware_for([None], "v5e"), vpu_cycles=(), dma_overlap=False, attention_in_step=(),
+                             attention_step_grid=())
     folders = args.steps or list(DEFAULT_STEPS)
     steps = [s for folder in folders for s in read_steps(folder, hw)]
     if not steps:

@@ -1,12 +1,13 @@
-"""Every trained point of the on-chip benchmark priced again, at the v5e entry, at the entry before run 6, and with
-each of run 6's op-level figures left out (issue 41: do the figures measured op by op in the chip's profiled steps
+"""Every trained point of the on-chip benchmark priced again, at the v5e entry, at the entries before runs 7 and 6,
+and with each op-level figure left out (issue 41: do the figures measured op by op in the chip's profiled steps
 bring the plans closer?).
 
 Question: benchmarks/fit_vpu.py measures, op by op in the chip's profiled steps, the VPU cycles of ops without a
-matmul, the share of their price the DMAs between HBM and VMEM cost, and how much longer the splash kernels ran
-than their grid price. Priced with them and the DMAs hidden in the HBM time the ops between their start and -done
-leave idle (roofline/dma_overlap.py), together and one left out at a time, how far are the plans of every trained
-point from the chip's measured step? (--fit: a fit_vpu record's figures in place of the entry's.)
+matmul and the share of their price the DMAs between HBM and VMEM cost; benchmarks/fit_splash.py the splash
+kernels' rates in those steps. Priced with them and the DMAs hidden in the HBM time the ops between their start
+and -done leave idle (roofline/dma_overlap.py), together and one left out at a time, how far are the plans of
+every trained point from the chip's measured step? (--fit: a fit_vpu record's VPU cycles in place of the
+entry's.)
 Peer: the chip's measured steps (benchmarks/data/onchip_v5e_run*_measured.json).
 
     python -m paxsearch.benchmarks.reprice_onchip --plan RUN_DIR [--plan RUN_DIR ...] [--fit FIT.json] \\
@@ -41,19 +42,28 @@ def measured_steps() -> dict[str, tuple[str, float]]:
     return out
 
 
+# the v5e entry's VPU cycles from run 6 to run 7 (fit over runs 5 and 6's fourteen steps, before transposes were a
+# kind of their own: they were priced as movement)
+RUN6_VPU_CYCLES = (("trigonometric", 20.15), ("transcendental", 0.816), ("arithmetic", 0.173), ("reduction", 1.06),
+                   ("movement", 0.218), ("transpose", 0.218))
+
+
 def variants(hw, fit: dict | None = None) -> dict:
-    """The Hardware each variant prices with: the v5e entry (with --fit, the fit's figures in place of its own), the
-    entry before run 6 (ops by their bytes, the DMAs at their bytes' price on the stream, the splash kernels at their
-    grid price), and the entry with one of run 6's figures left out at a time."""
+    """The Hardware each variant prices with: the v5e entry (with --fit, the fit's VPU cycles in place of its own),
+    the entry before run 7 (run 6's VPU cycles, the splash kernels at their grid measured alone times one factor per
+    kind everywhere), before run 6 (also ops by their bytes, the DMAs at their bytes' price on the stream, no
+    factor), and the entry with one figure left out at a time."""
     if fit is not None:
-        hw = dataclasses.replace(hw, vpu_cycles=tuple((k, float(c)) for k, c in fit["cycles"].items()),
-                                 attention_in_step=tuple((f"_{k}", float(t))
-                                                         for k, t in fit.get("splash_in_step", {}).items()))
+        hw = dataclasses.replace(hw, vpu_cycles=tuple((k, float(c)) for k, c in fit["cycles"].items()))
     out = {"v5e entry": hw,
-           "before run 6": dataclasses.replace(hw, vpu_cycles=(), dma_overlap=False, attention_in_step=()),
+           "before run 7": dataclasses.replace(hw, vpu_cycles=RUN6_VPU_CYCLES, attention_step_grid=()),
+           "before run 6": dataclasses.replace(hw, vpu_cycles=(), dma_overlap=False, attention_in_step=(),
+                                               attention_step_grid=()),
            "  without the VPU cycles": dataclasses.replace(hw, vpu_cycles=()),
            "  without the DMA overlap": dataclasses.replace(hw, dma_overlap=False),
-           "  without the splash in-step": dataclasses.replace(hw, attention_in_step=())}
+           "  without the splash kernels' rates in the steps": dataclasses.replace(hw, attention_step_grid=()),
+           "  splash at the grid measured alone": dataclasses.replace(hw, attention_step_grid=(),
+                                                                      attention_in_step=())}
     if fit is not None and "dma_share" in fit:
         out["  the DMAs at the measured share instead"] = dataclasses.replace(hw, dma_overlap=False,
                                                                              dma_share=float(fit["dma_share"]))

@@ -169,6 +169,9 @@ class DeviceSpec:
     vpu_cycles: tuple[tuple[str, Figure], ...] | None = None
     # ((a part of a splash kernel's name, times its attention_grid price it took in a training step), ...); None: 1
     attention_in_step: tuple[tuple[str, Figure], ...] | None = None
+    # the splash kernels' shares measured inside training steps: where a kernel's shape lies inside their measured
+    # points they price it (search/planning/roofline/chip.py Hardware.step_grid_share); None: none
+    attention_step_grid: tuple[SplashRate, ...] | None = None
     # the DMAs between HBM and VMEM hidden in the HBM time the ops scheduled between their start and -done leave
     # idle (search/planning/roofline/dma_overlap.py), where the chip's profiled steps showed it; False: each on the
     # compute stream at its bytes' price
@@ -501,21 +504,67 @@ _NCCL_BUSBW = ("measured: nccl-tests all_gather_perf and all_reduce_perf on 8 x 
 _NCCL_SAME_NVLINK = "H200 SXM has H100 SXM's NVLink 4 (900 GB/s) through the same NVSwitch generation: " + _NCCL_BUSBW
 _NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's share is used (" + _NCCL_BUSBW + ")"
 _V5E_STEP_OPS = (
-    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, every op of fourteen training steps "
+    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, every op of 25 training steps "
     "profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5, eight "
-    "planned slow, and _run6, six planned fast; `python -m paxsearch.benchmarks.fit_vpu`)")
+    "planned slow, _run6, six planned fast, _run6b and _run7, eleven more; `python -m paxsearch.benchmarks.fit_vpu`)")
 # cycles per 32-bit vector register by kind of VPU work (roofline/vpu.py KINDS): the fit of max(an op's roofline,
-# its VPU time) to the measured times of the fourteen steps' 2,229 ops without a matmul. The two sets alone give the
-# same (sine / cosine 20.20 and 20.37, reduction 1.04 and 1.04). RoPE's tables: the two fusions of
-# m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at 20.2 cycles and 6 ns at their bytes
+# its VPU time) to the measured times of the 25 steps' 3,796 ops without a matmul. Run 5 and 6's fourteen steps alone
+# give the same (sine / cosine 20.15, reduction 1.06, transpose 3.05). RoPE's tables: the two fusions of
+# m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at 20.2 cycles and 6 ns at their bytes.
+# Transposes (a copy that lays another dimension along the lanes, in VMEM: the attention's [B, S, H, D] <-> [B, H, S,
+# D] relayouts) ran 10-95 us where the movement figure priced them at 0.9-4.8; fit on the fourteen steps, the "other
+# on-chip" bucket of the eleven steps of runs 6b and 7 came within 0.82% of the step on average (1.16% without)
 V5E_VPU_CYCLES = tuple((kind, Figure(cycles, _V5E_STEP_OPS + f"; {kind}, fit over the steps' ops without a matmul"))
-                       for kind, cycles in (("trigonometric", 20.15), ("transcendental", 0.816),
-                                            ("arithmetic", 0.173), ("reduction", 1.06), ("movement", 0.218)))
-# the splash kernels' measured time in those steps over their V5E_SPLASH_GRID price (measured alone), by kind,
-# summed over the eleven steps with splash attention (per step 0.91-1.10 forward, 0.92-1.26 dQ, 0.95-1.19 dK/dV)
-V5E_SPLASH_IN_STEP = tuple((part, Figure(t, _V5E_STEP_OPS + f"; splash {part.strip('_')} kernels in the step over "
-                                            "their grid price"))
+                       for kind, cycles in (("trigonometric", 20.18), ("transcendental", 0.703),
+                                            ("arithmetic", 0.215), ("reduction", 1.029), ("movement", 0.212),
+                                            ("transpose", 3.127)))
+# the splash kernels' measured time in runs 5 and 6's steps over their V5E_SPLASH_GRID price (measured alone), by
+# kind, summed over the eleven steps with splash attention (per step 0.91-1.10 forward, 0.92-1.26 dQ, 0.95-1.19
+# dK/dV): what prices a kernel whose shape the steps' own rates (V5E_SPLASH_STEP_GRID) do not cover
+V5E_SPLASH_IN_STEP = tuple((part, Figure(t, _V5E_STEP_OPS + f"; the fourteen of runs 5 and 6, splash "
+                                            f"{part.strip('_')} kernels in the step over their grid price"))
                            for part, t in (("_fwd", 1.005), ("_dq", 1.124), ("_dkv", 1.102)))
+# the splash kernels' share of peak inside the chip's profiled training steps, by (kernel, block, head dim, query
+# heads per K/V head): ((seq, batch x K/V heads, share), ...), pooled over the 22 steps with splash attention of
+# runs 5-7 (88 kernels). In the steps the kernels ran 0.78-1.45x their price measured alone (V5E_SPLASH_GRID), and
+# not by one factor per kind: dQ at head dim 64 slower the smaller the batch (1.45x at batch 2, 0.92x at 12), at head
+# dim 128 with 3 query heads per K/V head faster (0.78-1.04x), with 2 slower the longer the sequence (1.02x at 1k,
+# 1.24x at 8k). Each run's steps priced from the other runs' kernels: splash within 0.86% of the step on average,
+# 2.9% at most, against 1.85% / 5.9% at the grid measured alone and 2.53% / 7.0% at that times one factor per kind
+# (`python -m paxsearch.benchmarks.fit_splash`, benchmarks/RESULTS.md 'On-chip run 7'). Read beyond their measured
+# points they mislead (a seq the steps never ran: 8k at 3 query heads per K/V head priced 6-8% fast), so they price
+# a kernel only inside them (Hardware.step_grid_share); the grid measured alone times V5E_SPLASH_IN_STEP prices the
+# rest.
+_V5E_SPLASH_STEP_GRID = {
+    ('splash_mha_dkv', 512, 64, 3): ((2048, 8, 0.335), (2048, 16, 0.327), (2048, 24, 0.325), (2048, 32, 0.327),
+                                     (2048, 48, 0.319)),
+    ('splash_mha_dkv', 512, 128, 2): ((1024, 32, 0.734), (1024, 48, 0.643), (2048, 16, 0.717), (2048, 24, 0.681),
+                                      (2048, 32, 0.647), (4096, 32, 0.605), (8192, 8, 0.648)),
+    ('splash_mha_dkv', 512, 128, 3): ((1024, 64, 0.673), (2048, 8, 0.783), (2048, 24, 0.644), (2048, 48, 0.65),
+                                      (4096, 8, 0.701)),
+    ('splash_mha_dq', 512, 64, 3): ((2048, 8, 0.253), (2048, 16, 0.291), (2048, 24, 0.296), (2048, 32, 0.285),
+                                    (2048, 48, 0.322)),
+    ('splash_mha_dq', 512, 128, 2): ((1024, 32, 0.641), (1024, 48, 0.68), (2048, 16, 0.633), (2048, 24, 0.614),
+                                     (2048, 32, 0.6), (4096, 32, 0.54), (8192, 8, 0.609)),
+    ('splash_mha_dq', 512, 128, 3): ((1024, 64, 0.537), (2048, 8, 0.74), (2048, 24, 0.588), (2048, 48, 0.537),
+                                     (4096, 8, 0.649)),
+    ('splash_mha_fwd', 512, 64, 3): ((2048, 8, 0.26), (2048, 16, 0.254), (2048, 24, 0.234), (2048, 32, 0.216),
+                                     (2048, 48, 0.218)),
+    ('splash_mha_fwd', 512, 128, 2): ((1024, 32, 0.478), (1024, 48, 0.477), (2048, 16, 0.509), (2048, 24, 0.492),
+                                      (2048, 32, 0.5), (4096, 32, 0.466), (8192, 8, 0.526)),
+    ('splash_mha_fwd', 512, 128, 3): ((1024, 64, 0.457), (2048, 8, 0.506), (2048, 24, 0.507), (2048, 48, 0.473),
+                                      (4096, 8, 0.537)),
+}
+_V5E_STEP_KERNELS = (
+    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, the splash kernels of 22 training "
+    "steps profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5, "
+    "_run6, _run6b, _run7; `python -m paxsearch.benchmarks.fit_splash`): each kernel's FLOPs (the roofline's count) "
+    "over its measured time in the step")
+V5E_SPLASH_STEP_GRID = tuple(
+    SplashRate(kernel, block, d, group, seq, bkv, Figure(share, f"{_V5E_STEP_KERNELS}; {kernel}, block {block}, head "
+                                                                f"dim {d}, {group} query heads per K/V head, seq "
+                                                                f"{seq}, batch x K/V heads {bkv}"))
+    for (kernel, block, d, group), pts in _V5E_SPLASH_STEP_GRID.items() for seq, bkv, share in pts)
 # Priced with these, the VPU time of every kind and the DMAs hidden in their schedule's HBM idle time (the v5e
 # entry's dma_overlap), the 102 trained points of the on-chip benchmark came out 2.16% mean / 6.8% max, 56%
 # predicted faster, against 2.12% / 7.7% / 38% slower with sine / cosine alone and the DMAs at their bytes' price;
@@ -568,6 +617,7 @@ def _tpu(name, kinds, peak, hbm_gib, usable_gib, hbm_bw, ici, ports, dcn, dims, 
         hbm_read_efficiency=Figure(*s["hbm_read"]) if "hbm_read" in s else None,
         hbm_write_efficiency=Figure(*s["hbm_write"]) if "hbm_write" in s else None,
         vpu_cycles=s.get("vpu_cycles"), attention_in_step=s.get("attention_in_step"),
+        attention_step_grid=s.get("attention_step_grid"),
         dma_overlap=bool(s.get("dma_overlap", False)))
 
 
@@ -606,7 +656,7 @@ TABLE: dict[str, DeviceSpec] = {s.name: s for s in (
         "ragged_rates": V5E_RAGGED_RATES, "megablox_rates": V5E_MEGABLOX_RATES,
         "hbm_read": (V5E_HBM_READ, _V5E_HBM_SPLIT), "hbm_write": (V5E_HBM_WRITE, _V5E_HBM_SPLIT),
         "collectives": (_V5E_ICI_SHARE, _SCALING_AG), "vpu_cycles": V5E_VPU_CYCLES,
-        "attention_in_step": V5E_SPLASH_IN_STEP, "dma_overlap": True}),
+        "attention_in_step": V5E_SPLASH_IN_STEP, "attention_step_grid": V5E_SPLASH_STEP_GRID, "dma_overlap": True}),
     _tpu("v5p", ("TPU v5", "TPU v5p"), 459e12, 95, 95.73, 2765e9, 1200e9, 6, 50e9 / 8, 3, 2, {
         "peak": _CLOUD + "v5p (459 TFLOP/s bf16 per chip)",
         "hbm": _CLOUD + "v5p (95 GiB HBM2e per chip)",

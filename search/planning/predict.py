@@ -104,6 +104,7 @@ def hardware_for(devices: Sequence, chip: str | None = None) -> Hardware:
                         clock_hz=entry.clock_hz.value if entry.clock_hz else None,
                         vpu_cycles=tuple((k, f.value) for k, f in entry.vpu_cycles or ()),
                         attention_in_step=tuple((k, f.value) for k, f in entry.attention_in_step or ()),
+                        attention_step_grid=hardware.splash_grid_table(entry.attention_step_grid or ()),
                         dma_overlap=entry.dma_overlap,
                         torus_wrap=_torus_wrap(devices, entry.name))
     local = sum(1 for d in devices if getattr(d, "process_index", 0) == devices[0].process_index)

@@ -279,13 +279,39 @@ ENTRY %main (m: s8[1,{blocks},{blocks}], q: {q}, k: {k}, s: s32[{b},{seq},128]) 
 def test_a_gqa_splash_kernel_is_priced_by_its_group_and_batch_x_kv_heads():
     """The K/V operand's heads give the group (query heads per K/V head) and batch x K/V heads the grid is
     read at (the segment ids, rank 3, are not a K/V operand)."""
-    hw = hardware_for([], "v5e")
+    hw = dataclasses.replace(hardware_for([], "v5e"), attention_step_grid=())
     for b, h, kv, seq, d in ((16, 12, 4, 2048, 64), (4, 8, 8, 2048, 128), (16, 12, 4, 2048, 128), (2, 16, 8, 8192, 96)):
         roof = R.analyze(_gqa_splash("splash_mha_dq_no_residuals", b, h, kv, seq, d), hw, num_devices=1)
         share, measured = hw.grid_share("splash_mha_dq", seq, 512, d, h // kv, b * kv)
         rate = hw.peak_flops * share * min(d, measured) / measured / hw.grid_in_step("splash_mha_dq")
         assert roof.compute_s == pytest.approx(roof.flops_per_step / rate, rel=1e-9)
     assert hw.grid_in_step("splash_mha_dq") > 1.0  # the dQ kernels ran longer in the chip's steps than alone
+
+
+def test_inside_the_steps_measured_shapes_a_splash_kernel_is_priced_at_its_rate_there():
+    """The v5e entry prices a splash kernel at the share the chip's profiled steps measured for its kernel, block,
+    head dim and group (V5E_SPLASH_STEP_GRID) where its seq is one they ran and its batch x K/V heads lies between
+    theirs; anywhere else at the grid measured alone times the kind's in-step factor: no extrapolation from a
+    few steps' shapes (read beyond them, a seq of 8k at 3 query heads per K/V head came out 6-8% fast)."""
+    hw = hardware_for([], "v5e")
+    step = {(r.kernel, r.block, r.head_dim, r.group, r.seq, r.kv_rows): r.share.value
+            for r in hardware.V5E_SPLASH_STEP_GRID}
+    for (kernel, block, d, group, seq, rows), share in step.items():
+        assert hw.step_grid_share(kernel + "_no_residuals.2", seq, block, d, group, rows) == pytest.approx(share)
+    # dQ at head dim 64, 3 query heads per K/V head, batch x K/V heads 8: 0.253 of peak in a step, 0.367 alone
+    roof = R.analyze(_gqa_splash("splash_mha_dq_no_residuals", 2, 12, 4, 2048, 64), hw, num_devices=1)
+    assert roof.compute_s == pytest.approx(roof.flops_per_step / (hw.peak_flops * 0.253), rel=1e-9)
+    # between two measured batch x K/V heads: linear in log2; MHA filed with group 2
+    lo, hi = step[("splash_mha_dkv", 512, 128, 2, 2048, 16)], step[("splash_mha_dkv", 512, 128, 2, 2048, 24)]
+    assert hw.step_grid_share("splash_mha_dkv", 2048, 512, 128, 1, 20) == pytest.approx(
+        lo + (hi - lo) * math.log2(20 / 16) / math.log2(24 / 16))
+    # outside: a seq the steps never ran, a batch x K/V heads beyond theirs, another block or head dim
+    for args in ((8192, 512, 128, 3, 8), (2048, 512, 64, 3, 64), (2048, 256, 64, 2, 32), (2048, 512, 96, 2, 16)):
+        assert hw.step_grid_share("splash_mha_dq", *args) is None
+    roof = R.analyze(_gqa_splash("splash_mha_dq_no_residuals", 2, 12, 4, 8192, 128), hw, num_devices=1)
+    share, _ = hw.grid_share("splash_mha_dq", 8192, 512, 128, 3, 8)
+    rate = hw.peak_flops * share / hw.grid_in_step("splash_mha_dq")
+    assert roof.compute_s == pytest.approx(roof.flops_per_step / rate, rel=1e-9)
 
 
 @pytest.fixture(scope="module")

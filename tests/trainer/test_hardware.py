@@ -17,7 +17,7 @@ SOURCE_KINDS = ("https://", "measured:", "estimate:", "assumption:", "model:", "
 # tables of measured rates: each row its own Figure (checked below)
 META_FIELDS = {"name", "platform", "device_kinds", "kind_excludes", "attention_rates", "attention_grid", "index_rates",
                "unsorted_index", "ragged_rates", "megablox_rates", "vpu_cycles",
-               "attention_in_step", "dma_overlap"}
+               "attention_in_step", "attention_step_grid", "dma_overlap"}
 
 
 @pytest.mark.parametrize("entry", list(hardware.TABLE.values()), ids=list(hardware.TABLE))
@@ -29,7 +29,7 @@ def test_every_figure_of_every_entry_has_a_source(entry):
     for name, figure in entry.figures().items():
         assert isinstance(figure.value, (int, float)) and figure.value > 0, (entry.name, name)
         assert figure.source.strip() and any(k in figure.source for k in SOURCE_KINDS), (entry.name, name)
-    for rate in (entry.attention_rates or ()) + (entry.attention_grid or ()):
+    for rate in (entry.attention_rates or ()) + (entry.attention_grid or ()) + (entry.attention_step_grid or ()):
         assert 0 < rate.share.value <= 1 and rate.share.source.startswith("measured"), (entry.name, rate)
     for row in entry.index_rates or ():
         assert 0 < row.seconds.value < 1e-6 and row.seconds.source.startswith("measured"), (entry.name, row)

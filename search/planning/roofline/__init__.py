@@ -231,8 +231,11 @@ Attention efficiency (Hardware.attention_efficiency, default: the matmul efficie
   MaxText's own XProf profile on v6e-8 (jax's splash kernel, blocks 2048, fused backward, at batch
   3 x S 8192 x 32 heads of 128; two trainers running tokamax's faster variant at the same shape
   measured 39.6%), under half what XLA's large matmul sustains there (79.3%). TPU v5e: the chip's own
-  per-kernel shares (Hardware.attention_grid, trainer/hardware.py V5E_SPLASH_GRID: by kernel, block, head
-  dim 64 or 128, query heads per K/V head, seq and batch x K/V heads; Hardware.grid_share), else by kernel,
+  per-kernel shares as the kernels ran inside the chip's profiled training steps (Hardware.attention_step_grid,
+  trainer/hardware.py V5E_SPLASH_STEP_GRID; Hardware.step_grid_share) where a kernel's shape lies inside the steps'
+  measured ones, else as measured alone (Hardware.attention_grid, V5E_SPLASH_GRID: by kernel, block, head dim 64 or
+  128, query heads per K/V head, seq and batch x K/V heads; Hardware.grid_share; in the steps the same kernels took
+  0.78-1.45x that) times the kind's in-step factor (Hardware.attention_in_step), else by kernel,
   block and seq (attention_rates), else 51.0% (fit to the half-a points of the project's chip). A kernel of
   a head dim d < 128 with no rows of its own runs at d / 128 of the head-dim-128 figure: its QK^T
   contracts over d and its PV writes d columns of a 128-wide MXU. cuDNN's flash
@@ -263,11 +266,14 @@ DMAs between HBM and VMEM (dma.py, dma_overlap.py): with Hardware.dma_overlap (T
   nothing at its start and, at its -done, what its bytes take beyond the HBM time the ops scheduled between leave
   idle (Roofline.dma_exposed_s; the chip's steps waited 0.23-1.09x of that); elsewhere each at its HBM bytes.
 VPU time (vpu.py, Hardware.vpu_cycles): an op without a matmul takes at least the cycles of its vector work (per
-  32-bit register its fused instructions fill, by kind) at the chip's clock. TPU v5e: fit over fourteen profiled
-  steps' 2,229 ops (sine / cosine 20.15 cycles a register: RoPE's tables, computed into VMEM, 55.6 us an execution
-  on the chip, 6 ns by their bytes). What it adds over the bytes is its own line (Roofline.vpu_excess_s).
-Splash kernels in the step (Hardware.attention_in_step): TPU v5e's dQ and dK/dV kernels took 1.124x and 1.102x
-  their grid price (measured alone) in the chip's steps, the forward 1.005x; priced so.
+  32-bit register its fused instructions fill, by kind) at the chip's clock. TPU v5e: fit over 25 profiled
+  steps' 3,796 ops (sine / cosine 20.2 cycles a register: RoPE's tables, computed into VMEM, 55.6 us an execution
+  on the chip, 6 ns by their bytes; a copy that lays another dimension along the lanes, the transpose unit's work,
+  3.1 cycles a register against 0.21 for other movement). What it adds over the bytes is its own line
+  (Roofline.vpu_excess_s).
+Splash kernels in the step (Hardware.attention_in_step): times its grid price a step's kernel of each kind takes
+  where the steps' own rates do not reach (TPU v5e: dQ 1.124x, dK/dV 1.102x, forward 1.005x over runs 5 and 6's
+  steps; benchmarks/fit_splash.py).
 HBM reads and writes apart (Hardware.hbm_read_efficiency / hbm_write_efficiency, Hardware.hbm_seconds): where
   a chip measured them apart, an op's bytes read and written (cost.instr_read_write) are priced each at its
   own share of the bandwidth (TPU v5e: reads 0.911, writes 0.717, from the chip's reduction and scale; one

@@ -79,10 +79,13 @@ class Hardware:
     # True: an HBM <-> VMEM DMA costs the stream nothing at its start and, at its -done, what its bytes take beyond
     # the HBM time the ops scheduled between leave idle (roofline/dma_overlap.py); False: dma_share of its price
     dma_overlap: bool = False
-    # ((a part of a splash kernel's name, times), ...): a training step's kernels whose name holds the part took
-    # `times` what attention_grid prices them at (TPU v5e: the backward kernels, trainer/hardware.py
-    # V5E_SPLASH_IN_STEP); () none
+    # ((a part of a splash kernel's name, times), ...): a training step's kernels whose name holds the part take
+    # `times` what attention_grid prices them at (a what-if: benchmarks/reprice_onchip.py, fit_splash.py); () none
     attention_in_step: tuple[tuple[str, float], ...] = ()
+    # the splash kernels' shares of peak measured inside training steps, as attention_grid's rows (TPU v5e:
+    # trainer/hardware.py V5E_SPLASH_STEP_GRID); a kernel inside their measured points (step_grid_share) is priced
+    # at them, any other by attention_grid and attention_in_step; () none
+    attention_step_grid: tuple = ()
 
     def attention_share(self, kernel: str, seq: int, block: int | None = None) -> float | None:
         """The measured share of peak of the attention kernel named `kernel` (a custom call's name
@@ -123,6 +126,19 @@ class Hardware:
         pooled = dict(next((r[4] for r in rows if r[3] == 2), ()))
         per_seq = [(sq, log_interp(pts, kv_rows) * _trend(pooled.get(sq), pts, kv_rows)) for sq, pts in by_seq]
         return log_interp(tuple(per_seq), seq), d
+
+    def step_grid_share(self, kernel: str, seq: int, block: int | None, head_dim: int, group: int,
+                        kv_rows: int) -> float | None:
+        """The share of peak of the splash kernel named `kernel` from attention_step_grid where the steps measured
+        its block, head dim and group (1 filed as 2) at its seq, with kv_rows inside the measured batch x K/V heads
+        there (linear in log2 between them); None outside: no extrapolation from a training step's few shapes."""
+        g = max(2, group)
+        for k, blk, d, grp, by_seq in self.attention_step_grid:
+            if k in kernel and blk == block and d == head_dim and grp == g:
+                pts = dict(by_seq).get(seq)
+                if pts and pts[0][0] <= kv_rows <= pts[-1][0]:
+                    return log_interp(pts, kv_rows)
+        return None
 
     def grid_in_step(self, kernel: str) -> float:
         """How many times its attention_grid price a step's splash kernel named `kernel` takes (attention_in_step:

@@ -187,6 +187,16 @@ def splash_block(comp: Computation, ins: Instr) -> int | None:
     return None
 
 
+def splash_grid_key(comp: Computation, ins: Instr) -> tuple[int, int | None, int, int, int] | None:
+    """(seq, q block, head dim, query heads per K/V head, batch x K/V heads) of one splash-attention custom call:
+    what Hardware.grid_share looks its rate up by (None for any other instruction)."""
+    q = _splash_query(comp, ins) if splash_matmuls(ins) else None
+    if not q:
+        return None
+    kv_heads = min((k[-3] for k in _q_shaped(comp, ins, q) if k[-1] == q[-1]), default=q[-3])
+    return q[-2], splash_block(comp, ins), q[-1], q[-3] // max(kv_heads, 1), prod(q[:-3]) * kv_heads
+
+
 def splash_flops(comp: Computation, ins: Instr) -> float:
     """FLOPs of one splash-attention custom call (0 for any other custom call)."""
     matmuls = splash_matmuls(ins)
@@ -599,13 +609,15 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
         return hw.sustained_flops / padding
     rate = hw.sustained_attention_flops
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
-    if q and hw.attention_grid:
-        kv_heads = min((k[-3] for k in _q_shaped(comp, ins, q) if k[-1] == q[-1]), default=q[-3])
-        found = hw.grid_share(ins.name, q[-2], splash_block(comp, ins), q[-1], q[-3] // max(kv_heads, 1),
-                              prod(q[:-3]) * kv_heads)
+    key = splash_grid_key(comp, ins) if q and (hw.attention_grid or hw.attention_step_grid) else None
+    stepped = hw.step_grid_share(ins.name, *key) if key is not None and hw.attention_step_grid else None
+    if stepped is not None:
+        return hw.peak_flops * stepped
+    if key is not None and hw.attention_grid:
+        found = hw.grid_share(ins.name, *key)
         if found is not None:
             share, measured_d = found
-            return hw.peak_flops * share * (min(q[-1], measured_d) / measured_d) / hw.grid_in_step(ins.name)
+            return hw.peak_flops * share * (min(key[2], measured_d) / measured_d) / hw.grid_in_step(ins.name)
     if q:
         share = hw.attention_share(ins.name, q[-2], splash_block(comp, ins))
         if share is not None:

@@ -41,6 +41,16 @@ def _memory_space(layout: str | None) -> int:
     return int(m.group(1)) if m else 0
 
 
+def minor_dim(shape: str) -> int | None:
+    """The logical dimension the first array of a shape lays along the lanes (its layout's minor-most: the first
+    entry of `{minor_to_major...}`); None without a layout or for a scalar."""
+    m = _ARRAY_LAYOUT_RE.search(shape)
+    if not m or not m.group(3):
+        return None
+    first = m.group(3).strip("{}").split(":")[0].split(",")[0].strip()
+    return int(first) if first.isdigit() else None
+
+
 def memory_space(shape: str) -> int:
     """The memory space of the first array of a shape: 0 HBM (no `S(n)` in its layout), 1 TPU
     VMEM, 5 host memory, ..."""

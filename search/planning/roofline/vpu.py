@@ -11,7 +11,7 @@ A chip without figures (CPU, GPU, the TPUs not measured) has no VPU term."""
 from __future__ import annotations
 
 from .chip import Hardware
-from .hlo import Computation, HloModule, Instr, fused_walk, operand_shape, tiled_arrays
+from .hlo import Computation, HloModule, Instr, fused_walk, minor_dim, operand_shape, tiled_arrays
 
 VREG_ELEMENTS = 8 * 128
 
@@ -20,7 +20,8 @@ TRANSCENDENTAL = "transcendental"
 ARITHMETIC = "arithmetic"
 REDUCTION = "reduction"
 MOVEMENT = "movement"
-KINDS = (TRIG, TRANSCENDENTAL, ARITHMETIC, REDUCTION, MOVEMENT)
+TRANSPOSE = "transpose"  # a copy or transpose that moves another dimension onto the lanes (the transpose unit's work)
+KINDS = (TRIG, TRANSCENDENTAL, ARITHMETIC, REDUCTION, MOVEMENT, TRANSPOSE)
 
 _KIND = {
     **dict.fromkeys(("sine", "cosine", "tan"), TRIG),
@@ -41,16 +42,26 @@ def vregs(shape: str) -> float:
     return sum(n for _, n, _ in tiled_arrays(shape)) / VREG_ELEMENTS
 
 
-def kind_of(ins: Instr) -> str | None:
-    """The kind of VPU work one instruction is (KINDS); None where it is none (parameters, bitcasts, tuples)."""
-    return _KIND.get(ins.opcode)
+def kind_of(ins: Instr, comp: Computation | None = None) -> str | None:
+    """The kind of VPU work one instruction is (KINDS); None where it is none (parameters, bitcasts, tuples). A copy
+    or transpose whose result lays along the lanes a dimension its operand did not (in `comp`) is a TRANSPOSE."""
+    kind = _KIND.get(ins.opcode)
+    if kind == MOVEMENT and ins.opcode in ("copy", "transpose") and comp is not None and ins.operands:
+        lanes, source = minor_dim(ins.shape), minor_dim(operand_shape(comp, ins.operands[0]))
+        if lanes is not None and source is not None:
+            if ins.opcode == "transpose":
+                perm = [int(d) for d in (ins.attr("dimensions") or "").strip("{}").split(",") if d.strip()]
+                lanes = perm[lanes] if lanes < len(perm) else lanes
+            if lanes != source:
+                return TRANSPOSE
+    return kind
 
 
 def vpu_registers(module: HloModule, comp: Computation, ins: Instr) -> dict[str, float]:
     """{kind: vector registers} of the instructions an op is or fuses (at any depth)."""
     out = dict.fromkeys(KINDS, 0.0)
     for c, i in fused_walk(module, comp, ins):
-        kind = kind_of(i)
+        kind = kind_of(i, c)
         if kind is None:
             continue
         shape = operand_shape(c, i.operands[0]) if kind == REDUCTION and c is not None and i.operands else i.shape

@@ -1,0 +1,182 @@
+"""The v5e splash kernels' rates inside the chip's own training steps, by shape, and whether they price unseen steps
+better than the kernels measured alone (issue 41, section 2: the figures behind trainer/hardware.py
+V5E_SPLASH_STEP_GRID).
+
+Question: the splash kernels were measured alone on the chip (V5E_SPLASH_GRID, by kernel, block, head dim, query
+heads per K/V head, seq and batch x K/V heads). In the profiled training steps the same kernels ran 0.78-1.45x that
+price, and not by one factor per kind: dQ at head dim 64 and batch 2 took 1.45x, at batch 12 0.92x; at head dim 128
+with 3 query heads per K/V head 0.78-1.04x; with 2, longer the longer the sequence. Are the kernels' rates measured
+in the steps themselves, looked up the same way, a better price for a step none of them came from?
+Peer: the chip itself: every splash kernel of the steps in benchmarks/data/chip_steps_v5e_run5, _run6, _run6b and
+_run7 (`chip_profile --save-hlo`: the chip compiler's HLO and each op's measured self time per step).
+
+    python -m paxsearch.benchmarks.fit_splash [--steps DIR ...] [--json FILE]
+
+Per kernel kind, block, head dim, group (query heads per K/V head, 1 filed as 2), seq and batch x K/V heads: the
+share of peak its executions ran at in the steps (their FLOPs, the roofline's count, over their measured time),
+pooled over the steps that ran that shape. Then, leaving out one run's steps at a time and setting the table from
+the rest, each left-out step's splash kernels priced four ways against their measured time, as a share of the
+step: at the grid measured alone (V5E_SPLASH_GRID), at that times one in-step factor per kernel kind (the v5e
+entry from run 6 to run 7, V5E_SPLASH_IN_STEP), at the in-step table everywhere (Hardware.grid_share over its rows:
+log-linear in batch x K/V heads, then in seq, held outside them), and at the in-step table only inside its measured
+shapes, the grid times the factor elsewhere (the v5e entry since run 7: Hardware.step_grid_share; read beyond the
+steps' few seqs the table priced plans of unseen seqs 6-8% fast). Prints the table as trainer/hardware.py keeps it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import glob
+import gzip
+import json
+import os
+import sys
+
+import numpy as np
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+DEFAULT_STEPS = tuple(os.path.join(DATA, f"chip_steps_v5e_{run}") for run in ("run5", "run6", "run6b", "run7"))
+KERNELS = ("splash_mha_fwd", "splash_mha_dq", "splash_mha_dkv")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One splash kernel of a profiled step."""
+
+    run: str  # the steps' folder
+    step: str
+    kernel: str  # one of KERNELS
+    key: tuple  # (seq, block, head dim, group, batch x K/V heads): cost.splash_grid_key
+    flops: float  # per execution, the roofline's count
+    seconds: float  # measured, per execution
+    executions: float  # per step
+
+
+def read_kernels(folder: str) -> tuple[list[Kernel], dict[str, float]]:
+    """Every splash kernel of `folder`'s steps (NAME.hlo.txt.gz beside NAME.ops.json), and each step's measured
+    time (the sum of its ops' self times)."""
+    from paxsearch.search.planning.roofline import cost, hlo, model
+
+    kernels, steps = [], {}
+    run = os.path.basename(folder.rstrip("/"))
+    for path in sorted(glob.glob(os.path.join(folder, "*.ops.json"))):
+        name = os.path.basename(path)[: -len(".ops.json")]
+        hlo_path = os.path.join(folder, name + ".hlo.txt.gz")
+        if not os.path.exists(hlo_path):
+            continue
+        with gzip.open(hlo_path, "rt") as f:
+            module = hlo.parse_module(f.read())
+        with open(path) as f:
+            ops = json.load(f)  # instruction -> [seconds per step, executions per step]
+        steps[f"{run}/{name}"] = sum(v[0] for v in ops.values())
+        for comp, ins, _ in model._running_ops(module, hlo.call_graph(module)):
+            kernel = next((k for k in KERNELS if k in ins.name), None) if cost.splash_matmuls(ins) else None
+            key = cost.splash_grid_key(comp, ins) if kernel else None
+            seconds, n = ops.get(ins.name, (0.0, 0.0))
+            if key is None or n <= 0 or key[1] is None:
+                continue
+            kernels.append(Kernel(run, name, kernel, key, cost.splash_flops(comp, ins), seconds / n, n))
+    return kernels, steps
+
+
+def step_table(kernels: list[Kernel], peak: float) -> dict[tuple, float]:
+    """(kernel, block, head dim, group, seq, batch x K/V heads) -> share of peak, pooled over the kernels."""
+    sums: dict[tuple, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for k in kernels:
+        seq, block, d, group, rows = k.key
+        acc = sums[(k.kernel, block, d, max(2, group), seq, rows)]
+        acc[0] += k.flops * k.executions
+        acc[1] += k.seconds * k.executions
+    return {key: f / t / peak for key, (f, t) in sums.items()}
+
+
+def grid_rows(table: dict[tuple, float]) -> tuple:
+    """The table in Hardware.attention_grid's form: (kernel, block, head dim, group, ((seq, ((rows, share), ...)),
+    ...))."""
+    by: dict[tuple, dict[int, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for (kernel, block, d, group, seq, rows), share in table.items():
+        by[(kernel, block, d, group)][seq].append((rows, share))
+    return tuple((*key, tuple((seq, tuple(sorted(pts))) for seq, pts in sorted(seqs.items())))
+                 for key, seqs in sorted(by.items()))
+
+
+def kernel_seconds(hw, k: Kernel) -> float:
+    """One execution of `k` priced as cost.flop_rate does: at hw's in-step rows where its shape lies inside them,
+    else at its grid times its in-step factor."""
+    stepped = hw.step_grid_share(k.kernel, *k.key) if hw.attention_step_grid else None
+    if stepped is not None:
+        return k.flops / (hw.peak_flops * stepped)
+    share, measured_d = hw.grid_share(k.kernel, *k.key)
+    return k.flops / (hw.peak_flops * share * min(k.key[2], measured_d) / measured_d) * hw.grid_in_step(k.kernel)
+
+
+def left_out_errors(kernels: list[Kernel], steps: dict[str, float], alone) -> dict[str, dict[str, float]]:
+    """Per way of pricing, per step: (priced - measured splash seconds) / the step's measured seconds, each run's
+    steps priced from a table (or factor) set from the other runs alone."""
+    ways: dict[str, dict[str, float]] = {"alone": {}, "alone x in-step factor by kind": {}, "in-step table": {},
+                                         "in-step table inside its shapes, else alone x factor": {}}
+    for run in sorted({k.run for k in kernels}):
+        rest = [k for k in kernels if k.run != run]
+        sums: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        for k in rest:
+            sums[k.kernel][0] += k.seconds * k.executions
+            sums[k.kernel][1] += kernel_seconds(alone, k) * k.executions
+        factored = dataclasses.replace(alone, attention_in_step=tuple((n, m / p) for n, (m, p) in sums.items()))
+        table = grid_rows(step_table(rest, alone.peak_flops))
+        in_step = dataclasses.replace(alone, attention_grid=table)
+        inside = dataclasses.replace(factored, attention_step_grid=table)
+        for label, hw in zip(ways, (alone, factored, in_step, inside), strict=True):
+            for k in (k for k in kernels if k.run == run):
+                step = f"{k.run}/{k.step}"
+                ways[label][step] = ways[label].get(step, 0.0) + (
+                    (kernel_seconds(hw, k) - k.seconds) * k.executions / steps[step])
+    return ways
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", action="append", default=None,
+                    help=f"folder of NAME.hlo.txt.gz + NAME.ops.json (repeatable; default: {', '.join(DEFAULT_STEPS)})")
+    ap.add_argument("--json", default=None, help="also write the table and the left-out errors here")
+    args = ap.parse_args(argv)
+    from paxsearch.search.planning.predict import hardware_for
+    from paxsearch.trainer import hardware
+
+    folders = args.steps or list(DEFAULT_STEPS)
+    kernels, steps = [], {}
+    for folder in folders:
+        k, s = read_kernels(folder)
+        kernels += k
+        steps.update(s)
+    if not kernels:
+        print(f"fit_splash: no splash kernel in the steps of {', '.join(folders)}; save some with "
+              "`chip_profile --save-hlo`", file=sys.stderr)
+        return 2
+    # the kernels measured alone, no in-step factor: what the table replaces
+    alone = dataclasses.replace(hardware_for([None], "v5e"), attention_in_step=(), attention_step_grid=(),
+                                attention_grid=hardware.splash_grid_table(hardware.V5E_SPLASH_GRID))
+    table = step_table(kernels, alone.peak_flops)
+    print(f"{len(kernels)} splash kernels in {len({(k.run, k.step) for k in kernels})} steps; "
+          f"{len(table)} shapes\n")
+    print("# (kernel, block, head dim, group): ((seq, batch x K/V heads, share of peak in the steps), ...)")
+    by: dict[tuple, list] = collections.defaultdict(list)
+    for (kernel, block, d, group, seq, rows), share in sorted(table.items()):
+        by[(kernel, block, d, group)].append((seq, rows, round(share, 3)))
+    for key, pts in by.items():
+        print(f"{key!r}: {tuple(pts)!r},")
+    ways = left_out_errors(kernels, steps, alone)
+    print("\nEach run's steps priced from the other runs' kernels (splash priced - measured, share of the step):")
+    print("| pricing | steps | mean | max | bias |")
+    print("|---|---|---|---|---|")
+    for label, errors in ways.items():
+        e = np.array(list(errors.values()))
+        print(f"| {label} | {len(e)} | {np.mean(np.abs(e)):.2%} | {np.max(np.abs(e)):.2%} | {np.mean(e):+.2%} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"table": [[*k, v] for k, v in sorted(table.items())], "left_out": ways}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
