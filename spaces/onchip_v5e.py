@@ -14,11 +14,12 @@ The same space file gives the planner's side and the chip's side of benchmarks/b
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=f --run-dir runs/onchip-f
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=g --run-dir runs/onchip-g
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=h --run-dir runs/onchip-h
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=i --run-dir runs/onchip-i
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=d --set kind=moe --run-dir runs/onchip-d-moe
     python benchmarks/bench_onchip.py --plan runs/onchip-plan --chip runs/onchip-a --chip runs/onchip-b
 
 Decisions: `point`, a name from POINTS (each a whole trainer config: the model, sequence length,
-attention, remat, batch, accumulation, vocab tiling, offload and flag set), `half` ("a" to "h") and `kind`
+attention, remat, batch, accumulation, vocab tiling, offload and flag set), `half` ("a" to "i") and `kind`
 ("dense" or "moe"), which the constraint ties to each point. The first 44 points alternate between a and b
 (so both hold every kind of point); "b" was the held-out half of run 1, when one splash figure was fit
 to half a. Since then no hardware figure is set from any point: the v5e entry comes from the chip's
@@ -37,6 +38,8 @@ between HBM and VMEM and the lanes a matmul leaves empty, planned before any was
 in the seventh session after the VPU time of sine and cosine was priced, planned before any was trained. Half h,
 16 points added in the eighth session, the first held out from the op-level pricing (VPU time of every kind, the
 splash kernels in the step, the DMAs by the schedule) adopted after half g trained; planned before any was trained.
+Half i, 16 points added in the eighth session after the splash kernels' rates in the steps and the transposes were
+priced (from half h's profiles), planned before any was trained.
 
 Llama-style models (GQA, gated SiLU MLP, RoPE, vocabulary 32000, bfloat16 activations,
 float32 parameters and AdamW moments), sizes 0.11B-1.45B; sequences 1k-8k; dot-product and
@@ -261,12 +264,35 @@ _POINTS_H = [
     ("moe8-s1k-b12-cap", dict(model="moe8", seq=1024, batch=12, remat="full", moe="capacity")),
     ("moe16-s2k-b10-dropless", dict(model="moe16", batch=10, remat="full", moe="dropless")),
 ]
-POINTS = {name: {**_BASE, **fields}
-          for name, fields in _POINTS + _POINTS_C + _POINTS_D + _POINTS_E + _POINTS_F + _POINTS_G + _POINTS_H}
+# Half i (eighth session): 16 new points, all held out, planned and their predictions committed before any was
+# trained, after the splash kernels' rates in the steps and the transposes were priced: shapes inside and outside
+# the steps' measured splash shapes, head dim 64 at new batches and sequences, int8 at two, MoE at two.
+_POINTS_I = [
+    ("m100-s1k-fl-b12-full", dict(model="m100", seq=1024, batch=12, remat="full")),
+    ("m100-s2k-fl-b3-full", dict(model="m100", batch=3, remat="full")),
+    ("m100-s4k-fl-b2-full", dict(model="m100", seq=4096, batch=2, remat="full")),
+    ("m100-s2k-dp-b6-full", dict(model="m100", attention="dot_product", batch=6, remat="full")),
+    ("m350-s2k-fl-b4-full", dict(model="m350", remat="full")),
+    ("m350-s1k-fl-b8-full", dict(model="m350", seq=1024, batch=8, remat="full")),
+    ("m350-s4k-fl-b2-full", dict(model="m350", seq=4096, batch=2, remat="full")),
+    ("m500-s2k-fl-b2-full", dict(model="m500", batch=2, remat="full")),
+    ("m500-s1k-fl-b8-full", dict(model="m500", seq=1024, batch=8, remat="full")),
+    ("m500-s2k-fl-b8-full-int8", dict(model="m500", batch=8, remat="full", quantization="int8")),
+    ("m900-s2k-fl-b5-bf16p-full", dict(model="m900", batch=5, remat="full", param_dtype="bfloat16")),
+    ("m900-s4k-fl-b1-bf16p-full", dict(model="m900", seq=4096, batch=1, remat="full", param_dtype="bfloat16")),
+    ("m1500-s2k-fl-b1-bf16p-full", dict(model="m1500", batch=1, remat="full", param_dtype="bfloat16")),
+    ("m900-s1k-fl-b6-bf16p-full-int8", dict(model="m900", seq=1024, batch=6, remat="full", param_dtype="bfloat16",
+                                            quantization="int8")),
+    ("moe8-s2k-b6-dropless", dict(model="moe8", batch=6, remat="full", moe="dropless")),
+    ("moe16-s1k-b8-dropless", dict(model="moe16", seq=1024, batch=8, remat="full", moe="dropless")),
+]
+_ALL = _POINTS + _POINTS_C + _POINTS_D + _POINTS_E + _POINTS_F + _POINTS_G + _POINTS_H + _POINTS_I
+POINTS = {name: {**_BASE, **fields} for name, fields in _ALL}
+assert len(POINTS) == len(_ALL), "a point name is used twice in spaces/onchip_v5e.py"
 HALF = {**{name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}, **{name: "c" for name, _ in _POINTS_C},
         **{name: "d" for name, _ in _POINTS_D}, **{name: "e" for name, _ in _POINTS_E},
         **{name: "f" for name, _ in _POINTS_F}, **{name: "g" for name, _ in _POINTS_G},
-        **{name: "h" for name, _ in _POINTS_H}}
+        **{name: "h" for name, _ in _POINTS_H}, **{name: "i" for name, _ in _POINTS_I}}
 
 STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=len(POINTS), target="tpu:v5e-1",
              count_flops=False, timeout=600)
@@ -303,7 +329,7 @@ def _moe_fields(compute: str, model: str, grouped_matmul: str = "auto") -> dict:
 
 def space():
     p = POINTS[pg.oneof(list(POINTS), name="point")]
-    pg.oneof(["a", "b", "c", "d", "e", "f", "g", "h"], name="half")
+    pg.oneof(["a", "b", "c", "d", "e", "f", "g", "h", "i"], name="half")
     pg.oneof(["dense", "moe"], name="kind")
     return fdl.Config(
         TrainConfig,
