@@ -101,13 +101,16 @@ def grid_rows(table: dict[tuple, float]) -> tuple:
                  for key, seqs in sorted(by.items()))
 
 
-def kernel_seconds(hw, k: Kernel) -> float:
+def kernel_seconds(hw, k: Kernel, fallback=None) -> float:
     """One execution of `k` priced as cost.flop_rate does: at hw's in-step rows where its shape lies inside them,
-    else at its grid times its in-step factor."""
+    else at its grid times its in-step factor (at `fallback`'s where hw's grid has no row for its kernel)."""
     stepped = hw.step_grid_share(k.kernel, *k.key) if hw.attention_step_grid else None
     if stepped is not None:
         return k.flops / (hw.peak_flops * stepped)
-    share, measured_d = hw.grid_share(k.kernel, *k.key)
+    found = hw.grid_share(k.kernel, *k.key)
+    if found is None:
+        return kernel_seconds(fallback, k)
+    share, measured_d = found
     return k.flops / (hw.peak_flops * share * min(k.key[2], measured_d) / measured_d) * hw.grid_in_step(k.kernel)
 
 
@@ -130,7 +133,7 @@ def left_out_errors(kernels: list[Kernel], steps: dict[str, float], alone) -> di
             for k in (k for k in kernels if k.run == run):
                 step = f"{k.run}/{k.step}"
                 ways[label][step] = ways[label].get(step, 0.0) + (
-                    (kernel_seconds(hw, k) - k.seconds) * k.executions / steps[step])
+                    (kernel_seconds(hw, k, alone) - k.seconds) * k.executions / steps[step])
     return ways
 
 
@@ -165,10 +168,14 @@ def main(argv=None) -> int:
         by[(kernel, block, d, group)].append((seq, rows, round(share, 3)))
     for key, pts in by.items():
         print(f"{key!r}: {tuple(pts)!r},")
-    ways = left_out_errors(kernels, steps, alone)
-    print("\nEach run's steps priced from the other runs' kernels (splash priced - measured, share of the step):")
-    print("| pricing | steps | mean | max | bias |")
-    print("|---|---|---|---|---|")
+    if len({k.run for k in kernels}) < 2:
+        print("\nThe left-out check needs the steps of two or more runs (--steps folders): not run.")
+        ways: dict[str, dict[str, float]] = {}
+    else:
+        ways = left_out_errors(kernels, steps, alone)
+        print("\nEach run's steps priced from the other runs' kernels (splash priced - measured, share of the step):")
+        print("| pricing | steps | mean | max | bias |")
+        print("|---|---|---|---|---|")
     for label, errors in ways.items():
         e = np.array(list(errors.values()))
         print(f"| {label} | {len(e)} | {np.mean(np.abs(e)):.2%} | {np.max(np.abs(e)):.2%} | {np.mean(e):+.2%} |")

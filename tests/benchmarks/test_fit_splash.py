@@ -42,3 +42,16 @@ def test_a_kernel_the_steps_ran_is_read_with_the_grids_key():
     assert {k.key for k in mine} == {(2048, 512, 64, 3, 8)}  # batch 2 x 4 K/V heads; 12 query heads of 64
     assert all(k.flops > 0 and 0 < k.seconds < 0.01 and k.executions == 12 for k in mine)
     assert 0.04 < steps["chip_steps_v5e_run7/m100-s2k-fl-b2-full"] < 0.06
+
+
+def test_one_folder_of_steps_gives_the_table_and_says_the_left_out_check_was_not_run(tmp_path, capsys):
+    import os
+
+    from paxsearch.benchmarks import fit_splash
+
+    out = tmp_path / "fit.json"
+    assert fit_splash.main(["--steps", os.path.join(fit_splash.DATA, "chip_steps_v5e_run7"), "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert found["table"] and found["left_out"] == {}
+    assert "not run" in capsys.readouterr().out
+    assert fit_splash.main(["--steps", str(tmp_path)]) == 2  # no steps there: one line, non-zero
