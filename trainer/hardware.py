@@ -566,10 +566,9 @@ V5E_SPLASH_STEP_GRID = tuple(
                                                                 f"{seq}, batch x K/V heads {bkv}"))
     for (kernel, block, d, group), pts in _V5E_SPLASH_STEP_GRID.items() for seq, bkv, share in pts)
 # Priced with these, the VPU time of every kind and the DMAs hidden in their schedule's HBM idle time (the v5e
-# entry's dma_overlap), the 102 trained points of the on-chip benchmark came out 2.16% mean / 6.8% max, 56%
-# predicted faster, against 2.12% / 7.7% / 38% slower with sine / cosine alone and the DMAs at their bytes' price;
-# the dense head-dim-128 points 1.88% / 5.4% against 2.50% / 6.5%, half g 2.44% / 5.4% against 2.76% / 6.5%,
-# MoE 2.77% against 1.53% (benchmarks/RESULTS.md, 'On-chip run 6'; `benchmarks/reprice_onchip.py`)
+# entry's dma_overlap), the 134 trained points of the on-chip benchmark came out 2.04% mean / 6.8% max, 58%
+# predicted faster (run 6's entry: 2.32% / 7.6%); half i, 16 points planned with them and committed before they
+# trained, 2.1% / 4.9%, 8 of 16 faster (benchmarks/RESULTS.md, 'On-chip run 7'; `benchmarks/reprice_onchip.py`)
 _V5E_ICI_SHARE = 0.855  # v5e's measured share of a link, also assumed where a chip has none (_ICI_ASSUMED)
 _SCALING_AG = ("measured: XLA's AllGather on a TPU v5e 8x16 slice along its 16-chip axis (a full bidirectional "
                "ring), the unidirectional link bandwidth worked out from the collective's cost reaching 'about 95% "
