@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import glob
-import gzip
 import json
 import os
 import sys
@@ -56,19 +54,12 @@ class Kernel:
 def read_kernels(folder: str) -> tuple[list[Kernel], dict[str, float]]:
     """Every splash kernel of `folder`'s steps (NAME.hlo.txt.gz beside NAME.ops.json), and each step's measured
     time (the sum of its ops' self times)."""
+    from paxsearch.benchmarks.fit_vpu import saved_steps
     from paxsearch.search.planning.roofline import cost, hlo, model
 
     kernels, steps = [], {}
     run = os.path.basename(folder.rstrip("/"))
-    for path in sorted(glob.glob(os.path.join(folder, "*.ops.json"))):
-        name = os.path.basename(path)[: -len(".ops.json")]
-        hlo_path = os.path.join(folder, name + ".hlo.txt.gz")
-        if not os.path.exists(hlo_path):
-            continue
-        with gzip.open(hlo_path, "rt") as f:
-            module = hlo.parse_module(f.read())
-        with open(path) as f:
-            ops = json.load(f)  # instruction -> [seconds per step, executions per step]
+    for name, module, ops in saved_steps(folder):  # ops: instruction -> [seconds per step, executions per step]
         steps[f"{run}/{name}"] = sum(v[0] for v in ops.values())
         for comp, ins, _ in model._running_ops(module, hlo.call_graph(module)):
             kernel = next((k for k in KERNELS if k in ins.name), None) if cost.splash_matmuls(ins) else None

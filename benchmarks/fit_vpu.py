@@ -51,12 +51,11 @@ class StepOps:
     splash: dict = dataclasses.field(default_factory=dict)  # kernel kind -> [measured, priced] seconds per step
 
 
-def read_steps(folder: str, hw) -> list[StepOps]:
-    """Each step of `folder` (NAME.hlo.txt.gz beside NAME.ops.json) priced op by op at `hw`."""
-    from paxsearch.search.planning.roofline import cost, dma, hlo, model, vpu
-    from paxsearch.search.planning.roofline import trace as T
+def saved_steps(folder: str):
+    """(name, parsed HLO module, {instruction: [measured seconds per step, executions per step]}) of each step
+    `chip_profile --save-hlo` kept in `folder` (NAME.hlo.txt.gz beside NAME.ops.json)."""
+    from paxsearch.search.planning.roofline import hlo
 
-    steps = []
     for path in sorted(glob.glob(os.path.join(folder, "*.ops.json"))):
         name = os.path.basename(path)[: -len(".ops.json")]
         hlo_path = os.path.join(folder, name + ".hlo.txt.gz")
@@ -65,7 +64,16 @@ def read_steps(folder: str, hw) -> list[StepOps]:
         with gzip.open(hlo_path, "rt") as f:
             module = hlo.parse_module(f.read())
         with open(path) as f:
-            ops = json.load(f)  # instruction -> [seconds per step, executions per step]
+            yield name, module, json.load(f)
+
+
+def read_steps(folder: str, hw) -> list[StepOps]:
+    """Each step of `folder` (NAME.hlo.txt.gz beside NAME.ops.json) priced op by op at `hw`."""
+    from paxsearch.search.planning.roofline import cost, dma, hlo, model, vpu
+    from paxsearch.search.planning.roofline import trace as T
+
+    steps = []
+    for name, module, ops in saved_steps(folder):
         graph = hlo.call_graph(module)
         step = StepOps(name, sum(v[0] for v in ops.values()), [], 0.0, 0.0, 0.0)
         for comp, ins, mult in model._running_ops(module, graph):
