@@ -82,27 +82,29 @@ def step_table(kernels: list[Kernel], peak: float) -> dict[tuple, float]:
     return {key: f / t / peak for key, (f, t) in sums.items()}
 
 
+def by_shape(table: dict[tuple, float]) -> dict[tuple, tuple]:
+    """The table as trainer/hardware.py keeps it: {(kernel, block, head dim, group): ((seq, batch x K/V heads,
+    share), ...)}."""
+    by: dict[tuple, list] = collections.defaultdict(list)
+    for (kernel, block, d, group, seq, rows), share in sorted(table.items()):
+        by[(kernel, block, d, group)].append((seq, rows, share))
+    return {key: tuple(pts) for key, pts in by.items()}
+
+
 def grid_rows(table: dict[tuple, float]) -> tuple:
-    """The table in Hardware.attention_grid's form: (kernel, block, head dim, group, ((seq, ((rows, share), ...)),
-    ...))."""
-    by: dict[tuple, dict[int, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
-    for (kernel, block, d, group, seq, rows), share in table.items():
-        by[(kernel, block, d, group)][seq].append((rows, share))
-    return tuple((*key, tuple((seq, tuple(sorted(pts))) for seq, pts in sorted(seqs.items())))
-                 for key, seqs in sorted(by.items()))
+    """The table in Hardware.attention_grid's form (trainer/hardware.py splash_grid_table)."""
+    from paxsearch.trainer import hardware
+
+    return hardware.splash_grid_table(hardware.splash_rates(by_shape(table), "fit_splash"))
 
 
 def kernel_seconds(hw, k: Kernel, fallback=None) -> float:
-    """One execution of `k` priced as cost.flop_rate does: at hw's in-step rows where its shape lies inside them,
-    else at its grid times its in-step factor (at `fallback`'s where hw's grid has no row for its kernel)."""
-    stepped = hw.step_grid_share(k.kernel, *k.key) if hw.attention_step_grid else None
-    if stepped is not None:
-        return k.flops / (hw.peak_flops * stepped)
-    found = hw.grid_share(k.kernel, *k.key)
-    if found is None:
-        return kernel_seconds(fallback, k)
-    share, measured_d = found
-    return k.flops / (hw.peak_flops * share * min(k.key[2], measured_d) / measured_d) * hw.grid_in_step(k.kernel)
+    """One execution of `k` priced as cost.flop_rate does (cost.splash_grid_rate), at `fallback` where hw has no row
+    for its kernel."""
+    from paxsearch.search.planning.roofline import cost
+
+    rate = cost.splash_grid_rate(hw, k.kernel, k.key)
+    return k.flops / rate if rate is not None else kernel_seconds(fallback, k)
 
 
 def left_out_errors(kernels: list[Kernel], steps: dict[str, float], alone) -> dict[str, dict[str, float]]:
@@ -154,11 +156,8 @@ def main(argv=None) -> int:
     print(f"{len(kernels)} splash kernels in {len({(k.run, k.step) for k in kernels})} steps; "
           f"{len(table)} shapes\n")
     print("# (kernel, block, head dim, group): ((seq, batch x K/V heads, share of peak in the steps), ...)")
-    by: dict[tuple, list] = collections.defaultdict(list)
-    for (kernel, block, d, group, seq, rows), share in sorted(table.items()):
-        by[(kernel, block, d, group)].append((seq, rows, round(share, 3)))
-    for key, pts in by.items():
-        print(f"{key!r}: {tuple(pts)!r},")
+    for key, pts in by_shape(table).items():
+        print(f"{key!r}: {tuple((seq, rows, round(share, 3)) for seq, rows, share in pts)!r},")
     if len({k.run for k in kernels}) < 2:
         print("\nThe left-out check needs the steps of two or more runs (--steps folders): not run.")
         ways: dict[str, dict[str, float]] = {}

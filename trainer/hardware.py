@@ -465,11 +465,18 @@ _V5E_SPLASH_GRID = {
         (4096, 32, 0.448), (8192, 4, 0.543), (8192, 16, 0.459),
     ),
 }
-V5E_SPLASH_GRID = tuple(
-    SplashRate(kernel, block, d, group, seq, bkv, Figure(share, f"{_V5E_SPLASH_GRID_RUN}; {kernel}, block {block}, "
-                                                                f"head dim {d}, {group} query heads per K/V head, seq "
-                                                                f"{seq}, batch x K/V heads {bkv}"))
-    for (kernel, block, d, group), pts in _V5E_SPLASH_GRID.items() for seq, bkv, share in pts)
+
+
+def splash_rates(table: dict, source: str) -> tuple[SplashRate, ...]:
+    """SplashRates from {(kernel, block, head dim, group): ((seq, batch x K/V heads, share), ...)}, each share
+    measured as `source` says."""
+    return tuple(SplashRate(kernel, block, d, group, seq, bkv,
+                            Figure(share, f"{source}; {kernel}, block {block}, head dim {d}, {group} query heads per "
+                                          f"K/V head, seq {seq}, batch x K/V heads {bkv}"))
+                 for (kernel, block, d, group), pts in table.items() for seq, bkv, share in pts)
+
+
+V5E_SPLASH_GRID = splash_rates(_V5E_SPLASH_GRID, _V5E_SPLASH_GRID_RUN)
 _V5E_MATMUL_IN_STEP = (
     "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07, the matmul fusions of four training "
     "steps (0.31B Llama-style, seq 2048: plain and splash attention at batch 1, remat full at batch 8, remat offload "
@@ -560,11 +567,7 @@ _V5E_STEP_KERNELS = (
     "steps profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5, "
     "_run6, _run6b, _run7; `python -m paxsearch.benchmarks.fit_splash`): each kernel's FLOPs (the roofline's count) "
     "over its measured time in the step")
-V5E_SPLASH_STEP_GRID = tuple(
-    SplashRate(kernel, block, d, group, seq, bkv, Figure(share, f"{_V5E_STEP_KERNELS}; {kernel}, block {block}, head "
-                                                                f"dim {d}, {group} query heads per K/V head, seq "
-                                                                f"{seq}, batch x K/V heads {bkv}"))
-    for (kernel, block, d, group), pts in _V5E_SPLASH_STEP_GRID.items() for seq, bkv, share in pts)
+V5E_SPLASH_STEP_GRID = splash_rates(_V5E_SPLASH_STEP_GRID, _V5E_STEP_KERNELS)
 # Priced with these, the VPU time of every kind and the DMAs hidden in their schedule's HBM idle time (the v5e
 # entry's dma_overlap), the 134 trained points of the on-chip benchmark came out 2.04% mean / 6.8% max, 58%
 # predicted faster (run 6's entry: 2.32% / 7.6%); half i, 16 points planned with them and committed before they

@@ -85,7 +85,7 @@ class Hardware:
     # the splash kernels' shares of peak measured inside training steps, as attention_grid's rows (TPU v5e:
     # trainer/hardware.py V5E_SPLASH_STEP_GRID); a kernel inside their measured points (step_grid_share) is priced
     # at them, any other by attention_grid and attention_in_step; () none
-    attention_step_grid: tuple = ()
+    attention_step_grid: tuple = ()  # the form of attention_grid
 
     def attention_share(self, kernel: str, seq: int, block: int | None = None) -> float | None:
         """The measured share of peak of the attention kernel named `kernel` (a custom call's name

@@ -197,6 +197,21 @@ def splash_grid_key(comp: Computation, ins: Instr) -> tuple[int, int | None, int
     return q[-2], splash_block(comp, ins), q[-1], q[-3] // max(kv_heads, 1), prod(q[:-3]) * kv_heads
 
 
+def splash_grid_rate(hw: Hardware, kernel: str, key: tuple) -> float | None:
+    """FLOP/s of the splash kernel named `kernel` with splash_grid_key `key`: its share measured inside training
+    steps where its shape lies inside theirs (Hardware.step_grid_share), else its grid share (Hardware.grid_share; a
+    head dim above the measured one at that one's rate, one below at d / it) over its in-step factor
+    (Hardware.grid_in_step); None where neither table has a row for it."""
+    stepped = hw.step_grid_share(kernel, *key) if hw.attention_step_grid else None
+    if stepped is not None:
+        return hw.peak_flops * stepped
+    found = hw.grid_share(kernel, *key) if hw.attention_grid else None
+    if found is None:
+        return None
+    share, measured_d = found
+    return hw.peak_flops * share * (min(key[2], measured_d) / measured_d) / hw.grid_in_step(kernel)
+
+
 def splash_flops(comp: Computation, ins: Instr) -> float:
     """FLOPs of one splash-attention custom call (0 for any other custom call)."""
     matmuls = splash_matmuls(ins)
@@ -609,15 +624,10 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
         return hw.sustained_flops / padding
     rate = hw.sustained_attention_flops
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
-    key = splash_grid_key(comp, ins) if q and (hw.attention_grid or hw.attention_step_grid) else None
-    stepped = hw.step_grid_share(ins.name, *key) if key is not None and hw.attention_step_grid else None
-    if stepped is not None:
-        return hw.peak_flops * stepped
-    if key is not None and hw.attention_grid:
-        found = hw.grid_share(ins.name, *key)
-        if found is not None:
-            share, measured_d = found
-            return hw.peak_flops * share * (min(key[2], measured_d) / measured_d) / hw.grid_in_step(ins.name)
+    key = splash_grid_key(comp, ins) if q else None
+    gridded = splash_grid_rate(hw, ins.name, key) if key is not None else None
+    if gridded is not None:
+        return gridded
     if q:
         share = hw.attention_share(ins.name, q[-2], splash_block(comp, ins))
         if share is not None:
