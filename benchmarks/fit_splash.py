@@ -7,20 +7,22 @@ heads per K/V head, seq and batch x K/V heads). In the profiled training steps t
 price, and not by one factor per kind: dQ at head dim 64 and batch 2 took 1.45x, at batch 12 0.92x; at head dim 128
 with 3 query heads per K/V head 0.78-1.04x; with 2, longer the longer the sequence. Are the kernels' rates measured
 in the steps themselves, looked up the same way, a better price for a step none of them came from?
-Peer: the chip itself: every splash kernel of the steps in benchmarks/data/chip_steps_v5e_run5, _run6, _run6b and
-_run7 (`chip_profile --save-hlo`: the chip compiler's HLO and each op's measured self time per step).
+Peer: the chip itself: every splash kernel of the steps in benchmarks/data/chip_steps_v5e_run5, _run6, _run6b,
+_run7 and _run8 (`chip_profile --save-hlo`: the chip compiler's HLO and each op's measured self time per step).
 
     python -m paxsearch.benchmarks.fit_splash [--steps DIR ...] [--json FILE]
 
 Per kernel kind, block, head dim, group (query heads per K/V head, 1 filed as 2), seq and batch x K/V heads: the
 share of peak its executions ran at in the steps (their FLOPs, the roofline's count, over their measured time),
-pooled over the steps that ran that shape. Then, leaving out one run's steps at a time and setting the table from
-the rest, each left-out step's splash kernels priced four ways against their measured time, as a share of the
-step: at the grid measured alone (V5E_SPLASH_GRID), at that times one in-step factor per kernel kind (the v5e
-entry from run 6 to run 7, V5E_SPLASH_IN_STEP), at the in-step table everywhere (Hardware.grid_share over its rows:
+pooled over the steps that ran that shape. Then, leaving out one run's steps at a time (and then one step at a
+time) and setting the table from the rest, each left-out step's splash kernels priced four ways against their
+measured time, as a share of the step: at the grid measured alone (V5E_SPLASH_GRID), at that times one in-step
+factor per kernel kind (V5E_SPLASH_IN_STEP), at the in-step table everywhere (Hardware.grid_share over its rows:
 log-linear in batch x K/V heads, then in seq, held outside them), and at the in-step table only inside its measured
 shapes, the grid times the factor elsewhere (the v5e entry since run 7: Hardware.step_grid_share; read beyond the
-steps' few seqs the table priced plans of unseen seqs 6-8% fast). Prints the table as trainer/hardware.py keeps it.
+steps' few seqs the table priced plans of unseen seqs 6-8% fast). Left out by run, a run of new shapes (run 8's)
+tests the fallback; left out by step, a point among shapes the steps measured. Prints the table as
+trainer/hardware.py keeps it.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ import sys
 import numpy as np
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-DEFAULT_STEPS = tuple(os.path.join(DATA, f"chip_steps_v5e_{run}") for run in ("run5", "run6", "run6b", "run7"))
+DEFAULT_STEPS = tuple(os.path.join(DATA, f"chip_steps_v5e_{run}")
+                      for run in ("run5", "run6", "run6b", "run7", "run8"))
 KERNELS = ("splash_mha_fwd", "splash_mha_dq", "splash_mha_dkv")
 
 
@@ -107,13 +110,16 @@ def kernel_seconds(hw, k: Kernel, fallback=None) -> float:
     return k.flops / rate if rate is not None else kernel_seconds(fallback, k)
 
 
-def left_out_errors(kernels: list[Kernel], steps: dict[str, float], alone) -> dict[str, dict[str, float]]:
+def left_out_errors(kernels: list[Kernel], steps: dict[str, float], alone,
+                    by: str = "run") -> dict[str, dict[str, float]]:
     """Per way of pricing, per step: (priced - measured splash seconds) / the step's measured seconds, each run's
-    steps priced from a table (or factor) set from the other runs alone."""
+    steps (`by` "run"; each step, `by` "step") priced from a table (or factor) set from the other runs' (steps')
+    kernels alone."""
     ways: dict[str, dict[str, float]] = {"alone": {}, "alone x in-step factor by kind": {}, "in-step table": {},
                                          "in-step table inside its shapes, else alone x factor": {}}
-    for run in sorted({k.run for k in kernels}):
-        rest = [k for k in kernels if k.run != run]
+    group = (lambda k: k.run) if by == "run" else (lambda k: f"{k.run}/{k.step}")
+    for left in sorted({group(k) for k in kernels}):
+        rest = [k for k in kernels if group(k) != left]
         sums: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
         for k in rest:
             sums[k.kernel][0] += k.seconds * k.executions
@@ -123,7 +129,7 @@ def left_out_errors(kernels: list[Kernel], steps: dict[str, float], alone) -> di
         in_step = dataclasses.replace(alone, attention_grid=table)
         inside = dataclasses.replace(factored, attention_step_grid=table)
         for label, hw in zip(ways, (alone, factored, in_step, inside), strict=True):
-            for k in (k for k in kernels if k.run == run):
+            for k in (k for k in kernels if group(k) == left):
                 step = f"{k.run}/{k.step}"
                 ways[label][step] = ways[label].get(step, 0.0) + (
                     (kernel_seconds(hw, k, alone) - k.seconds) * k.executions / steps[step])
@@ -161,17 +167,24 @@ def main(argv=None) -> int:
     if len({k.run for k in kernels}) < 2:
         print("\nThe left-out check needs the steps of two or more runs (--steps folders): not run.")
         ways: dict[str, dict[str, float]] = {}
+        by_step: dict[str, dict[str, float]] = {}
     else:
         ways = left_out_errors(kernels, steps, alone)
-        print("\nEach run's steps priced from the other runs' kernels (splash priced - measured, share of the step):")
+        by_step = left_out_errors(kernels, steps, alone, by="step")
+    for what, errors_by_way in (("run's steps priced from the other runs'", ways),
+                                ("step priced from the other steps'", by_step)):
+        if not errors_by_way:
+            continue
+        print(f"\nEach {what} kernels (splash priced - measured, share of the step):")
         print("| pricing | steps | mean | max | bias |")
         print("|---|---|---|---|---|")
-    for label, errors in ways.items():
-        e = np.array(list(errors.values()))
-        print(f"| {label} | {len(e)} | {np.mean(np.abs(e)):.2%} | {np.max(np.abs(e)):.2%} | {np.mean(e):+.2%} |")
+        for label, errors in errors_by_way.items():
+            e = np.array(list(errors.values()))
+            print(f"| {label} | {len(e)} | {np.mean(np.abs(e)):.2%} | {np.max(np.abs(e)):.2%} | {np.mean(e):+.2%} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"table": [[*k, v] for k, v in sorted(table.items())], "left_out": ways}, f, indent=1)
+            json.dump({"table": [[*k, v] for k, v in sorted(table.items())], "left_out": ways,
+                       "left_out_step": by_step}, f, indent=1)
     return 0
 
 

@@ -8,7 +8,7 @@ import pytest
 from paxsearch.trainer import hardware
 
 
-@pytest.mark.slow  # parses 25 chip steps; CI runs it
+@pytest.mark.slow  # parses 39 chip steps; CI runs it
 def test_the_in_step_table_is_what_fit_splash_finds_and_prices_left_out_steps_closer(tmp_path):
     from paxsearch.benchmarks import fit_splash
 
@@ -21,12 +21,15 @@ def test_the_in_step_table_is_what_fit_splash_finds_and_prices_left_out_steps_cl
     assert set(fitted) == set(table)
     for key, share in fitted.items():
         assert share == pytest.approx(table[key], abs=0.0006), key
-    mean = {label: sum(map(abs, errors.values())) / len(errors) for label, errors in found["left_out"].items()}
-    worst = {label: max(map(abs, errors.values())) for label, errors in found["left_out"].items()}
-    assert len(found["left_out"]["in-step table"]) == 22
-    assert mean["in-step table"] < 0.6 * mean["alone"]
-    assert mean["in-step table"] < mean["alone x in-step factor by kind"]
-    assert worst["in-step table"] < worst["alone"]
+    inside = "in-step table inside its shapes, else alone x factor"
+    for left_out in ("left_out", "left_out_step"):  # each run (run 8: shapes no other ran), each step from the rest
+        mean = {label: sum(map(abs, errors.values())) / len(errors) for label, errors in found[left_out].items()}
+        worst = {label: max(map(abs, errors.values())) for label, errors in found[left_out].items()}
+        assert len(found[left_out][inside]) == 36, left_out
+        assert mean[inside] < mean["alone"] and mean[inside] < mean["alone x in-step factor by kind"], left_out
+        assert worst[inside] < worst["alone"] and worst[inside] <= worst["in-step table"], left_out
+    # a step among the shapes the others measured: the table inside them 1.53% of the step on average, alone 1.84%
+    assert mean[inside] < 0.85 * mean["alone"]
 
 
 def test_a_kernel_the_steps_ran_is_read_with_the_grids_key():

@@ -141,7 +141,7 @@ def test_v5e_splash_rates_are_the_chips_own_measurement():
 
 
 def _v5e_measured() -> R.Hardware:
-    return dataclasses.replace(hardware_for([], "v5e"), attention_grid=(),
+    return dataclasses.replace(hardware_for([], "v5e"), attention_grid=(), attention_step_grid=(),
                                attention_rates=hardware.attention_table(hardware.V5E_SPLASH_RATES))
 
 
@@ -306,10 +306,10 @@ def test_inside_the_steps_measured_shapes_a_splash_kernel_is_priced_at_its_rate_
     assert hw.step_grid_share("splash_mha_dkv", 2048, 512, 128, 1, 20) == pytest.approx(
         lo + (hi - lo) * math.log2(20 / 16) / math.log2(24 / 16))
     # outside: a seq the steps never ran, a batch x K/V heads beyond theirs, another block or head dim
-    for args in ((8192, 512, 128, 3, 8), (2048, 512, 64, 3, 64), (2048, 256, 64, 2, 32), (2048, 512, 96, 2, 16)):
+    for args in ((16384, 512, 128, 3, 8), (2048, 512, 64, 3, 64), (2048, 256, 64, 2, 32), (2048, 512, 96, 2, 16)):
         assert hw.step_grid_share("splash_mha_dq", *args) is None
-    roof = R.analyze(_gqa_splash("splash_mha_dq_no_residuals", 2, 12, 4, 8192, 128), hw, num_devices=1)
-    share, _ = hw.grid_share("splash_mha_dq", 8192, 512, 128, 3, 8)
+    roof = R.analyze(_gqa_splash("splash_mha_dq_no_residuals", 2, 12, 4, 16384, 128), hw, num_devices=1)
+    share, _ = hw.grid_share("splash_mha_dq", 16384, 512, 128, 3, 8)
     rate = hw.peak_flops * share / hw.grid_in_step("splash_mha_dq")
     assert roof.compute_s == pytest.approx(roof.flops_per_step / rate, rel=1e-9)
 
