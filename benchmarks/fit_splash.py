@@ -37,7 +37,7 @@ import numpy as np
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 DEFAULT_STEPS = tuple(os.path.join(DATA, f"chip_steps_v5e_{run}")
-                      for run in ("run5", "run6", "run6b", "run7", "run8"))
+                      for run in ("run5", "run6", "run6b", "run7", "run8", "run8b"))
 KERNELS = ("splash_mha_fwd", "splash_mha_dq", "splash_mha_dkv")
 
 

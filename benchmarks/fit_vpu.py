@@ -34,7 +34,7 @@ import sys
 import numpy as np
 
 DEFAULT_STEPS = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", f"chip_steps_v5e_{run}")
-                      for run in ("run5", "run6", "run6b", "run7", "run8"))
+                      for run in ("run5", "run6", "run6b", "run7", "run8", "run8b"))
 
 
 SPLASH_KINDS = ("_fwd", "_dq", "_dkv")  # the splash kernels' names: forward, dQ, dK / dV

@@ -16,11 +16,12 @@ The same space file gives the planner's side and the chip's side of benchmarks/b
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=h --run-dir runs/onchip-h
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=i --run-dir runs/onchip-i
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=j --run-dir runs/onchip-j
+    paxsearch run spaces/onchip_v5e.py --tuner grid --set half=k --run-dir runs/onchip-k
     paxsearch run spaces/onchip_v5e.py --tuner grid --set half=d --set kind=moe --run-dir runs/onchip-d-moe
     python benchmarks/bench_onchip.py --plan runs/onchip-plan --chip runs/onchip-a --chip runs/onchip-b
 
 Decisions: `point`, a name from POINTS (each a whole trainer config: the model, sequence length,
-attention, remat, batch, accumulation, vocab tiling, offload and flag set), `half` ("a" to "j") and `kind`
+attention, remat, batch, accumulation, vocab tiling, offload and flag set), `half` ("a" to "k") and `kind`
 ("dense" or "moe"), which the constraint ties to each point. The first 44 points alternate between a and b
 (so both hold every kind of point); "b" was the held-out half of run 1, when one splash figure was fit
 to half a. Since then no hardware figure is set from any point: the v5e entry comes from the chip's
@@ -43,6 +44,8 @@ Half i, 16 points added in the eighth session after the splash kernels' rates in
 priced (from half h's profiles), planned before any was trained. Half j, 16 points added in the ninth session after
 run 8's profiles put the splash kernels' in-step rates at seq 1k-8k for every head dim and group, planned before any
 was trained.
+Half k, 10 points added in the ninth session after run 8's MoE profiles priced small tiles, re-tiling reshapes and
+the chip compiler's unnamed ragged-dot kernels, planned before any was trained.
 
 Llama-style models (GQA, gated SiLU MLP, RoPE, vocabulary 32000, bfloat16 activations,
 float32 parameters and AdamW moments), sizes 0.11B-1.45B; sequences 1k-8k; dot-product and
@@ -311,14 +314,31 @@ _POINTS_J = [
     ("moe8-s1k-b10-dropless", dict(model="moe8", seq=1024, batch=10, remat="full", moe="dropless")),
     ("moe16-s2k-b6-dropless", dict(model="moe16", batch=6, remat="full", moe="dropless")),
 ]
-_ALL = _POINTS + _POINTS_C + _POINTS_D + _POINTS_E + _POINTS_F + _POINTS_G + _POINTS_H + _POINTS_I + _POINTS_J
+# Half k (ninth session): 10 new points, all held out, planned and their predictions committed before any was
+# trained, after small tiles were counted a register each, re-tiling reshapes priced as transposes and the chip
+# compiler's unnamed ragged-dot kernels recognized (from run 8's MoE profiles): MoE at five new shapes (dropless and
+# capacity, 8 and 16 experts, seq 1k-4k), every dense size at a new batch.
+_POINTS_K = [
+    ("moe8-s2k-b5-dropless", dict(model="moe8", batch=5, remat="full", moe="dropless")),
+    ("moe16-s1k-b12-dropless", dict(model="moe16", seq=1024, batch=12, remat="full", moe="dropless")),
+    ("moe8-s1k-b6-cap", dict(model="moe8", seq=1024, batch=6, remat="full", moe="capacity")),
+    ("moe16-s2k-b4-cap", dict(model="moe16", batch=4, remat="full", moe="capacity")),
+    ("moe8-s4k-b3-dropless", dict(model="moe8", seq=4096, batch=3, remat="full", moe="dropless")),
+    ("m100-s2k-fl-b7-full", dict(model="m100", batch=7, remat="full")),
+    ("m350-s2k-fl-b5-full", dict(model="m350", batch=5, remat="full")),
+    ("m500-s2k-fl-b5-full", dict(model="m500", batch=5, remat="full")),
+    ("m900-s2k-fl-b3-bf16p-full", dict(model="m900", batch=3, remat="full", param_dtype="bfloat16")),
+    ("m1500-s1k-fl-b2-bf16p-full", dict(model="m1500", seq=1024, batch=2, remat="full", param_dtype="bfloat16")),
+]
+_ALL = (_POINTS + _POINTS_C + _POINTS_D + _POINTS_E + _POINTS_F + _POINTS_G + _POINTS_H + _POINTS_I + _POINTS_J
+        + _POINTS_K)
 POINTS = {name: {**_BASE, **fields} for name, fields in _ALL}
 assert len(POINTS) == len(_ALL), "a point name is used twice in spaces/onchip_v5e.py"
 HALF = {**{name: "ab"[i % 2] for i, (name, _) in enumerate(_POINTS)}, **{name: "c" for name, _ in _POINTS_C},
         **{name: "d" for name, _ in _POINTS_D}, **{name: "e" for name, _ in _POINTS_E},
         **{name: "f" for name, _ in _POINTS_F}, **{name: "g" for name, _ in _POINTS_G},
         **{name: "h" for name, _ in _POINTS_H}, **{name: "i" for name, _ in _POINTS_I},
-        **{name: "j" for name, _ in _POINTS_J}}
+        **{name: "j" for name, _ in _POINTS_J}, **{name: "k" for name, _ in _POINTS_K}}
 
 STUDY = dict(objectives=["mfu", "memory"], tuner="grid", trials=len(POINTS), target="tpu:v5e-1",
              count_flops=False, timeout=600)
@@ -355,7 +375,7 @@ def _moe_fields(compute: str, model: str, grouped_matmul: str = "auto") -> dict:
 
 def space():
     p = POINTS[pg.oneof(list(POINTS), name="point")]
-    pg.oneof(["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"], name="half")
+    pg.oneof(["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"], name="half")
     pg.oneof(["dense", "moe"], name="kind")
     return fdl.Config(
         TrainConfig,

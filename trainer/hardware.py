@@ -511,78 +511,86 @@ _NCCL_BUSBW = ("measured: nccl-tests all_gather_perf and all_reduce_perf on 8 x 
 _NCCL_SAME_NVLINK = "H200 SXM has H100 SXM's NVLink 4 (900 GB/s) through the same NVSwitch generation: " + _NCCL_BUSBW
 _NCCL_ASSUMED = "assumption: no NCCL measurement traced for this GPU; H100's share is used (" + _NCCL_BUSBW + ")"
 _V5E_STEP_OPS = (
-    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07/08, every op of 39 training steps "
+    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07/08, every op of 44 training steps "
     "profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_run5, eight "
     "planned slow, _run6, six planned fast, _run6b and _run7, eleven more, _run8, fourteen at the splash shapes the "
-    "others left out; `python -m paxsearch.benchmarks.fit_vpu`)")
+    "others left out, _run8b, three MoE and two half-j steps; `python -m paxsearch.benchmarks.fit_vpu`)")
 # cycles per 32-bit vector register by kind of VPU work (roofline/vpu.py KINDS): the fit of max(an op's roofline,
-# its VPU time) to the measured times of the 39 steps' 5,646 ops without a matmul. Run 5 and 6's fourteen steps alone
-# give the same (sine / cosine 20.15, reduction 1.06, transpose 3.05), the 25 steps of runs 5-7 too (20.18, 0.703,
-# 0.215, 1.029, 0.212, 3.127: the entry of run 7). RoPE's tables: the two fusions of
+# its VPU time) to the measured times of the 44 steps' 6,742 ops without a matmul, each register a tile at least (a
+# T(2,128) tile leaves 6 of a register's 8 sublanes empty: vpu.vregs) and a reshape that re-tiles its operand a
+# transpose (vpu.relayout). Counted so, the "other on-chip" bucket of the five MoE steps came within 0.3-0.9% of
+# their step (2.1-7.8% short before: their top-k combine, [tokens, 2, d] in T(2,128) tiles, ran 4-7x its count),
+# all 44 within 0.52% on average, 2.0% at most (0.93% / 7.8%). Run 5 and 6's fourteen steps alone give the same
+# sine / cosine (20.15); the entry of run 7 (25 steps, registers by elements): 20.18, 0.703, 0.215, 1.029, 0.212,
+# 3.127. RoPE's tables: the two fusions of
 # m350-s2k-fl-b8-full, results in VMEM, ran 55.6 us an execution, priced 56.0 at 20.2 cycles and 6 ns at their bytes.
 # Transposes (a copy that lays another dimension along the lanes, in VMEM: the attention's [B, S, H, D] <-> [B, H, S,
 # D] relayouts) ran 10-95 us where the movement figure priced them at 0.9-4.8; fit on the fourteen steps, the "other
 # on-chip" bucket of the eleven steps of runs 6b and 7 came within 0.82% of the step on average (1.16% without)
 V5E_VPU_CYCLES = tuple((kind, Figure(cycles, _V5E_STEP_OPS + f"; {kind}, fit over the steps' ops without a matmul"))
-                       for kind, cycles in (("trigonometric", 20.196), ("transcendental", 0.748),
-                                            ("arithmetic", 0.218), ("reduction", 1.035), ("movement", 0.218),
-                                            ("transpose", 3.097)))
+                       for kind, cycles in (("trigonometric", 20.176), ("transcendental", 0.285),
+                                            ("arithmetic", 0.227), ("reduction", 1.264), ("movement", 0.218),
+                                            ("transpose", 2.480)))
 # the splash kernels' measured time in the steps over their V5E_SPLASH_GRID price (measured alone), by kind, summed
-# over the 36 steps with splash attention (per step 0.85-1.10 forward, 0.78-1.45 dQ, 0.82-1.19 dK/dV; runs 5 and 6's
+# over the 41 steps with splash attention (per step 0.85-1.10 forward, 0.78-1.45 dQ, 0.82-1.22 dK/dV; runs 5 and 6's
 # eleven alone gave 1.005, 1.124, 1.102): what prices a kernel whose shape the steps' own rates
 # (V5E_SPLASH_STEP_GRID) do not cover
-V5E_SPLASH_IN_STEP = tuple((part, Figure(t, _V5E_STEP_OPS + f"; the 36 with splash attention, splash "
+V5E_SPLASH_IN_STEP = tuple((part, Figure(t, _V5E_STEP_OPS + f"; the 41 with splash attention, splash "
                                             f"{part.strip('_')} kernels in the step over their grid price"))
-                           for part, t in (("_fwd", 0.983), ("_dq", 1.039), ("_dkv", 1.060)))
+                           for part, t in (("_fwd", 0.989), ("_dq", 1.044), ("_dkv", 1.070)))
 # the splash kernels' share of peak inside the chip's profiled training steps, by (kernel, block, head dim, query
-# heads per K/V head): ((seq, batch x K/V heads, share), ...), pooled over the 36 steps with splash attention of
-# runs 5-8 (144 kernels, 90 shapes; run 8's fourteen steps profiled for the shapes runs 5-7 left out: head dim 64 at
+# heads per K/V head): ((seq, batch x K/V heads, share), ...), pooled over the 41 steps with splash attention of
+# runs 5-8 (163 kernels, 99 shapes; run 8's fourteen steps profiled for the shapes runs 5-7 left out: head dim 64 at
 # seq 1k, 4k and 8k, batch 1-2 of the larger models at 2k-8k, 3 query heads per K/V head at 1k, 4k and 8k). In the
 # steps the kernels ran 0.78-1.45x their price measured alone (V5E_SPLASH_GRID), and not by one factor per kind: dQ
 # at head dim 64 slower the smaller the batch (1.45x at batch 2, 0.92x at 12), at head dim 128 faster per FLOP the
 # fewer batch x K/V heads at every seq (at 2k and 2 query heads per K/V head 0.81 of peak at 8, 0.65 at 32). Each
-# step priced from the other steps' kernels: splash within 1.53% of the step on average, 5.3% at most, inside the
-# shapes (1.84% / 6.2% at the grid measured alone, 1.91% / 5.3% at that times one factor per kind); each run from
-# the other runs' (run 8 of shapes none of the others ran): 1.72% / 6.1% (`python -m paxsearch.benchmarks.fit_splash`,
+# step priced from the other steps' kernels: splash within 1.38% of the step on average, 5.4% at most, inside the
+# shapes (1.79% / 6.2% at the grid measured alone, 1.81% / 5.4% at that times one factor per kind); each run from
+# the other runs' (run 8 of shapes none of the others ran): 1.54% / 6.0% (`python -m paxsearch.benchmarks.fit_splash`,
 # benchmarks/RESULTS.md 'On-chip run 8'). Read beyond their measured points they mislead (a seq the steps never ran:
 # 8k at 3 query heads per K/V head priced 6-8% fast in run 7), so they price a kernel only inside them
 # (Hardware.step_grid_share); the grid measured alone times V5E_SPLASH_IN_STEP prices the rest.
 _V5E_SPLASH_STEP_GRID = {
     ('splash_mha_dkv', 512, 64, 3): ((1024, 48, 0.329), (1024, 128, 0.319), (2048, 8, 0.335), (2048, 16, 0.327),
                                      (2048, 24, 0.325), (2048, 32, 0.327), (2048, 48, 0.319), (4096, 8, 0.328),
-                                     (4096, 32, 0.309), (8192, 16, 0.308)),
-    ('splash_mha_dkv', 512, 128, 2): ((1024, 32, 0.734), (1024, 48, 0.643), (1024, 64, 0.664), (2048, 8, 0.807),
-                                      (2048, 16, 0.717), (2048, 24, 0.681), (2048, 32, 0.647), (4096, 8, 0.67),
-                                      (4096, 16, 0.649), (4096, 32, 0.605), (8192, 4, 0.705), (8192, 8, 0.648)),
+                                     (4096, 32, 0.309), (8192, 8, 0.319), (8192, 16, 0.308)),
+    ('splash_mha_dkv', 512, 128, 2): ((1024, 32, 0.734), (1024, 40, 0.747), (1024, 48, 0.643), (1024, 64, 0.664),
+                                      (2048, 8, 0.807), (2048, 16, 0.711), (2048, 24, 0.681), (2048, 32, 0.647),
+                                      (4096, 8, 0.67), (4096, 16, 0.649), (4096, 32, 0.605), (8192, 4, 0.705),
+                                      (8192, 8, 0.648), (8192, 16, 0.562)),
     ('splash_mha_dkv', 512, 128, 3): ((1024, 32, 0.76), (1024, 64, 0.673), (2048, 8, 0.783), (2048, 24, 0.644),
                                       (2048, 48, 0.624), (4096, 8, 0.701), (4096, 16, 0.592), (8192, 8, 0.585)),
     ('splash_mha_dq', 512, 64, 3): ((1024, 48, 0.294), (1024, 128, 0.304), (2048, 8, 0.253), (2048, 16, 0.291),
                                     (2048, 24, 0.296), (2048, 32, 0.285), (2048, 48, 0.322), (4096, 8, 0.289),
-                                    (4096, 32, 0.322), (8192, 16, 0.335)),
-    ('splash_mha_dq', 512, 128, 2): ((1024, 32, 0.641), (1024, 48, 0.68), (1024, 64, 0.574), (2048, 8, 0.764),
-                                     (2048, 16, 0.633), (2048, 24, 0.614), (2048, 32, 0.6), (4096, 8, 0.698),
-                                     (4096, 16, 0.589), (4096, 32, 0.54), (8192, 4, 0.75), (8192, 8, 0.609)),
+                                    (4096, 32, 0.322), (8192, 8, 0.315), (8192, 16, 0.335)),
+    ('splash_mha_dq', 512, 128, 2): ((1024, 32, 0.641), (1024, 40, 0.608), (1024, 48, 0.68), (1024, 64, 0.574),
+                                     (2048, 8, 0.764), (2048, 16, 0.657), (2048, 24, 0.611), (2048, 32, 0.6),
+                                     (4096, 8, 0.698), (4096, 16, 0.589), (4096, 32, 0.54), (8192, 4, 0.75),
+                                     (8192, 8, 0.609), (8192, 16, 0.558)),
     ('splash_mha_dq', 512, 128, 3): ((1024, 32, 0.582), (1024, 64, 0.537), (2048, 8, 0.74), (2048, 24, 0.588),
                                      (2048, 48, 0.53), (4096, 8, 0.649), (4096, 16, 0.563), (8192, 8, 0.551)),
     ('splash_mha_fwd', 512, 64, 3): ((1024, 48, 0.222), (1024, 128, 0.191), (2048, 8, 0.26), (2048, 16, 0.254),
                                      (2048, 24, 0.234), (2048, 32, 0.216), (2048, 48, 0.218), (4096, 8, 0.268),
-                                     (4096, 32, 0.215), (8192, 16, 0.226)),
-    ('splash_mha_fwd', 512, 128, 2): ((1024, 32, 0.478), (1024, 48, 0.477), (1024, 64, 0.464), (2048, 8, 0.549),
-                                      (2048, 16, 0.509), (2048, 24, 0.492), (2048, 32, 0.5), (4096, 8, 0.53),
-                                      (4096, 16, 0.514), (4096, 32, 0.466), (8192, 4, 0.604), (8192, 8, 0.526)),
+                                     (4096, 32, 0.215), (8192, 8, 0.242), (8192, 16, 0.226)),
+    ('splash_mha_fwd', 512, 128, 2): ((1024, 32, 0.478), (1024, 40, 0.474), (1024, 48, 0.477), (1024, 64, 0.464),
+                                      (2048, 8, 0.549), (2048, 16, 0.51), (2048, 24, 0.493), (2048, 32, 0.5),
+                                      (4096, 8, 0.53), (4096, 16, 0.514), (4096, 32, 0.466), (8192, 4, 0.604),
+                                      (8192, 8, 0.526), (8192, 16, 0.499)),
     ('splash_mha_fwd', 512, 128, 3): ((1024, 32, 0.475), (1024, 64, 0.457), (2048, 8, 0.506), (2048, 24, 0.507),
                                       (2048, 48, 0.471), (4096, 8, 0.537), (4096, 16, 0.473), (8192, 8, 0.482)),
 }
 _V5E_STEP_KERNELS = (
-    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07/08, the splash kernels of 36 "
+    "measured: the project's TPU v5e (jax 0.10.2, libtpu 0.0.42.1), 2026-12-07/08, the splash kernels of 41 "
     "training steps profiled with jax.profiler and kept with the chip compiler's HLO (benchmarks/data/chip_steps_v5e_"
-    "run5, _run6, _run6b, _run7, _run8; `python -m paxsearch.benchmarks.fit_splash`): each kernel's FLOPs (the "
-    "roofline's count) over its measured time in the step")
+    "run5, _run6, _run6b, _run7, _run8, _run8b; `python -m paxsearch.benchmarks.fit_splash`): each kernel's FLOPs "
+    "(the roofline's count) over its measured time in the step")
 V5E_SPLASH_STEP_GRID = splash_rates(_V5E_SPLASH_STEP_GRID, _V5E_STEP_KERNELS)
 # Priced with these, the VPU time of every kind and the DMAs hidden in their schedule's HBM idle time (the v5e
-# entry's dma_overlap), the 134 trained points of the on-chip benchmark came out 2.04% mean / 6.8% max, 58%
-# predicted faster (run 6's entry: 2.32% / 7.6%); half i, 16 points planned with them and committed before they
-# trained, 2.1% / 4.9%, 8 of 16 faster (benchmarks/RESULTS.md, 'On-chip run 7'; `benchmarks/reprice_onchip.py`)
+# entry's dma_overlap), the 150 trained points of the on-chip benchmark came out 1.75% mean / 5.9% max, 65%
+# predicted faster (run 7's entry: 2.04% / 6.8% on 134); half j, 16 points planned with run 8's splash table and
+# committed before they trained, 1.6% / 5.3%, 9 of 16 faster (benchmarks/RESULTS.md, 'On-chip run 8';
+# `benchmarks/reprice_onchip.py`)
 _V5E_ICI_SHARE = 0.855  # v5e's measured share of a link, also assumed where a chip has none (_ICI_ASSUMED)
 _SCALING_AG = ("measured: XLA's AllGather on a TPU v5e 8x16 slice along its 16-chip axis (a full bidirectional "
                "ring), the unidirectional link bandwidth worked out from the collective's cost reaching 'about 95% "

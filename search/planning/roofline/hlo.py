@@ -51,6 +51,13 @@ def minor_dim(shape: str) -> int | None:
     return int(first) if first.isdigit() else None
 
 
+def tile(shape: str) -> tuple[int, ...] | None:
+    """The first tile of the first array of a shape's TPU layout (T(8,128)(2,1): (8, 128)); None without one."""
+    m = _ARRAY_LAYOUT_RE.search(shape)
+    t = _TILE_RE.search(m.group(3)) if m and m.group(3) and ":" in m.group(3) else None
+    return tuple(int(x) for x in t.group(1).split(",")) if t else None
+
+
 def memory_space(shape: str) -> int:
     """The memory space of the first array of a shape: 0 HBM (no `S(n)` in its layout), 1 TPU
     VMEM, 5 host memory, ..."""
@@ -105,6 +112,16 @@ def tiled_arrays(shape: str) -> Iterable[tuple[str, int, int]]:
     for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
         if dtype in DTYPE_BYTES:
             yield dtype, prod(tiled_dims(parse_dims(dims), layout)), _memory_space(layout)
+
+
+def tile_elements(shape: str) -> Iterable[tuple[int, int]]:
+    """(elements as its layout tiles them, elements of its first tile: 0 without one) of each array of a shape
+    whose dtype has a size (T(2,128): 256)."""
+    for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
+        if dtype in DTYPE_BYTES:
+            tile = _TILE_RE.search(layout) if layout and ":" in layout else None
+            yield (prod(tiled_dims(parse_dims(dims), layout)),
+                   prod(int(x) for x in tile.group(1).split(",")) if tile else 0)
 
 
 def hbm_shape_bytes(shape: str) -> float:

@@ -106,9 +106,10 @@ def index_seconds(module: HloModule, comp: Computation, ins: Instr, hw: Hardware
 
 def is_backward(ins: Instr) -> bool:
     """Whether an op belongs to the backward pass: its op_name is under jax's transpose(...), or it has
-    none (the ragged dot's weight gradient, a masked-group convolution, carries no op_name)."""
+    none of jax's (the ragged dot's weight gradient, a masked-group convolution, carries no op_name; libtpu
+    0.0.42.1's ragged-dot kernel of the lhs gradient only its own name, no jit(...)/ path)."""
     name = op_name(ins)
-    return name is None or "transpose(" in name
+    return name is None or "transpose(" in name or "/" not in name
 
 
 def _labels(ins: Instr) -> tuple[str, str, str]:

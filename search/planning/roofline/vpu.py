@@ -11,7 +11,7 @@ A chip without figures (CPU, GPU, the TPUs not measured) has no VPU term."""
 from __future__ import annotations
 
 from .chip import Hardware
-from .hlo import Computation, HloModule, Instr, fused_walk, minor_dim, operand_shape, tiled_arrays
+from .hlo import Computation, HloModule, Instr, fused_walk, minor_dim, operand_shape, tile, tile_elements
 
 VREG_ELEMENTS = 8 * 128
 
@@ -38,8 +38,10 @@ _KIND = {
 
 
 def vregs(shape: str) -> float:
-    """32-bit vector registers the arrays of a shape fill: their elements as their layouts tile them / 1,024."""
-    return sum(n for _, n, _ in tiled_arrays(shape)) / VREG_ELEMENTS
+    """32-bit vector registers the arrays of a shape fill: their elements as their layouts tile them / 1,024, and
+    at least one register a tile (a tile of fewer rows than a register's 8 sublanes, T(2,128) or T(1,128), leaves
+    the rest of its register empty: [10240, 2, 1024] in T(2,128) tiles fills 81,920 registers, not 20,480)."""
+    return sum(n / min(VREG_ELEMENTS, tile) if tile else n / VREG_ELEMENTS for n, tile in tile_elements(shape))
 
 
 def kind_of(ins: Instr, comp: Computation | None = None) -> str | None:
@@ -57,9 +59,23 @@ def kind_of(ins: Instr, comp: Computation | None = None) -> str | None:
     return kind
 
 
+def relayout(comp: Computation | None, ins: Instr) -> bool:
+    """Whether an op is a reshape that re-tiles its operand (bf16[16384, 1024] in T(8,128) tiles to [8192, 2, 1024]
+    in T(2,128), a MoE layer's top-k combine): a copy through the transpose unit, not a bitcast. On the v5e chip
+    such reshapes ran 2.0-2.4 cycles a register of their result, as the attention's transposes did."""
+    if ins.opcode != "reshape" or comp is None or not ins.operands:
+        return False
+    out, source = tile(ins.shape), tile(operand_shape(comp, ins.operands[0]))
+    return out is not None and source is not None and out != source
+
+
 def vpu_registers(module: HloModule, comp: Computation, ins: Instr) -> dict[str, float]:
-    """{kind: vector registers} of the instructions an op is or fuses (at any depth)."""
+    """{kind: vector registers} of the instructions an op is or fuses (at any depth); an op that is itself a
+    re-tiling reshape (relayout) counts its result as TRANSPOSE work (a reshape inside a fusion counts nothing)."""
     out = dict.fromkeys(KINDS, 0.0)
+    if relayout(comp, ins):
+        out[TRANSPOSE] = vregs(ins.shape)
+        return out
     for c, i in fused_walk(module, comp, ins):
         kind = kind_of(i, c)
         if kind is None:
