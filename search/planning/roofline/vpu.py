@@ -41,7 +41,7 @@ def vregs(shape: str) -> float:
     """32-bit vector registers the arrays of a shape fill: their elements as their layouts tile them / 1,024, and
     at least one register a tile (a tile of fewer rows than a register's 8 sublanes, T(2,128) or T(1,128), leaves
     the rest of its register empty: [10240, 2, 1024] in T(2,128) tiles fills 81,920 registers, not 20,480)."""
-    return sum(n / min(VREG_ELEMENTS, tile) if tile else n / VREG_ELEMENTS for n, tile in tile_elements(shape))
+    return sum(n / min(VREG_ELEMENTS, per_tile or VREG_ELEMENTS) for n, per_tile in tile_elements(shape))
 
 
 def kind_of(ins: Instr, comp: Computation | None = None) -> str | None:
