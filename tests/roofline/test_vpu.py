@@ -189,7 +189,7 @@ def test_the_tables_figures_are_what_fit_vpu_finds_in_the_chips_steps(tmp_path):
     assert fit_vpu.main(["--json", str(out), "--steps", os.path.join(steps, "chip_steps_v5e_run5"),
                          "--steps", os.path.join(steps, "chip_steps_v5e_run6")]) == 0
     found = json.loads(out.read_text())
-    # runs 5 and 6 alone (14 of the 44 steps, no MoE combine among them) find about the same cycles: transposes 2.74
+    # runs 5 and 6 alone (14 of the 44 steps, one of them MoE) find about the same cycles: transposes 2.74
     assert found["cycles"]["transpose"] == pytest.approx(table["transpose"], rel=0.12)
     assert found["cycles"]["trigonometric"] == pytest.approx(table["trigonometric"], rel=0.05)  # 21.0
     assert 0.1 < found["dma_share"] < 0.5  # the DMAs' waits: 51.6 of the 228.1 ms their bytes are priced at
