@@ -266,14 +266,15 @@ DMAs between HBM and VMEM (dma.py, dma_overlap.py): with Hardware.dma_overlap (T
   nothing at its start and, at its -done, what its bytes take beyond the HBM time the ops scheduled between leave
   idle (Roofline.dma_exposed_s; the chip's steps waited 0.23-1.09x of that); elsewhere each at its HBM bytes.
 VPU time (vpu.py, Hardware.vpu_cycles): an op without a matmul takes at least the cycles of its vector work (per
-  32-bit register its fused instructions fill, by kind) at the chip's clock. TPU v5e: fit over 25 profiled
-  steps' 3,796 ops (sine / cosine 20.2 cycles a register: RoPE's tables, computed into VMEM, 55.6 us an execution
-  on the chip, 6 ns by their bytes; a copy that lays another dimension along the lanes, the transpose unit's work,
-  3.1 cycles a register against 0.21 for other movement). What it adds over the bytes is its own line
+  32-bit register its fused instructions fill, by kind; a tile smaller than a register, T(2,128), a register of
+  its own) at the chip's clock. TPU v5e: fit over 44 profiled steps' 6,742 ops (sine / cosine 20.2 cycles a
+  register: RoPE's tables, computed into VMEM, 55.6 us an execution on the chip, 6 ns by their bytes; a copy that
+  lays another dimension along the lanes, or a reshape that re-tiles its operand, the transpose unit's work, 2.5
+  cycles a register against 0.22 for other movement). What it adds over the bytes is its own line
   (Roofline.vpu_excess_s).
 Splash kernels in the step (Hardware.attention_in_step): times its grid price a step's kernel of each kind takes
-  where the steps' own rates do not reach (TPU v5e: dQ 1.124x, dK/dV 1.102x, forward 1.005x over runs 5 and 6's
-  steps; benchmarks/fit_splash.py).
+  where the steps' own rates do not reach (TPU v5e: dQ 1.044x, dK/dV 1.070x, forward 0.989x over the 41 profiled
+  steps with splash attention; benchmarks/fit_vpu.py, fit_splash.py).
 HBM reads and writes apart (Hardware.hbm_read_efficiency / hbm_write_efficiency, Hardware.hbm_seconds): where
   a chip measured them apart, an op's bytes read and written (cost.instr_read_write) are priced each at its
   own share of the bandwidth (TPU v5e: reads 0.911, writes 0.717, from the chip's reduction and scale; one

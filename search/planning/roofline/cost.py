@@ -189,10 +189,12 @@ def splash_block(comp: Computation, ins: Instr) -> int | None:
     return None
 
 
-def splash_grid_key(comp: Computation, ins: Instr) -> tuple[int, int | None, int, int, int] | None:
+def splash_grid_key(comp: Computation, ins: Instr,
+                    q: list[int] | None = None) -> tuple[int, int | None, int, int, int] | None:
     """(seq, q block, head dim, query heads per K/V head, batch x K/V heads) of one splash-attention custom call:
-    what Hardware.grid_share looks its rate up by (None for any other instruction)."""
-    q = _splash_query(comp, ins) if splash_matmuls(ins) else None
+    what Hardware.grid_share looks its rate up by (None for any other instruction). `q`: its query's dims where the
+    caller has them (_splash_query)."""
+    q = q or (_splash_query(comp, ins) if splash_matmuls(ins) else None)
     if not q:
         return None
     kv_heads = min((k[-3] for k in _q_shaped(comp, ins, q) if k[-1] == q[-1]), default=q[-3])
@@ -626,7 +628,7 @@ def flop_rate(comp: Computation, ins: Instr, hw: Hardware, module: HloModule | N
         return hw.sustained_flops / padding
     rate = hw.sustained_attention_flops
     q = _splash_query(comp, ins) if splash_matmuls(ins) else None
-    key = splash_grid_key(comp, ins) if q else None
+    key = splash_grid_key(comp, ins, q) if q else None
     gridded = splash_grid_rate(hw, ins.name, key) if key is not None else None
     if gridded is not None:
         return gridded

@@ -54,8 +54,7 @@ def minor_dim(shape: str) -> int | None:
 def tile(shape: str) -> tuple[int, ...] | None:
     """The first tile of the first array of a shape's TPU layout (T(8,128)(2,1): (8, 128)); None without one."""
     m = _ARRAY_LAYOUT_RE.search(shape)
-    t = _TILE_RE.search(m.group(3)) if m and m.group(3) and ":" in m.group(3) else None
-    return tuple(int(x) for x in t.group(1).split(",")) if t else None
+    return _layout_tile(m.group(3)) if m else None
 
 
 def memory_space(shape: str) -> int:
@@ -66,6 +65,12 @@ def memory_space(shape: str) -> int:
 
 
 _TILE_RE = re.compile(r"T\(([\d,]+)\)")
+
+
+def _layout_tile(layout: str | None) -> tuple[int, ...] | None:
+    """The first tile of a TPU layout (`{minor_to_major:T(8,128)(2,1)}`: (8, 128)); None without one (CPU, GPU)."""
+    t = _TILE_RE.search(layout) if layout and ":" in layout else None
+    return tuple(int(x) for x in t.group(1).split(",")) if t else None
 
 
 def _minor_to_major(layout: str) -> list[int]:
@@ -79,14 +84,14 @@ def tiled_dims(dims: list[int], layout: str | None) -> list[int]:
     last entry of the tile the minor-most one (T(8,128): a head dim of 64 takes 128 lanes, a dim of 12
     heads in the second-minor place 16 sublanes). Without a tile (CPU, GPU layouts) the dimensions as
     they are."""
-    if not layout or ":" not in layout or not dims:
+    first = _layout_tile(layout)
+    if first is None or layout is None or not dims:
         return dims
-    tile = _TILE_RE.search(layout)
     order = _minor_to_major(layout)
-    if tile is None or len(order) != len(dims):
+    if len(order) != len(dims):
         return dims
     out = list(dims)
-    for k, size in enumerate(reversed([int(x) for x in tile.group(1).split(",")])):
+    for k, size in enumerate(reversed(first)):
         if k < len(order) and size > 1:
             out[order[k]] = -(-out[order[k]] // size) * size
     return out
@@ -97,7 +102,7 @@ def lane_dim(shape: str) -> tuple[int, int, int] | None:
     layout with a tile (the dimension that lies along the 128 lanes: T(8,128) pads a size of 64 to
     128); None without a tiled layout (CPU, GPU)."""
     m = _ARRAY_LAYOUT_RE.search(shape)
-    if m is None or not m.group(3) or ":" not in m.group(3) or _TILE_RE.search(m.group(3)) is None:
+    if m is None or _layout_tile(m.group(3)) is None:
         return None
     dims = parse_dims(m.group(2))
     order = _minor_to_major(m.group(3))
@@ -106,22 +111,12 @@ def lane_dim(shape: str) -> tuple[int, int, int] | None:
     return order[0], dims[order[0]], tiled_dims(dims, m.group(3))[order[0]]
 
 
-def tiled_arrays(shape: str) -> Iterable[tuple[str, int, int]]:
-    """(dtype, elements as its layout tiles them (tiled_dims), memory space) of each array of a shape whose
-    dtype has a size."""
+def tiled_arrays(shape: str) -> Iterable[tuple[str, int, int, tuple[int, ...] | None]]:
+    """(dtype, elements as its layout tiles them (tiled_dims), memory space, its first tile or None) of each array
+    of a shape whose dtype has a size."""
     for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
         if dtype in DTYPE_BYTES:
-            yield dtype, prod(tiled_dims(parse_dims(dims), layout)), _memory_space(layout)
-
-
-def tile_elements(shape: str) -> Iterable[tuple[int, int]]:
-    """(elements as its layout tiles them, elements of its first tile: 0 without one) of each array of a shape
-    whose dtype has a size (T(2,128): 256)."""
-    for dtype, dims, layout in _ARRAY_LAYOUT_RE.findall(shape):
-        if dtype in DTYPE_BYTES:
-            tile = _TILE_RE.search(layout) if layout and ":" in layout else None
-            yield (prod(tiled_dims(parse_dims(dims), layout)),
-                   prod(int(x) for x in tile.group(1).split(",")) if tile else 0)
+            yield dtype, prod(tiled_dims(parse_dims(dims), layout)), _memory_space(layout), _layout_tile(layout)
 
 
 def hbm_shape_bytes(shape: str) -> float:
@@ -129,7 +124,7 @@ def hbm_shape_bytes(shape: str) -> float:
     the minor-most dimensions, so a [.., 64] array of bf16 takes the bytes of [.., 128]); arrays whose
     layout puts them in another memory space (`S(1)`: TPU VMEM, chosen by XLA's memory-space
     assignment; `S(5)`: host memory) are left out."""
-    return float(sum(DTYPE_BYTES[dtype] * n for dtype, n, space in tiled_arrays(shape) if space == 0))
+    return float(sum(DTYPE_BYTES[dtype] * n for dtype, n, space, _ in tiled_arrays(shape) if space == 0))
 
 
 def shape_dims(shape: str) -> list[int]:

@@ -11,7 +11,7 @@ A chip without figures (CPU, GPU, the TPUs not measured) has no VPU term."""
 from __future__ import annotations
 
 from .chip import Hardware
-from .hlo import Computation, HloModule, Instr, fused_walk, minor_dim, operand_shape, tile, tile_elements
+from .hlo import Computation, HloModule, Instr, fused_walk, minor_dim, operand_shape, prod, tile, tiled_arrays
 
 VREG_ELEMENTS = 8 * 128
 
@@ -41,7 +41,7 @@ def vregs(shape: str) -> float:
     """32-bit vector registers the arrays of a shape fill: their elements as their layouts tile them / 1,024, and
     at least one register a tile (a tile of fewer rows than a register's 8 sublanes, T(2,128) or T(1,128), leaves
     the rest of its register empty: [10240, 2, 1024] in T(2,128) tiles fills 81,920 registers, not 20,480)."""
-    return sum(n / min(VREG_ELEMENTS, per_tile or VREG_ELEMENTS) for n, per_tile in tile_elements(shape))
+    return sum(n / min(VREG_ELEMENTS, prod(t) if t else VREG_ELEMENTS) for _, n, _, t in tiled_arrays(shape))
 
 
 def kind_of(ins: Instr, comp: Computation | None = None) -> str | None:
